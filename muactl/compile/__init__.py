@@ -1,0 +1,80 @@
+"""Spec -> CompiledDomain: the SQLite template, tool handlers with their schemas, and the agent prompt."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..spec.load import DomainSpec
+from ..spec.models import SPEC_VERSION
+from .database import build_template, cache_dir
+from .prompt import agent_system_prompt
+from .tools import CompiledTool, compile_tool
+
+# bump when the template layout changes, so old cache entries are not reused
+TEMPLATE_FORMAT = 1
+
+
+@dataclass
+class CompiledDomain:
+    spec: DomainSpec
+    tools: dict[str, CompiledTool]
+    template_path: Path
+    system_prompt: str
+    content_hash: str
+    _template: bytes | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.domain.name
+
+    @property
+    def tables(self) -> dict:
+        return self.spec.domain.database.tables
+
+    def agent_tools(self) -> list[CompiledTool]:
+        return [t for t in self.tools.values() if t.side == "agent"]
+
+    def user_tools(self) -> list[CompiledTool]:
+        return [t for t in self.tools.values() if t.side == "user"]
+
+    def template_bytes(self) -> bytes:
+        """The template, read once per process (read-only); forks deserialize a copy and never write it."""
+        if self._template is None:
+            disk = sqlite3.connect(f"file:{self.template_path}?mode=ro", uri=True)
+            self._template = disk.serialize()
+            disk.close()
+        return self._template
+
+    def environment(self, trust: bool = False):
+        """A fresh sandbox over a private copy of the template."""
+        from ..env.sandbox import Environment
+
+        return Environment.from_template(self, trust=trust)
+
+
+def content_hash(spec: DomainSpec) -> str:
+    h = hashlib.sha256(f"muactl-template:{TEMPLATE_FORMAT}:{SPEC_VERSION}".encode())
+    for path in sorted(spec.files):
+        h.update(str(path.relative_to(spec.root) if path.is_relative_to(spec.root) else path.name).encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def compile_domain(spec: DomainSpec) -> CompiledDomain:
+    """Build (or reuse from the cache) the template DB and compile the tools. Seed problems raise SpecError."""
+    digest = content_hash(spec)
+    path = cache_dir() / "templates" / f"{spec.domain.name}-{digest}.sqlite"
+    if not path.exists():
+        build_template(spec, path)
+    tools = {name: compile_tool(name, t) for name, t in spec.domain.tools.items()}
+    prompt = agent_system_prompt(spec.domain.description, spec.policy_text)
+    return CompiledDomain(spec, tools, path, prompt, digest)
+
+
+__all__ = ["CompiledDomain", "CompiledTool", "compile_domain", "__version__"]

@@ -1,0 +1,175 @@
+"""Schema and seed rows -> a SQLite template database (built with sqlite-utils, cached by content hash)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ..errors import Problem, SpecError
+from ..spec import models as m
+from ..spec.load import DomainSpec, SeedSource
+
+_PY_TYPES = {"text": str, "integer": int, "real": float, "boolean": int, "json": str}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MUACTL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "muactl")
+    return Path(root)
+
+
+def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
+    """Create every declared table, referenced tables first so foreign keys resolve."""
+    tables = domain.database.tables
+    done: set[str] = set()
+
+    def create(name: str, stack: tuple = ()) -> None:
+        if name in done or name in stack:
+            return
+        table = tables[name]
+        for ref in table.foreign_keys.values():
+            other = ref.split(".")[0]
+            if other in tables and other != name:
+                create(other, stack + (name,))
+        fks = [(col, *ref.split(".", 1)) for col, ref in table.foreign_keys.items()]
+        db[name].create(
+            {col: _PY_TYPES[t] for col, t in table.columns.items()},
+            pk=table.primary_key if table.primary_key else None,
+            foreign_keys=fks or None,
+            not_null=set(table.pk_columns()),
+        )
+        done.add(name)
+
+    for name in tables:
+        create(name)
+
+
+def coerce(value: Any, ctype: str, from_text: bool) -> Any:
+    """Seed value -> stored value. CSV cells are text, so they are parsed; JSON/YAML values must already match."""
+    if value is None or (from_text and value == "" and ctype != "text"):
+        return None
+    if ctype == "text":
+        if isinstance(value, str):
+            return value
+        raise TypeError(f"expected text, got {type(value).__name__} {value!r}; quote it")
+    if ctype == "integer":
+        if from_text and isinstance(value, str):
+            return int(value.strip())
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise TypeError(f"expected integer, got {type(value).__name__} {value!r}")
+    if ctype == "real":
+        if from_text and isinstance(value, str):
+            value = float(value.strip())
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        raise TypeError(f"expected a finite number, got {type(value).__name__} {value!r}")
+    if ctype == "boolean":
+        if from_text and isinstance(value, str):
+            v = value.strip().lower()
+            if v in ("true", "1", "yes"):
+                return 1
+            if v in ("false", "0", "no"):
+                return 0
+        if isinstance(value, bool):
+            return int(value)
+        raise TypeError(f"expected true or false, got {value!r}")
+    if ctype == "json":
+        if from_text and isinstance(value, str):
+            value = json.loads(value)
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    raise TypeError(f"unknown column type {ctype}")
+
+
+def seed_problem(src: SeedSource, spec: DomainSpec, i: int, column: str | None, message: str) -> Problem:
+    if src.key_prefix:  # inline rows in domain.yaml: point at the key
+        path = src.key_prefix + (i,) + ((column,) if column else ())
+        return spec.doc.problem(path, message)
+    key = f"{src.table}[{i}]" + (f".{column}" if column else "")
+    return Problem(str(src.file), src.lines[i], 1, key, message)
+
+
+def coerce_seeds(spec: DomainSpec) -> dict[str, list[dict[str, Any]]]:
+    """Check every seed row against types, primary keys and foreign keys; all problems at once."""
+    tables = spec.domain.database.tables
+    problems: list[Problem] = []
+    out: dict[str, list[dict[str, Any]]] = {}
+    where: dict[tuple, tuple[SeedSource, int]] = {}
+    for name, src in spec.seeds.items():
+        table = tables[name]
+        from_text = src.file.suffix == ".csv"
+        rows = []
+        pks: dict[tuple, int] = {}
+        for i, row in enumerate(src.rows):
+            clean = {}
+            for col, value in row.items():
+                if col not in table.columns:
+                    import difflib
+
+                    close = difflib.get_close_matches(col, list(table.columns), n=1)
+                    hint = f"; did you mean '{close[0]}'?" if close else ""
+                    problems.append(seed_problem(src, spec, i, col, f"unknown column '{col}' for table '{name}'{hint}"))
+                    continue
+                try:
+                    clean[col] = coerce(value, table.columns[col], from_text)
+                except (TypeError, ValueError) as e:
+                    problems.append(seed_problem(src, spec, i, col, str(e)))
+            key = tuple(clean.get(c) for c in table.pk_columns())
+            if key and any(k is None for k in key):
+                problems.append(seed_problem(src, spec, i, None, f"primary key {table.pk_columns()} is missing"))
+            elif key in pks:
+                problems.append(seed_problem(src, spec, i, None, f"duplicate primary key {key if len(key) > 1 else key[0]!r} (also row {pks[key]})"))
+            elif key:
+                pks[key] = i
+            where[(name, i)] = (src, i)
+            rows.append(clean)
+        out[name] = rows
+    for name, rows in out.items():
+        for col, ref in tables[name].foreign_keys.items():
+            other, other_col = ref.split(".", 1)
+            targets = {r.get(other_col) for r in out.get(other, [])}
+            for i, row in enumerate(rows):
+                v = row.get(col)
+                if v is not None and v not in targets:
+                    src, _ = where[(name, i)]
+                    problems.append(seed_problem(src, spec, i, col, f"{v!r} not found in {ref} (foreign key)"))
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def build_template(spec: DomainSpec, path: Path) -> None:
+    """Write the template database atomically: a crash never leaves a half-built cache entry."""
+    rows = coerce_seeds(spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(tmp)
+        db = sqlite_utils.Database(conn)
+        create_schema(db, spec.domain)
+        with conn:
+            for name in spec.domain.database.tables:
+                if rows.get(name):
+                    db[name].insert_all(rows[name])
+        conn.execute("VACUUM")
+        conn.close()
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def schema_connection(domain: m.Domain) -> sqlite3.Connection:
+    """An empty in-memory database with the declared schema, for compiling statements."""
+    conn = sqlite3.connect(":memory:")
+    create_schema(sqlite_utils.Database(conn), domain)
+    return conn

@@ -1,0 +1,76 @@
+"""Tool specs -> OpenAI function schemas and argument validators. One description, written once,
+feeds the model's schema, the docs (`muactl tools`) and the MCP server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from ..spec import models as m
+
+BUILTIN_DESCRIPTIONS = {
+    "transfer": "Transfer the user to a human agent, with a summary of the issue. Use only when the request "
+    "cannot be handled within the policy and the tools.",
+    "think": "Think through a complex step. Has no effect on the database and is not shown to the user.",
+}
+BUILTIN_PARAMS = {
+    "transfer": {"summary": m.Param(type="string", description="A short summary of the user's issue.")},
+    "think": {"thought": m.Param(type="string", description="Your reasoning.")},
+}
+
+
+@dataclass
+class CompiledTool:
+    name: str
+    kind: str  # sql | builtin | python | simulated | mcp
+    spec: Any  # the spec model
+    description: str
+    params: dict[str, m.Param]
+    side: str
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {k: p.json_schema() for k, p in self.params.items()},
+            "required": [k for k, p in self.params.items() if p.is_required()],
+            "additionalProperties": False,
+        }
+
+    def openai_schema(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+    def validator(self) -> jsonschema.Draft202012Validator:
+        if not hasattr(self, "_validator"):
+            self._validator = jsonschema.Draft202012Validator(self.parameters)
+        return self._validator
+
+    def argument_errors(self, args: Any) -> list[str]:
+        """Every way `args` breaks the schema, as short sentences naming the argument."""
+        if not isinstance(args, dict):
+            return [f"arguments must be a JSON object, got {type(args).__name__}"]
+        out = []
+        for err in sorted(self.validator().iter_errors(args), key=lambda e: list(e.path)):
+            where = ".".join(str(p) for p in err.path)
+            out.append(f"'{where}': {err.message}" if where else err.message)
+        return out
+
+    def with_defaults(self, args: dict[str, Any]) -> dict[str, Any]:
+        out = dict(args)
+        for k, p in self.params.items():
+            if k not in out:
+                out[k] = p.default
+        return out
+
+
+def compile_tool(name: str, spec: Any) -> CompiledTool:
+    kind = spec.kind
+    if kind == "builtin":
+        return CompiledTool(name, kind, spec, spec.description or BUILTIN_DESCRIPTIONS[spec.builtin],
+                            BUILTIN_PARAMS[spec.builtin], spec.side)
+    if kind == "mcp":  # the schema comes from the server when the tool is discovered
+        return CompiledTool(name, kind, spec, spec.description or f"MCP tool {spec.mcp.tool}", {}, spec.side)
+    return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side)

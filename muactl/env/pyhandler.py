@@ -1,0 +1,54 @@
+"""Trusted Python tool handlers, run in a child process so a timeout can really stop them.
+
+The child gets a serialized copy of the episode database, calls `function(db, **args)`, commits,
+and sends back the result and the new database bytes; the parent swaps them in only on success,
+so a failing or timed-out handler changes nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing as mp
+import sqlite3
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def _child(root: str, target: str, args: dict, data: bytes, conn_out) -> None:
+    try:
+        sys.path.insert(0, root)
+        module_name, func_name = target.split(":")
+        func = getattr(importlib.import_module(module_name), func_name)
+        db = sqlite3.connect(":memory:")
+        db.deserialize(data)
+        db.row_factory = sqlite3.Row
+        result = func(db, **args)
+        db.commit()
+        content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+        conn_out.send((True, content, db.serialize()))
+    except BaseException as e:  # report anything the handler raises as the tool's error text
+        last = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+        where = f" ({Path(last[0].filename).name}:{last[0].lineno})" if last else ""
+        conn_out.send((False, f"{type(e).__name__}: {e}{where}", b""))
+
+
+def run_handler(root: Path, target: str, args: dict[str, Any], data: bytes, timeout: float) -> tuple[bool, str, bytes]:
+    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(str(root), target, args, data, send), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        if not recv.poll(timeout):
+            return False, f"timed out after {timeout:g} s", b""
+        return recv.recv()
+    except EOFError:
+        return False, "the handler process exited without a result", b""
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(1)
+        recv.close()

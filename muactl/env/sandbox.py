@@ -1,0 +1,269 @@
+"""Environment: one episode's private database and the only way tools touch it.
+
+Guarantees (each has its own test in tests/env/test_sandbox.py):
+- fork() copies the template; the template is never written.
+- arguments are checked against the tool's JSON schema before any SQL runs;
+- only the domain's declared statements run, with bound parameters;
+- reads run with `query_only` on and the authorizer in read mode;
+- checks and writes run in one transaction that rolls back on any failure;
+- a failure is data: call() returns ToolResult(error=True) and the episode goes on;
+- python handlers run only with trust, in a child process with a timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..compile.sql import Guard, bind_value
+from ..spec.models import call_parts
+
+if TYPE_CHECKING:
+    from ..compile import CompiledDomain, CompiledTool
+
+# Hooks for tool kinds whose results come from outside the database (simulated: an LLM; mcp: a server).
+ToolPlayer = Callable[["CompiledTool", dict, "Environment"], "ToolResult"]
+
+
+@dataclass
+class ToolResult:
+    content: str
+    error: bool = False
+    transfer: bool = False  # the builtin transfer tool ends the episode
+    changed: bool = False  # the call committed a write
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"content": self.content, "error": self.error, "transfer": self.transfer, "changed": self.changed}
+
+
+class _SafeFormat(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def fill(template: str, args: dict[str, Any]) -> str:
+    """Fill {param} placeholders in a message; unknown ones stay as they are."""
+    return template.format_map(_SafeFormat({k: ("" if v is None else v) for k, v in args.items()}))
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+class Environment:
+    def __init__(self, domain: CompiledDomain, conn: sqlite3.Connection, trust: bool = False,
+                 players: dict[str, ToolPlayer] | None = None):
+        self.domain = domain
+        self.conn = conn
+        self.trust = trust
+        self.players: dict[str, ToolPlayer] = dict(players or {})
+        self.guard = Guard(set(domain.tables))
+        conn.isolation_level = None  # transactions are explicit
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA query_only = ON")
+        self.guard.install(conn)
+
+    @classmethod
+    def from_template(cls, domain: CompiledDomain, trust: bool = False) -> Environment:
+        conn = sqlite3.connect(":memory:", check_same_thread=False)
+        conn.deserialize(domain.template_bytes())
+        return cls(domain, conn, trust)
+
+    def fork(self) -> Environment:
+        """A copy of this environment's current state (players and trust carry over)."""
+        self.guard.mode = "off"
+        try:
+            data = self.conn.serialize()
+        finally:
+            self.guard.mode = "read"
+        conn = sqlite3.connect(":memory:", check_same_thread=False)
+        conn.deserialize(data)
+        return Environment(self.domain, conn, self.trust, self.players)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------ tools
+
+    def call(self, name: str, args: Any) -> ToolResult:
+        tool = self.domain.tools.get(name)
+        if tool is None:
+            known = ", ".join(self.domain.tools)
+            return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}.", error=True)
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                return ToolResult(f"Error: arguments of {name} are not valid JSON.", error=True)
+        problems = tool.argument_errors(args if args is not None else {})
+        if problems:
+            return ToolResult(f"Error: invalid arguments for {name}: " + "; ".join(problems), error=True)
+        args = tool.with_defaults(args or {})
+        if tool.kind == "sql":
+            return self._call_sql(tool, args)
+        if tool.kind == "builtin":
+            if tool.spec.builtin == "transfer":
+                return ToolResult("Transfer successful.", transfer=True)
+            return ToolResult("")
+        if tool.kind == "python":
+            return self._call_python(tool, args)
+        player = self.players.get(tool.kind)
+        if player is None:
+            need = {"simulated": "an LLM to play it (muactl synth/eval --tool-model)",
+                    "mcp": "its MCP server (started by muactl when the domain is used in episodes)"}[tool.kind]
+            return ToolResult(f"Error: tool {name} is a {tool.kind} tool and needs {need}.", error=True)
+        try:
+            return player(tool, args, self)
+        except Exception as e:  # an outside player failing is data for the agent, never a crash
+            return ToolResult(f"Error: {name} failed: {e}", error=True)
+
+    def _call_sql(self, tool: CompiledTool, args: dict[str, Any]) -> ToolResult:
+        spec = tool.spec
+        bound = {k: bind_value(v) for k, v in args.items()}
+        conn, guard = self.conn, self.guard
+        writes = bool(spec.writes)
+        try:
+            if writes or spec.checks:
+                self._set_query_only(not writes)
+                self._txn("BEGIN")
+            try:
+                for check in spec.checks:
+                    guard.mode = "read"
+                    row = conn.execute(check.query, bound).fetchone()
+                    if not row or not row[0]:
+                        self._txn("ROLLBACK")
+                        return ToolResult("Error: " + fill(check.error, args), error=True)
+                for statement in spec.writes:
+                    guard.mode = "write"
+                    conn.execute(statement, bound)
+                guard.mode = "read"
+                result = self._result(tool, bound, args)
+                if writes or spec.checks:
+                    self._txn("ROLLBACK" if result.error else "COMMIT")
+                    result.changed = writes and not result.error
+                return result
+            except sqlite3.Error as e:
+                if conn.in_transaction:
+                    self._txn("ROLLBACK")
+                return ToolResult(f"Error: {tool.name} failed: {_sqlite_message(e)}", error=True)
+        finally:
+            guard.mode = "read"
+            if writes:
+                self._set_query_only(True)
+
+    def _result(self, tool: CompiledTool, bound: dict, args: dict) -> ToolResult:
+        spec = tool.spec
+        if spec.query is None:
+            return ToolResult(fill(spec.message, args) if spec.message else "Done.")
+        cur = self.conn.execute(spec.query, bound)
+        names = [d[0] for d in cur.description]
+        rows = [{n: _decode(v) for n, v in zip(names, r)} for r in cur.fetchall()]
+        if not rows:
+            if spec.if_empty:
+                return ToolResult("Error: " + fill(spec.if_empty, args), error=True)
+            return ToolResult("null" if spec.returns != "rows" else "[]")
+        if spec.returns == "value":
+            value = next(iter(rows[0].values()))
+            return ToolResult(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        if spec.returns == "row":
+            return ToolResult(json.dumps(rows[0], ensure_ascii=False))
+        return ToolResult(json.dumps(rows, ensure_ascii=False))
+
+    def _txn(self, statement: str) -> None:
+        """Transaction control is muactl's, never a tool's: it bypasses the guard."""
+        mode, self.guard.mode = self.guard.mode, "off"
+        try:
+            self.conn.execute(statement)
+        finally:
+            self.guard.mode = mode
+
+    def _set_query_only(self, on: bool) -> None:
+        self._txn(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
+
+    def _call_python(self, tool: CompiledTool, args: dict[str, Any]) -> ToolResult:
+        if not self.trust:
+            return ToolResult(
+                f"Error: tool {tool.name} runs Python code ({tool.spec.python}) and is disabled. "
+                "Re-run with --trust if you trust this domain's author.", error=True)
+        from .pyhandler import run_handler
+
+        self.guard.mode = "off"
+        try:
+            data = self.conn.serialize()
+        finally:
+            self.guard.mode = "read"
+        ok, content, new_data = run_handler(self.domain.spec.root, tool.spec.python, args, data, tool.spec.timeout)
+        if not ok:
+            return ToolResult(f"Error: {tool.name} failed: {content}", error=True)
+        changed = new_data != data
+        if changed:
+            self.guard.mode = "off"
+            try:
+                self.conn.deserialize(new_data)
+                self.conn.execute("PRAGMA foreign_keys = ON")
+                self.conn.execute("PRAGMA query_only = ON")
+            finally:
+                self.guard.mode = "read"
+        return ToolResult(content, changed=changed)
+
+    def replay(self, calls: list[dict]) -> list[ToolResult]:
+        """Apply tool calls ({tool: {args}}) in order, e.g. a task's setup or gold actions."""
+        results = []
+        for call in calls:
+            name, args = call_parts(call)
+            results.append(self.call(name, args))
+        return results
+
+    # ------------------------------------------------------------ state
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        cols = list(self.domain.tables[table].columns)
+        sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
+        return [dict(zip(cols, r)) for r in self.conn.execute(sql)]
+
+    def state_hash(self) -> str:
+        """Digest of the database content: independent of row order and of SQLite's page layout.
+        JSON columns are compared by value, so key order and spacing do not matter."""
+        h = hashlib.sha256()
+        for table in sorted(self.domain.tables):
+            spec = self.domain.tables[table]
+            cols = sorted(spec.columns)
+            json_cols = {i for i, c in enumerate(cols) if spec.columns[c] == "json"}
+            sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
+            lines = []
+            for row in self.conn.execute(sql):
+                if json_cols:
+                    row = tuple(_canonical_json(v) if i in json_cols else v for i, v in enumerate(row))
+                lines.append(json.dumps(row, separators=(",", ":"), ensure_ascii=False))
+            lines.sort()
+            h.update(f"{table}\x1f{','.join(cols)}\x1f{len(lines)}\x1e".encode())
+            h.update("\x1e".join(lines).encode())
+            h.update(b"\x1d")
+        return h.hexdigest()
+
+
+def _canonical_json(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.dumps(json.loads(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except ValueError:
+        return value
+
+
+def _sqlite_message(e: sqlite3.Error) -> str:
+    text = str(e)
+    if "FOREIGN KEY" in text:
+        return "a referenced row does not exist"
+    if "UNIQUE" in text:
+        return "a row with that key already exists"
+    return text
+

@@ -1,0 +1,60 @@
+"""One exception per failure state. The CLI maps every MuactlError to exit code 2 and its message.
+
+Each message says what is wrong and what to do next, so the CLI never needs a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class MuactlError(Exception):
+    """Base of every error muactl reports to a user."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One problem in a domain or task file: where it is and what would fix it."""
+
+    file: str
+    line: int
+    column: int
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        key = f" {self.key}:" if self.key else ""
+        return f"{self.file}:{self.line}:{self.column}:{key} {self.message}"
+
+
+class SpecError(MuactlError):
+    """A domain or task file is malformed. Carries every problem found, not only the first."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = sorted(set(problems))
+        n = len(self.problems)
+        head = f"{n} problem{'s' if n != 1 else ''} found:"
+        super().__init__("\n".join([head, *map(str, self.problems)]))
+
+    @classmethod
+    def single(cls, file: Path | str, message: str, line: int = 1, column: int = 1, key: str = ""):
+        return cls([Problem(str(file), line, column, key, message)])
+
+
+class DomainNotFound(MuactlError):
+    """No domain of that name in ./domains, the installed library or the built-ins."""
+
+
+class ToolNotFound(MuactlError):
+    """A tool name that the domain does not declare."""
+
+
+class ScaffoldExists(MuactlError):
+    """`muactl init` would overwrite files."""
+
+
+class UsageError(MuactlError):
+    """Command-line input that is well-formed for the shell but wrong for muactl (bad JSON args...)."""

@@ -1,0 +1,338 @@
+"""Load domain.yaml and task files into spec models, reporting every problem with file:line:column."""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import Problem, SpecError
+from . import models as m
+from .source import Located, load_yaml, read_text
+
+TASK_FILE_SPLITS = {"train", "test"}
+
+
+@dataclass
+class SeedSource:
+    """Where a table's seed rows came from, so bad rows can be reported at their line."""
+
+    table: str
+    file: Path
+    lines: list[int]  # one 1-based line per row
+    rows: list[dict[str, Any]]
+    key_prefix: tuple = ()
+
+
+@dataclass
+class DomainSpec:
+    domain: m.Domain
+    root: Path  # folder holding domain.yaml
+    doc: Located
+    policy_text: str
+    guidelines_text: str | None
+    seeds: dict[str, SeedSource] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)  # every file the domain is built from (for the cache key)
+
+
+@dataclass
+class TaskSpec:
+    task: m.Task
+    file: Path
+    index: int
+    doc: Located
+
+    @property
+    def split(self) -> str:
+        return self.task.split or (self.file.stem if self.file.stem in TASK_FILE_SPLITS else "train")
+
+    def problem(self, path: tuple, message: str) -> Problem:
+        return self.doc.problem(path, message, prefix=self._prefix)
+
+    @property
+    def _prefix(self) -> tuple:
+        return ("tasks", self.index) if isinstance(self.doc.data, dict) else (self.index,)
+
+
+# ---------------------------------------------------------------- pydantic errors -> problems
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The model class that owns the last key of `loc`, for did-you-mean suggestions."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            f = _field(current, part)
+            if f is None:
+                tag = {"sql": m.SqlTool, "builtin": m.BuiltinTool, "python": m.PythonTool,
+                       "simulated": m.SimulatedTool, "mcp": m.McpTool}.get(part)
+                current = tag or current
+                continue
+            current = _inner_model(f.annotation)
+        else:
+            current = None
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _field(model: type[BaseModel], name: str):
+    for fname, f in model.model_fields.items():
+        if name in (fname, f.alias):
+            return f
+    return None
+
+
+def _inner_model(annotation: Any) -> Any:
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _clean_loc(loc: tuple, data: Any) -> tuple:
+    """Drop pydantic's union tags (sql, builtin, str, list[...]) that are not keys in the data."""
+    out: list = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, (dict, list)) and not _is_tag(part):
+            out.append(part)  # a missing or unknown key: keep it, it names the problem
+            node = None
+    return tuple(out)
+
+
+def _is_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in ("sql", *m.TOOL_KINDS) or "[" in part or part in
+                                      ("str", "int", "float", "bool", "list", "dict", "none", "function-after"))
+
+
+def _message(err: dict, model: type[BaseModel], loc: tuple) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        owner = _model_at(model, loc)
+        known = sorted({f.alias or n for n, f in owner.model_fields.items()}) if owner else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(known)}" if known else ""
+        return f"unknown key '{loc[-1]}'; {hint}".rstrip("; ")
+    if kind == "missing":
+        return f"required key '{loc[-1]}' is missing"
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        got = err.get("input")
+        close = difflib.get_close_matches(str(got), [x.strip(" '") for x in expected.replace(" or ", ",").split(",")], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return f"{got!r} is not allowed here; expected {expected}{hint}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    got = err.get("input")
+    if kind.endswith("_type") and not isinstance(got, (dict, list)):
+        msg += f" (got {type(got).__name__} {got!r})"
+    return msg
+
+
+def validate(doc: Located, model: type[BaseModel], data: Any = None, prefix: tuple = ()) -> tuple[Any, list[Problem]]:
+    """Validate `data` (default: the whole document) against `model`; problems carry positions."""
+    data = doc.data if data is None else data
+    try:
+        return model.model_validate(data), []
+    except ValidationError as e:
+        problems = []
+        seen = set()
+        for err in e.errors():
+            loc = _clean_loc(tuple(err["loc"]), data)
+            # a union of str|list|dict reports the same place several times; keep the first
+            if loc in seen and err["type"] not in ("extra_forbidden", "missing"):
+                continue
+            seen.add(loc)
+            problems.append(doc.problem(loc, _message(err, model, loc), prefix=prefix))
+        return None, problems
+
+
+# ---------------------------------------------------------------- domain
+
+
+def _text_or_file(root: Path, value: str, doc: Located, key: str, problems: list[Problem], files: list[Path]) -> str:
+    """Policy and guidelines are either a file beside domain.yaml or inline text."""
+    if "\n" not in value and value.strip().endswith((".md", ".txt")):
+        path = root / value.strip()
+        if not path.is_file():
+            problems.append(doc.problem((key,), f"file '{value}' not found beside domain.yaml"))
+            return ""
+        try:
+            text = read_text(path)
+        except SpecError as e:
+            problems.extend(e.problems)
+            return ""
+        files.append(path)
+        if not text.strip():
+            problems.append(Problem(str(path), 1, 1, key, "file is empty; write the rules the agent must follow"))
+        return text
+    return value
+
+
+def load_domain(root: Path) -> DomainSpec:
+    """Load and structurally validate `root/domain.yaml` and its seed files. Semantic checks: check.py."""
+    path = root / "domain.yaml"
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise SpecError.single(path, "expected a mapping at the top level (name:, description:, database:, tools: ...)")
+    domain, problems = validate(doc, m.Domain)
+    if domain is None:
+        raise SpecError(problems)
+    files = [path]
+    policy = _text_or_file(root, domain.policy, doc, "policy", problems, files)
+    guidelines = None
+    if domain.user_guidelines:
+        guidelines = _text_or_file(root, domain.user_guidelines, doc, "user_guidelines", problems, files)
+    seeds = _load_seeds(root, domain, doc, problems, files)
+    if problems:
+        raise SpecError(problems)
+    return DomainSpec(domain, root, doc, policy, guidelines, seeds, files)
+
+
+def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Problem], files: list[Path]) -> dict[str, SeedSource]:
+    seed = domain.database.seed
+    tables = domain.database.tables
+    out: dict[str, SeedSource] = {}
+    if seed is None:
+        return out
+    if isinstance(seed, str):
+        folder = root / seed
+        if not folder.is_dir():
+            problems.append(doc.problem(("database", "seed"), f"folder '{seed}' not found beside domain.yaml"))
+            return out
+        for file in sorted(folder.iterdir()):
+            if file.suffix not in (".jsonl", ".csv") or file.name.startswith("."):
+                continue
+            if file.stem not in tables:
+                close = difflib.get_close_matches(file.stem, list(tables), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; declared tables: {', '.join(tables)}"
+                problems.append(Problem(str(file), 1, 1, "", f"seed file for undeclared table '{file.stem}'{hint}"))
+                continue
+            src = _read_seed_file(file, file.stem, problems)
+            if src:
+                files.append(file)
+                out[file.stem] = src
+        return out
+    for table, value in seed.items():
+        key = ("database", "seed", table)
+        if table not in tables:
+            close = difflib.get_close_matches(table, list(tables), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            problems.append(doc.problem(key, f"seed rows for undeclared table '{table}'{hint}"))
+            continue
+        if isinstance(value, str):
+            file = root / value
+            if not file.is_file():
+                problems.append(doc.problem(key, f"seed file '{value}' not found beside domain.yaml"))
+                continue
+            src = _read_seed_file(file, table, problems)
+            if src:
+                files.append(file)
+                out[table] = src
+        else:
+            lines = [doc.pos(key + (i,))[0] for i in range(len(value))]
+            out[table] = SeedSource(table, doc.file, lines, value, key)
+    return out
+
+
+def _read_seed_file(file: Path, table: str, problems: list[Problem]) -> SeedSource | None:
+    try:
+        text = read_text(file)
+    except SpecError as e:
+        problems.extend(e.problems)
+        return None
+    rows, lines = [], []
+    if file.suffix == ".jsonl":
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                problems.append(Problem(str(file), n, e.colno, "", f"invalid JSON: {e.msg}"))
+                continue
+            if not isinstance(row, dict):
+                problems.append(Problem(str(file), n, 1, "", "each line must be a JSON object (one row)"))
+                continue
+            rows.append(row)
+            lines.append(n)
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        for row in reader:
+            if None in row:
+                problems.append(Problem(str(file), reader.line_num, 1, "", "row has more fields than the header"))
+                continue
+            rows.append(dict(row))
+            lines.append(reader.line_num)
+    return SeedSource(table, file, lines, rows)
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def load_task_file(path: Path) -> list[TaskSpec]:
+    """A task file is a list of tasks, or a mapping with a `tasks:` list."""
+    doc = load_yaml(path)
+    data = doc.data
+    prefix: tuple = ()
+    if isinstance(data, dict):
+        if "tasks" not in data or set(data) - {"tasks"}:
+            extra = sorted(set(data) - {"tasks"})
+            raise SpecError([doc.problem((extra[0],) if extra else (), "a task file is a list of tasks, or a mapping with only a 'tasks:' list")])
+        data, prefix = data["tasks"], ("tasks",)
+    if not isinstance(data, list):
+        raise SpecError([doc.problem(prefix, "expected a list of tasks (each starting with '- id: ...')")])
+    out, problems = [], []
+    for i, item in enumerate(data):
+        task, found = validate(doc, m.Task, item, prefix=prefix + (i,))
+        problems.extend(found)
+        if task is not None:
+            out.append(TaskSpec(task, path, i, doc))
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def task_files(tasks_dir: Path | None) -> list[Path]:
+    if tasks_dir is None or not tasks_dir.is_dir():
+        return []
+    return sorted(p for p in tasks_dir.glob("*.yaml") if p.name != "templates.yaml")
+
+
+def load_tasks(tasks_dir: Path | None) -> list[TaskSpec]:
+    """All tasks of a domain, every file's problems reported together; duplicate ids are problems."""
+    out, problems = [], []
+    for path in task_files(tasks_dir):
+        try:
+            out.extend(load_task_file(path))
+        except SpecError as e:
+            problems.extend(e.problems)
+    seen: dict[str, TaskSpec] = {}
+    for t in out:
+        if t.task.id in seen:
+            first = seen[t.task.id]
+            problems.append(t.problem(("id",), f"duplicate task id '{t.task.id}' (first defined at {first.file.name}:{first.doc.pos(first._prefix + ('id',))[0]})"))
+        else:
+            seen[t.task.id] = t
+    if problems:
+        raise SpecError(problems)
+    return out

@@ -1,0 +1,272 @@
+"""Pydantic models of `domain.yaml` and task files. Field descriptions here are the format's docs:
+`muactl schema` turns them into a JSON Schema for editors.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+SPEC_VERSION = 1
+
+ColumnType = Literal["text", "integer", "real", "boolean", "json"]
+ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
+IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# ---------------------------------------------------------------- database
+
+
+class Table(Strict):
+    description: str | None = Field(None, description="What one row is; shown to nobody but humans.")
+    columns: dict[str, ColumnType] = Field(
+        description="Column name -> type (text, integer, real, boolean, json). json columns hold any "
+        "JSON value and come back decoded in tool results."
+    )
+    primary_key: str | list[str] | None = Field(None, description="Column (or list of columns) that identifies a row.")
+    foreign_keys: dict[str, str] = Field(
+        default_factory=dict, description="Column -> 'other_table.column' it references."
+    )
+
+    def pk_columns(self) -> list[str]:
+        if self.primary_key is None:
+            return []
+        return [self.primary_key] if isinstance(self.primary_key, str) else list(self.primary_key)
+
+
+class Database(Strict):
+    tables: dict[str, Table] = Field(description="Table name -> table definition.")
+    seed: str | dict[str, str | list[dict[str, Any]]] | None = Field(
+        None,
+        description="Initial rows: a folder beside domain.yaml holding <table>.jsonl or <table>.csv files, "
+        "or a mapping table -> list of rows inline, or table -> file name.",
+    )
+
+
+# ---------------------------------------------------------------- tools
+
+
+class Param(Strict):
+    """A tool parameter: the subset of JSON Schema that LLM tool calling uses."""
+
+    type: ParamType = Field(description="JSON type of the argument.")
+    description: str | None = Field(None, description="Shown to the model in the tool schema.")
+    enum: list[Any] | None = Field(None, description="The only allowed values.")
+    pattern: str | None = Field(None, description="Regular expression a string argument must match.")
+    minimum: float | None = Field(None, description="Smallest allowed number.")
+    maximum: float | None = Field(None, description="Largest allowed number.")
+    items: Param | None = Field(None, description="Schema of each element, for arrays.")
+    properties: dict[str, Param] | None = Field(None, description="Fields of an object argument.")
+    min_items: int | None = Field(None, alias="minItems", description="Fewest array elements.")
+    default: Any = Field(None, description="Value used when the argument is omitted; makes the param optional.")
+    required: bool | None = Field(
+        None, description="Whether the model must pass it. Default: true, unless a default is given."
+    )
+
+    def is_required(self) -> bool:
+        if self.required is not None:
+            return self.required
+        return "default" not in self.model_fields_set
+
+    def json_schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        for key in ("description", "enum", "pattern", "minimum", "maximum"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = int(value) if key in ("minimum", "maximum") and float(value).is_integer() else value
+        if self.min_items is not None:
+            out["minItems"] = self.min_items
+        if self.items is not None:
+            out["items"] = self.items.json_schema()
+        if self.properties is not None:
+            out["properties"] = {k: p.json_schema() for k, p in self.properties.items()}
+            out["required"] = [k for k, p in self.properties.items() if p.is_required()]
+            out["additionalProperties"] = False
+        if "default" in self.model_fields_set:
+            out["default"] = self.default
+        return out
+
+
+class Check(Strict):
+    query: str = Field(description="SELECT returning one value; the check holds when it is true (non-zero, non-empty).")
+    error: str = Field(description="Text the agent gets when the check fails; may use {param} placeholders.")
+
+
+class ToolBase(Strict):
+    description: str = Field(description="What the tool does; becomes the LLM schema's description and the docs.")
+    params: dict[str, Param] = Field(default_factory=dict, description="Parameter name -> JSON-schema-like spec.")
+    side: Literal["agent", "user"] = Field(
+        "agent", description="Who may call it: the agent, or the user simulator (dual control, as in tau2 telecom)."
+    )
+
+
+class SqlTool(ToolBase):
+    """A tool compiled to declared SQL statements with bound parameters; nothing else can run."""
+
+    checks: list[Check] = Field(default_factory=list, description="Preconditions; each must hold or nothing changes.")
+    writes: list[str] = Field(default_factory=list, description="INSERT/UPDATE/DELETE statements run in one transaction.")
+    query: str | None = Field(None, description="SELECT whose result is returned to the agent (after the writes).")
+    returns: Literal["value", "row", "rows"] = Field(
+        "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
+    )
+    if_empty: str | None = Field(
+        None, description="Error text when the query returns nothing; may use {param} placeholders."
+    )
+    message: str | None = Field(None, description="Result text when there is no query; may use {param} placeholders.")
+
+
+class BuiltinTool(Strict):
+    builtin: Literal["transfer", "think"] = Field(
+        description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect."
+    )
+    description: str | None = Field(None, description="Overrides the built-in description.")
+    side: Literal["agent", "user"] = "agent"
+
+
+class PythonTool(ToolBase):
+    python: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="'package.module:function' called as function(db, **args); runs only with --trust.",
+    )
+    timeout: float = Field(5.0, gt=0, description="Seconds before the call is stopped and reported as an error.")
+
+
+class SimulatedTool(ToolBase):
+    simulated: str = Field(description="What the tool does, for an LLM to play it (no database access).")
+    returns_json: bool = Field(False, description="Whether the simulated result must be valid JSON.")
+
+
+class McpRef(Strict):
+    command: list[str] = Field(min_length=1, description="Command that starts the MCP server (stdio).")
+    tool: str = Field(description="Name of the tool on that server.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the server.")
+
+
+class McpTool(Strict):
+    mcp: McpRef
+    description: str | None = Field(None, description="Overrides the server's description.")
+    side: Literal["agent", "user"] = "agent"
+
+
+TOOL_KINDS = ("builtin", "python", "simulated", "mcp")
+
+
+def tool_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        for kind in TOOL_KINDS:
+            if kind in value:
+                return kind
+        return "sql"
+    return getattr(value, "kind", "sql")
+
+
+Tool = Annotated[
+    Union[
+        Annotated[SqlTool, Tag("sql")],
+        Annotated[BuiltinTool, Tag("builtin")],
+        Annotated[PythonTool, Tag("python")],
+        Annotated[SimulatedTool, Tag("simulated")],
+        Annotated[McpTool, Tag("mcp")],
+    ],
+    Discriminator(tool_kind),
+]
+for _model, _kind in ((SqlTool, "sql"), (BuiltinTool, "builtin"), (PythonTool, "python"),
+                      (SimulatedTool, "simulated"), (McpTool, "mcp")):
+    _model.kind = _kind  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- domain
+
+
+class Domain(Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$", description="Short lowercase name; the folder's name.")
+    version: str = Field("0.1.0", description="Version of this domain pack.")
+    spec_version: int = Field(SPEC_VERSION, description="Version of the muactl domain format.")
+    description: str = Field(description="One paragraph on what the service is; given to simulators.")
+    policy: str = Field(
+        description="Rules the agent must follow: a file name beside domain.yaml (.md/.txt) or inline text."
+    )
+    database: Database
+    tools: dict[str, Tool] = Field(description="Tool name -> tool. Kinds: sql (default), builtin, python, simulated, mcp.")
+    personas: dict[str, str] = Field(default_factory=dict, description="Persona name -> how that user behaves.")
+    user_guidelines: str | None = Field(
+        None, description="Replaces muactl's default instructions for the user simulator (file name or text)."
+    )
+    greeting: str | None = Field(
+        "Hi! How can I help you today?",
+        description="The agent's fixed first message; null lets the user open the conversation.",
+    )
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_names(cls, tools: dict) -> dict:
+        import re
+
+        for name in tools:
+            if not re.match(IDENT, name):
+                raise ValueError(f"tool name {name!r} must be an identifier (letters, digits, underscores)")
+        return tools
+
+
+# ---------------------------------------------------------------- tasks
+
+
+class UserGoal(Strict):
+    reason: str = Field(description="Why the user is calling: what they want done, in their words.")
+    known: str | None = Field(None, description="Facts the user knows and gives when asked.")
+    unknown: str | None = Field(None, description="Facts the user does not know.")
+    instructions: str | None = Field(None, description="Extra behaviour for this task (e.g. change mind after X).")
+
+
+ToolCall = dict[str, dict[str, Any] | None]  # {tool_name: {arg: value}}, exactly one key
+
+
+def _check_calls(calls: list) -> list:
+    for call in calls:
+        if len(call) != 1:
+            raise ValueError("each call is a mapping with exactly one key, the tool name: {tool: {arg: value}}")
+    return calls
+
+
+class Assertion(Strict):
+    query: str = Field(description="SELECT over the final database state returning one value.")
+    equals: Any = Field(None, description="Expected value; when omitted the value must be true.")
+
+
+class Expect(Strict):
+    actions: list[ToolCall] = Field(
+        default_factory=list, description="One gold path of tool calls; success compares end states, not paths."
+    )
+    outputs: list[str] = Field(default_factory=list, description="Strings the agent must say to the user.")
+    assert_: list[Assertion] = Field(default_factory=list, alias="assert", description="SQL checks on the final state.")
+    transfer: bool = Field(False, description="Whether the correct ending is a transfer to a human agent.")
+
+    @field_validator("actions")
+    @classmethod
+    def _one_call(cls, calls: list) -> list:
+        return _check_calls(calls)
+
+
+class Task(Strict):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", description="Unique id within the domain.")
+    split: Literal["train", "test"] | None = Field(None, description="Defaults to the file's name (train.yaml, test.yaml).")
+    persona: str | None = Field(None, description="A persona name declared in domain.yaml.")
+    user: UserGoal
+    setup: list[ToolCall] = Field(default_factory=list, description="Tool calls applied before the episode starts.")
+    expect: Expect = Field(default_factory=Expect)
+    tags: list[str] = Field(default_factory=list, description="Free labels (write, info, refuse...) for filtering.")
+
+    @field_validator("setup")
+    @classmethod
+    def _one_call(cls, calls: list) -> list:
+        return _check_calls(calls)
+
+
+def call_parts(call: ToolCall) -> tuple[str, dict[str, Any]]:
+    (name, args), = call.items()
+    return name, dict(args or {})

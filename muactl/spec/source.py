@@ -1,0 +1,116 @@
+"""Read YAML while keeping where every key and value came from, so errors can name file:line:column.
+
+ruamel's round-trip loader records positions on every mapping and sequence; we convert the tree to
+plain Python (pydantic and sqlite want plain types) and keep a Locator that answers
+"where is key path (tools, cancel, params, 0)?" for error messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError
+
+from ..errors import Problem, SpecError
+
+Pos = tuple[int, int]  # 1-based line, column
+
+
+@dataclass
+class Located:
+    """A loaded YAML document: plain data plus a position for every key path."""
+
+    file: Path
+    data: Any
+    positions: dict[tuple, Pos] = field(default_factory=dict)
+
+    def pos(self, path: tuple) -> Pos:
+        """Position of the deepest existing prefix of `path` (a missing key points at its parent)."""
+        path = tuple(path)
+        while path:
+            if path in self.positions:
+                return self.positions[path]
+            path = path[:-1]
+        return self.positions.get((), (1, 1))
+
+    def problem(self, path: tuple, message: str, prefix: tuple = ()) -> Problem:
+        line, col = self.pos(prefix + tuple(path))
+        return Problem(str(self.file), line, col, keypath(prefix + tuple(path)), message)
+
+
+def keypath(path: tuple) -> str:
+    out = ""
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out
+
+
+def _plain(node: Any, path: tuple, positions: dict) -> Any:
+    if isinstance(node, CommentedMap):
+        out = {}
+        for k, v in node.items():
+            line, col = node.lc.key(k)
+            positions[path + (k,)] = (line + 1, col + 1)
+            out[k if isinstance(k, (str, int, float, bool)) or k is None else str(k)] = _plain(v, path + (k,), positions)
+        return out
+    if isinstance(node, CommentedSeq):
+        out = []
+        for i, v in enumerate(node):
+            line, col = node.lc.item(i)
+            positions[path + (i,)] = (line + 1, col + 1)
+            out.append(_plain(v, path + (i,), positions))
+        return out
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node  # dates and other scalars stay as ruamel made them
+
+
+def read_text(path: Path) -> str:
+    """Read a text file, reporting empty, binary or undecodable files as spec problems."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError.single(path, "file not found") from None
+    except OSError as e:
+        raise SpecError.single(path, f"cannot read file: {e.strerror}") from None
+    if b"\x00" in raw[:8192]:
+        raise SpecError.single(path, "this is a binary file; expected UTF-8 text (YAML, CSV, JSONL or Markdown)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise SpecError.single(path, f"not valid UTF-8 (byte {e.start}); save the file as UTF-8", line=line) from None
+
+
+def load_yaml(path: Path, text: str | None = None) -> Located:
+    """Load one YAML file with positions. Raises SpecError on empty files and syntax errors."""
+    text = read_text(path) if text is None else text
+    if not text.strip():
+        raise SpecError.single(path, "file is empty; see `muactl init` for a working example")
+    yaml = YAML(typ="rt")
+    try:
+        node = yaml.load(text)
+    except MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        what = (e.problem or e.context or "invalid YAML").strip()
+        raise SpecError.single(path, f"YAML syntax error: {what}", line, col) from None
+    except Exception as e:  # ruamel raises a few unmarked errors (duplicate keys, bad tags)
+        raise SpecError.single(path, f"YAML error: {e}") from None
+    if node is None:
+        raise SpecError.single(path, "file holds no data (only comments?)")
+    positions: dict[tuple, Pos] = {(): (1, 1)}
+    return Located(path, _plain(node, (), positions), positions)

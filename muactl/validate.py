@@ -1,0 +1,206 @@
+"""Semantic checks of a domain and its tasks: references, SQL against the real schema, parameters,
+seed rows (via the compiler), and every task's gold path replayed on a fresh sandbox."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+from .compile import CompiledDomain, compile_domain
+from .compile.database import schema_connection
+from .compile.sql import Guard, explain, param_names
+from .errors import Problem, SpecError
+from .library import DomainRef, find_domain
+from .reward import assertion_result
+from .spec import models as m
+from .spec.load import DomainSpec, TaskSpec, load_domain, load_tasks
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
+
+
+@dataclass
+class Opened:
+    ref: DomainRef
+    spec: DomainSpec
+    compiled: CompiledDomain
+    tasks: list[TaskSpec] = field(default_factory=list)
+
+    def task(self, task_id: str) -> TaskSpec:
+        for t in self.tasks:
+            if t.task.id == task_id:
+                return t
+        close = difflib.get_close_matches(task_id, [t.task.id for t in self.tasks], n=3)
+        from .errors import UsageError
+
+        raise UsageError(f"no task '{task_id}' in domain {self.ref.name}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
+def _hint(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1)
+    return f"; did you mean '{close[0]}'?" if close else f"; declared: {', '.join(options) or 'none'}"
+
+
+def check_domain(spec: DomainSpec) -> list[Problem]:
+    d, doc = spec.domain, spec.doc
+    problems: list[Problem] = []
+    tables = d.database.tables
+    for tname, table in tables.items():
+        base = ("database", "tables", tname)
+        for col in table.pk_columns():
+            if col not in table.columns:
+                problems.append(doc.problem(base + ("primary_key",), f"primary key column '{col}' is not declared{_hint(col, table.columns)}"))
+        for col, ref in table.foreign_keys.items():
+            if col not in table.columns:
+                problems.append(doc.problem(base + ("foreign_keys", col), f"column '{col}' is not declared{_hint(col, table.columns)}"))
+            other, _, other_col = ref.partition(".")
+            if not other_col:
+                problems.append(doc.problem(base + ("foreign_keys", col), f"'{ref}' should be 'table.column'"))
+            elif other not in tables:
+                problems.append(doc.problem(base + ("foreign_keys", col), f"references undefined table '{other}'{_hint(other, tables)}"))
+            elif other_col not in tables[other].columns:
+                problems.append(doc.problem(base + ("foreign_keys", col), f"references undefined column '{ref}'{_hint(other_col, tables[other].columns)}"))
+    if problems:
+        return problems  # SQL checks need a sound schema
+    conn = schema_connection(d)
+    guard = Guard(set(tables))
+    guard.install(conn)
+    for name, tool in d.tools.items():
+        if isinstance(tool, m.SqlTool):
+            problems.extend(_check_sql_tool(spec, name, tool, conn, guard))
+        elif isinstance(tool, (m.PythonTool, m.SimulatedTool)):
+            problems.extend(_check_param_specs(spec, name, tool))
+    conn.close()
+    return problems
+
+
+def _check_param_specs(spec: DomainSpec, name: str, tool) -> list[Problem]:
+    out = []
+    for pname, p in tool.params.items():
+        if p.pattern is not None:
+            try:
+                re.compile(p.pattern)
+            except re.error as e:
+                out.append(spec.doc.problem(("tools", name, "params", pname, "pattern"), f"invalid regular expression: {e}"))
+        if p.type == "array" and p.items is None:
+            out.append(spec.doc.problem(("tools", name, "params", pname), "an array param needs 'items' (the schema of each element)"))
+    return out
+
+
+def _check_sql_tool(spec: DomainSpec, name: str, tool: m.SqlTool, conn, guard: Guard) -> list[Problem]:
+    doc = spec.doc
+    base = ("tools", name)
+    problems = _check_param_specs(spec, name, tool)
+    used: set[str] = set()
+    statements = [(("checks", i, "query"), c.query, "read") for i, c in enumerate(tool.checks)]
+    statements += [(("writes", i), s, "write") for i, s in enumerate(tool.writes)]
+    if tool.query:
+        statements.append((("query",), tool.query, "read"))
+    if not tool.query and not tool.writes:
+        problems.append(doc.problem(base, "a sql tool needs a 'query' (to read) or 'writes' (to change data), or both"))
+    for path, sql, mode in statements:
+        error = explain(conn, guard, sql, mode)
+        if error:
+            problems.append(doc.problem(base + path, error))
+        for p in param_names(sql):
+            used.add(p)
+            if p not in tool.params:
+                problems.append(doc.problem(base + path, f"parameter :{p} is used but not declared under params{_hint(p, tool.params)}"))
+    texts = [(("checks", i, "error"), c.error) for i, c in enumerate(tool.checks)]
+    texts += [((k,), getattr(tool, k)) for k in ("if_empty", "message") if getattr(tool, k)]
+    for path, text in texts:
+        for p in _PLACEHOLDER.findall(text):
+            used.add(p)
+            if p not in tool.params:
+                problems.append(doc.problem(base + path, f"placeholder {{{p}}} is not a declared param{_hint(p, tool.params)}"))
+    for p in tool.params:
+        if p not in used:
+            problems.append(doc.problem(base + ("params", p), f"param '{p}' is declared but never used in the tool's SQL or messages"))
+    return problems
+
+
+def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
+    d = opened.spec.domain
+    compiled = opened.compiled
+    problems: list[Problem] = []
+    conn = schema_connection(d)
+    guard = Guard(set(d.database.tables))
+    guard.install(conn)
+    for t in opened.tasks:
+        task = t.task
+        bad = False
+        if task.persona is not None and task.persona not in d.personas:
+            problems.append(t.problem(("persona",), f"undefined persona '{task.persona}'{_hint(task.persona, d.personas)}"))
+        for group, calls in (("setup", task.setup), ("actions", task.expect.actions)):
+            path0 = ("setup",) if group == "setup" else ("expect", "actions")
+            for i, call in enumerate(calls):
+                tool_name, args = m.call_parts(call)
+                tool = compiled.tools.get(tool_name)
+                if tool is None:
+                    problems.append(t.problem(path0 + (i, tool_name), f"undefined tool '{tool_name}'{_hint(tool_name, compiled.tools)}"))
+                    bad = True
+                    continue
+                for err in tool.argument_errors(args):
+                    problems.append(t.problem(path0 + (i, tool_name), f"arguments break {tool_name}'s schema: {err}"))
+                    bad = True
+        for i, a in enumerate(task.expect.assert_):
+            error = explain(conn, guard, a.query, "read")
+            if error:
+                problems.append(t.problem(("expect", "assert", i, "query"), error))
+                bad = True
+        if replay and not bad:
+            problems.extend(_replay(opened, t))
+    conn.close()
+    return problems
+
+
+def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
+    env = opened.compiled.environment(trust=True)
+    task = t.task
+    try:
+        for group, calls, path0 in (("setup", task.setup, ("setup",)), ("gold action", task.expect.actions, ("expect", "actions"))):
+            for i, call in enumerate(calls):
+                tool_name, args = m.call_parts(call)
+                result = env.call(tool_name, args)
+                if result.error:
+                    return [t.problem(path0 + (i, tool_name), f"{group} fails when replayed: {result.content}")]
+        out = []
+        for i, a in enumerate(task.expect.assert_):
+            ok, why = assertion_result(env, a)
+            if not ok:
+                out.append(t.problem(("expect", "assert", i), f"assertion does not hold after the gold actions: {why}"))
+        return out
+    finally:
+        env.close()
+
+
+def open_domain(name: str, with_tasks: bool = True) -> Opened:
+    """Find, load, check and compile a domain (and load its tasks). Raises SpecError with every problem."""
+    ref = find_domain(name)
+    problems: list[Problem] = []
+    spec = compiled = None
+    tasks: list[TaskSpec] = []
+    try:
+        spec = load_domain(ref.root)
+        problems += check_domain(spec)
+        if not problems:
+            compiled = compile_domain(spec)
+    except SpecError as e:
+        problems += e.problems
+    if with_tasks:  # task files are checked even when the domain is broken: report everything at once
+        try:
+            tasks = load_tasks(ref.tasks_dir)
+        except SpecError as e:
+            problems += e.problems
+    if problems:
+        raise SpecError(problems)
+    return Opened(ref, spec, compiled, tasks)
+
+
+def validate_domain(name: str) -> Opened:
+    """Everything `muactl validate` checks; raises SpecError listing every problem."""
+    opened = open_domain(name)
+    problems = check_tasks(opened)
+    if problems:
+        raise SpecError(problems)
+    return opened
