@@ -1,0 +1,45 @@
+"""Shared fixtures. Tests use real SQLite and the real built-in domains; only models/LLMs are faked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# No network at import or in tests; caches and installed packs go to a throwaway folder.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_home(tmp_path_factory):
+    root = tmp_path_factory.mktemp("muactl-home")
+    old = {k: os.environ.get(k) for k in ("MUACTL_CACHE", "MUACTL_HOME")}
+    os.environ["MUACTL_CACHE"] = str(root / "cache")
+    os.environ["MUACTL_HOME"] = str(root / "home")
+    yield root
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> Path:
+    """An empty project folder as the working directory, with `muactl init clinic` already run."""
+    from muactl.scaffold import scaffold
+
+    monkeypatch.chdir(tmp_path)
+    scaffold("clinic", tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def clinic(project):
+    """The scaffolded clinic domain, opened (loaded, checked, compiled, tasks loaded)."""
+    from muactl.validate import open_domain
+
+    return open_domain("clinic")
