@@ -91,6 +91,7 @@ def init(
 @command()
 def validate(
     domain: str = typer.Argument(..., help="Domain name (./domains, installed, built-in) or a folder holding domain.yaml."),
+    trust: bool = typer.Option(False, "--trust", help="Run the domain's Python tools when replaying gold paths."),
 ) -> None:
     """Check a domain and its tasks: schema, SQL, references, seed rows, and every task's gold path.
 
@@ -99,7 +100,7 @@ def validate(
     """
     from .validate import validate_domain
 
-    opened = validate_domain(domain)
+    opened = validate_domain(domain, trust=trust)
     d = opened.spec.domain
     splits: dict[str, int] = {}
     for t in opened.tasks:
@@ -184,14 +185,14 @@ def call(
         args = json.loads(arguments)
     except json.JSONDecodeError as e:
         raise UsageError(f"arguments are not valid JSON ({e.msg} at column {e.colno}); example: '{{\"email\": \"a@b.c\"}}'") from None
-    opened = open_domain(domain, with_tasks=False)
+    opened = open_domain(domain, with_tasks=False, trust=trust)
     if tool not in opened.compiled.tools:
         import difflib
 
         close = difflib.get_close_matches(tool, list(opened.compiled.tools), n=1)
         raise ToolNotFound(f"domain {opened.spec.domain.name} has no tool '{tool}'" + (f"; did you mean '{close[0]}'?" if close else "")
                            + f". Tools: {', '.join(opened.compiled.tools)}")
-    env = opened.compiled.environment(trust=trust)
+    env = opened.compiled.environment()
     result = env.call(tool, args)
     out = result.content
     try:

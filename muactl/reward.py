@@ -46,3 +46,53 @@ def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
         return ok, "" if ok else f"got {got!r}, expected {assertion.equals!r}"
     ok = bool(got)
     return ok, "" if ok else f"got {got!r}, expected a true value"
+
+
+# ---------------------------------------------------------------- episode reward (DESIGN.md, "Reward")
+
+_GOLD: dict[tuple[str, str], str] = {}
+
+
+def gold_hash(task, domain) -> str:
+    """State hash after the task's setup and gold actions on a fresh sandbox (cached per task)."""
+    key = (domain.content_hash + ":" + getattr(domain, "instance_key", ""), task.task.id)
+    if key not in _GOLD:
+        env = domain.environment()
+        env.replay(task.task.setup)
+        env.replay(task.task.expect.actions)
+        _GOLD[key] = env.state_hash()
+        env.close()
+    return _GOLD[key]
+
+
+def _norm(text: str) -> str:
+    import re
+
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
+    return " ".join(text.split())
+
+
+def output_said(required: str, agent_texts: list[str]) -> bool:
+    """A required output counts when it appears in an agent message (case, spacing and thousands
+    separators ignored)."""
+    want = _norm(required)
+    return any(want in _norm(t) for t in agent_texts)
+
+
+def score(task, domain, env, episode) -> tuple[float, dict[str, Any]]:
+    """1.0 only if the episode ended normally, the final DB equals the gold replay's, every required
+    output was said and every assertion holds. Returns the value and its breakdown."""
+    expect = task.task.expect
+    allowed = {"user_stop"} | ({"transfer"} if expect.transfer else set())
+    ended = episode.termination in allowed and (not expect.transfer or episode.termination == "transfer")
+    db_match = episode.final_hash == gold_hash(task, domain)
+    texts = [m.get("content") or "" for m in episode.messages if m["role"] == "assistant" and not m.get("fixed")]
+    outputs = {o: output_said(o, texts) for o in expect.outputs}
+    asserts = []
+    for a in expect.assert_:
+        ok, why = assertion_result(env, a)
+        asserts.append({"query": a.query, "ok": ok, "why": why})
+    success = ended and db_match and all(outputs.values()) and all(a["ok"] for a in asserts)
+    breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match,
+                 "outputs": outputs, "assertions": asserts, "success": success}
+    return (1.0 if success else 0.0), breakdown

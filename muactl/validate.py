@@ -7,6 +7,8 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+import jsonschema
+
 from .compile import CompiledDomain, compile_domain
 from .compile.database import schema_connection
 from .compile.sql import Guard, explain, param_names
@@ -77,13 +79,30 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
 def _check_param_specs(spec: DomainSpec, name: str, tool) -> list[Problem]:
     out = []
     for pname, p in tool.params.items():
-        if p.pattern is not None:
-            try:
-                re.compile(p.pattern)
-            except re.error as e:
-                out.append(spec.doc.problem(("tools", name, "params", pname, "pattern"), f"invalid regular expression: {e}"))
-        if p.type == "array" and p.items is None:
-            out.append(spec.doc.problem(("tools", name, "params", pname), "an array param needs 'items' (the schema of each element)"))
+        out.extend(_check_param(spec, ("tools", name, "params", pname), p))
+    return out
+
+
+def _check_param(spec: DomainSpec, path: tuple, p: m.Param) -> list[Problem]:
+    # nested items/properties too: a bad pattern there would crash jsonschema when arguments are validated
+    out = []
+    if p.pattern is not None:
+        try:
+            re.compile(p.pattern)
+        except re.error as e:
+            out.append(spec.doc.problem(path + ("pattern",), f"invalid regular expression: {e}"))
+    if p.type == "array" and p.items is None:
+        out.append(spec.doc.problem(path, "an array param needs 'items' (the schema of each element)"))
+    if p.items is not None:
+        out.extend(_check_param(spec, path + ("items",), p.items))
+    for key, sub in (p.properties or {}).items():
+        out.extend(_check_param(spec, path + ("properties", key), sub))
+    if not out and "default" in p.model_fields_set and p.default is not None:
+        # the default is passed to the tool as if the model had sent it, so it must fit the schema too
+        schema = {k: v for k, v in p.json_schema().items() if k != "default"}
+        for err in jsonschema.Draft202012Validator(schema).iter_errors(p.default):
+            out.append(spec.doc.problem(path + ("default",), f"default does not fit the param: {err.message}"))
+            break
     return out
 
 
@@ -145,6 +164,8 @@ def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
                     bad = True
         for i, a in enumerate(task.expect.assert_):
             error = explain(conn, guard, a.query, "read")
+            if not error and param_names(a.query):  # nothing binds them: replay would fail with a driver error
+                error = f"assertions take no parameters (:{param_names(a.query)[0]}); write the value into the SQL"
             if error:
                 problems.append(t.problem(("expect", "assert", i, "query"), error))
                 bad = True
@@ -155,7 +176,7 @@ def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
 
 
 def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
-    env = opened.compiled.environment(trust=True)
+    env = opened.compiled.environment()
     task = t.task
     try:
         for group, calls, path0 in (("setup", task.setup, ("setup",)), ("gold action", task.expect.actions, ("expect", "actions"))):
@@ -174,7 +195,7 @@ def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
         env.close()
 
 
-def open_domain(name: str, with_tasks: bool = True) -> Opened:
+def open_domain(name: str, with_tasks: bool = True, trust: bool = False) -> Opened:
     """Find, load, check and compile a domain (and load its tasks). Raises SpecError with every problem."""
     ref = find_domain(name)
     problems: list[Problem] = []
@@ -185,6 +206,7 @@ def open_domain(name: str, with_tasks: bool = True) -> Opened:
         problems += check_domain(spec)
         if not problems:
             compiled = compile_domain(spec)
+            compiled.trust = trust
     except SpecError as e:
         problems += e.problems
     if with_tasks:  # task files are checked even when the domain is broken: report everything at once
@@ -197,9 +219,10 @@ def open_domain(name: str, with_tasks: bool = True) -> Opened:
     return Opened(ref, spec, compiled, tasks)
 
 
-def validate_domain(name: str) -> Opened:
-    """Everything `muactl validate` checks; raises SpecError listing every problem."""
-    opened = open_domain(name)
+def validate_domain(name: str, trust: bool = False) -> Opened:
+    """Everything `muactl validate` checks; raises SpecError listing every problem. Gold paths that call
+    python tools are replayed only with trust (otherwise they are reported as needing --trust)."""
+    opened = open_domain(name, trust=trust)
     problems = check_tasks(opened)
     if problems:
         raise SpecError(problems)

@@ -25,6 +25,7 @@ class CompiledDomain:
     template_path: Path
     system_prompt: str
     content_hash: str
+    trust: bool = False  # whether python tool handlers may run (the user passed --trust)
     _template: bytes | None = field(default=None, repr=False)
 
     @property
@@ -49,11 +50,11 @@ class CompiledDomain:
             disk.close()
         return self._template
 
-    def environment(self, trust: bool = False):
-        """A fresh sandbox over a private copy of the template."""
+    def environment(self, trust: bool | None = None):
+        """A fresh sandbox over a private copy of the template (trust defaults to the domain's)."""
         from ..env.sandbox import Environment
 
-        return Environment.from_template(self, trust=trust)
+        return Environment.from_template(self, trust=self.trust if trust is None else trust)
 
 
 def content_hash(spec: DomainSpec) -> str:

@@ -28,6 +28,7 @@ def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
     """Create every declared table, referenced tables first so foreign keys resolve."""
     tables = domain.database.tables
     done: set[str] = set()
+    deferred: list[tuple[str, str, str, str]] = []
 
     def create(name: str, stack: tuple = ()) -> None:
         if name in done or name in stack:
@@ -37,7 +38,13 @@ def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
             other = ref.split(".")[0]
             if other in tables and other != name:
                 create(other, stack + (name,))
-        fks = [(col, *ref.split(".", 1)) for col, ref in table.foreign_keys.items()]
+        fks = []
+        for col, ref in table.foreign_keys.items():
+            other, other_col = ref.split(".", 1)
+            if other in stack:  # a cycle (a -> b -> a): sqlite-utils wants the target to exist, so add it after
+                deferred.append((name, col, other, other_col))
+            else:
+                fks.append((col, other, other_col))
         db[name].create(
             {col: _PY_TYPES[t] for col, t in table.columns.items()},
             pk=table.primary_key if table.primary_key else None,
@@ -48,6 +55,8 @@ def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
 
     for name in tables:
         create(name)
+    if deferred:
+        db.add_foreign_keys(deferred)
 
 
 def coerce(value: Any, ctype: str, from_text: bool) -> Any:
@@ -60,7 +69,10 @@ def coerce(value: Any, ctype: str, from_text: bool) -> Any:
         raise TypeError(f"expected text, got {type(value).__name__} {value!r}; quote it")
     if ctype == "integer":
         if from_text and isinstance(value, str):
-            return int(value.strip())
+            try:
+                return int(value.strip())
+            except ValueError:  # int()'s own message names Python, not the column type
+                raise TypeError(f"expected integer, got {value!r}") from None
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
@@ -68,7 +80,10 @@ def coerce(value: Any, ctype: str, from_text: bool) -> Any:
         raise TypeError(f"expected integer, got {type(value).__name__} {value!r}")
     if ctype == "real":
         if from_text and isinstance(value, str):
-            value = float(value.strip())
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise TypeError(f"expected a number, got {value!r}") from None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
         raise TypeError(f"expected a finite number, got {type(value).__name__} {value!r}")
@@ -84,7 +99,10 @@ def coerce(value: Any, ctype: str, from_text: bool) -> Any:
         raise TypeError(f"expected true or false, got {value!r}")
     if ctype == "json":
         if from_text and isinstance(value, str):
-            value = json.loads(value)
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise TypeError(f"invalid JSON in a json column: {e.msg} (character {e.pos + 1})") from None
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     raise TypeError(f"unknown column type {ctype}")
 
@@ -115,8 +133,13 @@ def coerce_seeds(spec: DomainSpec) -> dict[str, list[dict[str, Any]]]:
                     import difflib
 
                     close = difflib.get_close_matches(col, list(table.columns), n=1)
-                    hint = f"; did you mean '{close[0]}'?" if close else ""
-                    problems.append(seed_problem(src, spec, i, col, f"unknown column '{col}' for table '{name}'{hint}"))
+                    hint = f"; did you mean '{close[0]}'?" if close else f"; columns: {', '.join(table.columns)}"
+                    message = f"unknown column '{col}' for table '{name}'{hint}"
+                    if from_text:  # every CSV row shares the header: report the typo once, where it is
+                        if i == 0:
+                            problems.append(Problem(str(src.file), 1, 1, f"{name}.{col}", message))
+                    else:
+                        problems.append(seed_problem(src, spec, i, col, message))
                     continue
                 try:
                     clean[col] = coerce(value, table.columns[col], from_text)

@@ -59,9 +59,15 @@ class Guard:
         conn.set_authorizer(self)
 
 
-_ACTION_NAMES = {getattr(sqlite3, n): n.removeprefix("SQLITE_").lower().replace("_", " ")
-                 for n in dir(sqlite3) if n.startswith("SQLITE_") and isinstance(getattr(sqlite3, n), int)
-                 and n not in ("SQLITE_OK", "SQLITE_DENY", "SQLITE_IGNORE")}
+# authorizer action codes only: result codes share their numbers (SQLITE_ERROR == SQLITE_CREATE_INDEX)
+# and would name the wrong operation in the error
+_ACTIONS = ("CREATE_INDEX", "CREATE_TABLE", "CREATE_TEMP_INDEX", "CREATE_TEMP_TABLE", "CREATE_TEMP_TRIGGER",
+            "CREATE_TEMP_VIEW", "CREATE_TRIGGER", "CREATE_VIEW", "DELETE", "DROP_INDEX", "DROP_TABLE",
+            "DROP_TEMP_INDEX", "DROP_TEMP_TABLE", "DROP_TEMP_TRIGGER", "DROP_TEMP_VIEW", "DROP_TRIGGER", "DROP_VIEW",
+            "INSERT", "PRAGMA", "READ", "SELECT", "TRANSACTION", "UPDATE", "ATTACH", "DETACH", "ALTER_TABLE",
+            "REINDEX", "ANALYZE", "CREATE_VTABLE", "DROP_VTABLE", "FUNCTION", "SAVEPOINT", "RECURSIVE")
+_ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + n): n.lower().replace("_", " ")
+                 for n in _ACTIONS if hasattr(sqlite3, "SQLITE_" + n)}
 
 
 def explain(conn: sqlite3.Connection, guard: Guard, sql: str, mode: str) -> str | None:
@@ -70,15 +76,18 @@ def explain(conn: sqlite3.Connection, guard: Guard, sql: str, mode: str) -> str 
         return "only one SQL statement is allowed here"
     guard.mode, guard.denied = mode, None
     params = {name: None for name in param_names(sql)}
+    what = "only a SELECT is allowed here" if mode == "read" else "only INSERT, UPDATE or DELETE on declared tables is allowed here"
     try:
-        conn.execute("EXPLAIN " + sql, params)
+        program = conn.execute("EXPLAIN " + sql, params).fetchall()
     except sqlite3.DatabaseError as e:
         if guard.denied:
-            what = "only a SELECT is allowed here" if mode == "read" else "only INSERT, UPDATE or DELETE on declared tables is allowed here"
             return f"{what} (SQLite refused: {guard.denied})"
         return f"SQL does not compile: {e}"
     finally:
         guard.mode = "read"
+    # VACUUM (and VACUUM INTO, which writes a file) is never shown to the authorizer when prepared
+    if any(op[1] == "Vacuum" for op in program):
+        return f"{what} (SQLite refused: vacuum)"
     return None
 
 

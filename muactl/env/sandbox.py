@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -39,14 +40,18 @@ class ToolResult:
         return {"content": self.content, "error": self.error, "transfer": self.transfer, "changed": self.changed}
 
 
-class _SafeFormat(dict):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
 
 def fill(template: str, args: dict[str, Any]) -> str:
     """Fill {param} placeholders in a message; unknown ones stay as they are."""
-    return template.format_map(_SafeFormat({k: ("" if v is None else v) for k, v in args.items()}))
+    # not str.format: an author's text with other braces (JSON, "{0}", a lone "{") would raise mid-call
+    def sub(m: re.Match) -> str:
+        if m[1] not in args:
+            return m[0]
+        return "" if args[m[1]] is None else str(args[m[1]])
+
+    return _PLACEHOLDER.sub(sub, template)
 
 
 def _decode(value: Any) -> Any:
@@ -150,11 +155,14 @@ class Environment:
                     self._txn("ROLLBACK" if result.error else "COMMIT")
                     result.changed = writes and not result.error
                 return result
-            except sqlite3.Error as e:
+            # OverflowError: an integer argument the schema allows but SQLite cannot store (beyond 64 bits)
+            except (sqlite3.Error, OverflowError) as e:
                 if conn.in_transaction:
                     self._txn("ROLLBACK")
                 return ToolResult(f"Error: {tool.name} failed: {_sqlite_message(e)}", error=True)
         finally:
+            if conn.in_transaction:  # anything unexpected must still not leave half a tool's writes pending
+                self._txn("ROLLBACK")
             guard.mode = "read"
             if writes:
                 self._set_query_only(True)

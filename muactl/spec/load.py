@@ -123,11 +123,39 @@ def _is_tag(part: Any) -> bool:
                                       ("str", "int", "float", "bool", "list", "dict", "none", "function-after"))
 
 
+# SQL and JSON-Schema habits (varchar, float, str) are too far from muactl's type names for difflib;
+# each maps to its column-type and param-type equivalents, and whichever the field allows is suggested
+_SYNONYMS = {
+    "varchar": ("text", "string"), "char": ("text", "string"), "string": ("text",), "str": ("text", "string"),
+    "text": ("string",), "date": ("text", "string"), "datetime": ("text", "string"), "timestamp": ("text", "string"),
+    "int": ("integer",), "bigint": ("integer",), "smallint": ("integer",),
+    "float": ("real", "number"), "double": ("real", "number"), "decimal": ("real", "number"),
+    "numeric": ("real", "number"), "number": ("real",), "real": ("number",),
+    "bool": ("boolean",), "jsonb": ("json",), "dict": ("object", "json"), "list": ("array", "json"),
+    "object": ("json",), "array": ("json",),
+}
+
+
+def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    owner = _model_at(model, loc)
+    return sorted({f.alias or n for n, f in owner.model_fields.items()}) if owner else []
+
+
+def _misspelt(errors: list[tuple[tuple, dict]], model: type[BaseModel]) -> set[tuple]:
+    """Key paths reported missing only because the key is there with a typo ('descripton'): the
+    unknown-key problem already says 'did you mean', a second problem would only blur it."""
+    out = set()
+    for loc, err in errors:
+        if err["type"] == "extra_forbidden" and loc:
+            for close in difflib.get_close_matches(str(loc[-1]), _known_keys(model, loc), n=1):
+                out.add(loc[:-1] + (close,))
+    return out
+
+
 def _message(err: dict, model: type[BaseModel], loc: tuple) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        owner = _model_at(model, loc)
-        known = sorted({f.alias or n for n, f in owner.model_fields.items()}) if owner else []
+        known = _known_keys(model, loc)
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(known)}" if known else ""
         return f"unknown key '{loc[-1]}'; {hint}".rstrip("; ")
@@ -136,7 +164,10 @@ def _message(err: dict, model: type[BaseModel], loc: tuple) -> str:
     if kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         got = err.get("input")
-        close = difflib.get_close_matches(str(got), [x.strip(" '") for x in expected.replace(" or ", ",").split(",")], n=1)
+        options = [x.strip(" '") for x in expected.replace(" or ", ",").split(",")]
+        close = difflib.get_close_matches(str(got), options, n=1)
+        if not close:
+            close = [x for x in _SYNONYMS.get(str(got).strip().lower().split("(")[0], ()) if x in options][:1]
         hint = f"; did you mean '{close[0]}'?" if close else ""
         return f"{got!r} is not allowed here; expected {expected}{hint}"
     msg = err["msg"]
@@ -156,8 +187,11 @@ def validate(doc: Located, model: type[BaseModel], data: Any = None, prefix: tup
     except ValidationError as e:
         problems = []
         seen = set()
-        for err in e.errors():
-            loc = _clean_loc(tuple(err["loc"]), data)
+        errors = [(_clean_loc(tuple(err["loc"]), data), err) for err in e.errors()]
+        misspelt = _misspelt(errors, model)
+        for loc, err in errors:
+            if err["type"] == "missing" and loc in misspelt:
+                continue
             # a union of str|list|dict reports the same place several times; keep the first
             if loc in seen and err["type"] not in ("extra_forbidden", "missing"):
                 continue
@@ -227,6 +261,10 @@ def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Probl
                 hint = f"; did you mean '{close[0]}'?" if close else f"; declared tables: {', '.join(tables)}"
                 problems.append(Problem(str(file), 1, 1, "", f"seed file for undeclared table '{file.stem}'{hint}"))
                 continue
+            if file.stem in out:  # patients.csv and patients.jsonl: one would silently replace the other
+                problems.append(Problem(str(file), 1, 1, "", f"table '{file.stem}' already has seed file "
+                                        f"{out[file.stem].file.name}; keep one file per table"))
+                continue
             src = _read_seed_file(file, file.stem, problems)
             if src:
                 files.append(file)
@@ -243,6 +281,9 @@ def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Probl
             file = root / value
             if not file.is_file():
                 problems.append(doc.problem(key, f"seed file '{value}' not found beside domain.yaml"))
+                continue
+            if file.suffix not in (".jsonl", ".csv"):  # anything else would be misread as CSV
+                problems.append(doc.problem(key, f"seed file '{value}' must be .jsonl or .csv"))
                 continue
             src = _read_seed_file(file, table, problems)
             if src:

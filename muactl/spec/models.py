@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
 
 SPEC_VERSION = 1
 
@@ -223,14 +231,14 @@ class UserGoal(Strict):
     instructions: str | None = Field(None, description="Extra behaviour for this task (e.g. change mind after X).")
 
 
-ToolCall = dict[str, dict[str, Any] | None]  # {tool_name: {arg: value}}, exactly one key
+def _one_call(call: dict) -> dict:
+    if len(call) != 1:
+        raise ValueError("each call is a mapping with exactly one key, the tool name: {tool: {arg: value}}")
+    return call
 
 
-def _check_calls(calls: list) -> list:
-    for call in calls:
-        if len(call) != 1:
-            raise ValueError("each call is a mapping with exactly one key, the tool name: {tool: {arg: value}}")
-    return calls
+# {tool_name: {arg: value}}, exactly one key; checked per item so a problem points at the call, not the list
+ToolCall = Annotated[dict[str, dict[str, Any] | None], AfterValidator(_one_call)]
 
 
 class Assertion(Strict):
@@ -246,11 +254,6 @@ class Expect(Strict):
     assert_: list[Assertion] = Field(default_factory=list, alias="assert", description="SQL checks on the final state.")
     transfer: bool = Field(False, description="Whether the correct ending is a transfer to a human agent.")
 
-    @field_validator("actions")
-    @classmethod
-    def _one_call(cls, calls: list) -> list:
-        return _check_calls(calls)
-
 
 class Task(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", description="Unique id within the domain.")
@@ -260,11 +263,6 @@ class Task(Strict):
     setup: list[ToolCall] = Field(default_factory=list, description="Tool calls applied before the episode starts.")
     expect: Expect = Field(default_factory=Expect)
     tags: list[str] = Field(default_factory=list, description="Free labels (write, info, refuse...) for filtering.")
-
-    @field_validator("setup")
-    @classmethod
-    def _one_call(cls, calls: list) -> list:
-        return _check_calls(calls)
 
 
 def call_parts(call: ToolCall) -> tuple[str, dict[str, Any]]:

@@ -13,7 +13,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from ..errors import Problem, SpecError
 
@@ -89,7 +90,8 @@ def read_text(path: Path) -> str:
     if b"\x00" in raw[:8192]:
         raise SpecError.single(path, "this is a binary file; expected UTF-8 text (YAML, CSV, JSONL or Markdown)")
     try:
-        return raw.decode("utf-8")
+        # utf-8-sig: spreadsheet programs start CSV files with a BOM, which would glue onto the first column name
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise SpecError.single(path, f"not valid UTF-8 (byte {e.start}); save the file as UTF-8", line=line) from None
@@ -103,6 +105,8 @@ def load_yaml(path: Path, text: str | None = None) -> Located:
     yaml = YAML(typ="rt")
     try:
         node = yaml.load(text)
+    except DuplicateKeyError as e:
+        raise SpecError([_duplicate_key(path, text, e)]) from None
     except MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -114,3 +118,41 @@ def load_yaml(path: Path, text: str | None = None) -> Located:
         raise SpecError.single(path, "file holds no data (only comments?)")
     positions: dict[tuple, Pos] = {(): (1, 1)}
     return Located(path, _plain(node, (), positions), positions)
+
+
+def _duplicate_key(path: Path, text: str, e: DuplicateKeyError) -> Problem:
+    """ruamel's message quotes both whole values (a whole tool, say); name the key path and both lines instead."""
+    line, col = e.problem_mark.line, e.problem_mark.column
+    try:
+        yaml = YAML(typ="rt")
+        yaml.allow_duplicate_keys = True  # keeps the first value; enough to find where the mapping sits
+        found = _mapping_at(yaml.load(text), (e.context_mark.line, e.context_mark.column), ())
+    except YAMLError:
+        found = None
+    if found is not None:
+        node, at = found
+        rest = text.splitlines()[line][col:].lstrip("\"'")
+        for k in sorted(node, key=lambda k: -len(str(k))):
+            if rest.startswith(str(k)):
+                first = node.lc.key(k)[0] + 1
+                return Problem(str(path), line + 1, col + 1, keypath(at + (k,)),
+                               f"duplicate key '{k}' (first defined at line {first}); "
+                               f"each key may appear once: rename or merge one of them")
+    return Problem(str(path), line + 1, col + 1, "", f"YAML error: {e.problem}")
+
+
+def _mapping_at(node: Any, mark: Pos, path: tuple) -> tuple[CommentedMap, tuple] | None:
+    """The mapping that starts at `mark` (0-based line, column) and its key path."""
+    if isinstance(node, CommentedMap):
+        if (node.lc.line, node.lc.col) == mark:
+            return node, path
+        children = node.items()
+    elif isinstance(node, CommentedSeq):
+        children = enumerate(node)
+    else:
+        return None
+    for k, v in children:
+        found = _mapping_at(v, mark, path + (k,))
+        if found is not None:
+            return found
+    return None

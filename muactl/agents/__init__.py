@@ -1,0 +1,29 @@
+"""Policy backends: oracle, hf:<model>, vllm:<model>, and any litellm model id."""
+
+from __future__ import annotations
+
+from .base import Agent, AgentError, AgentReply, InfraError
+
+__all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "make_agent"]
+
+
+def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,
+               timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64) -> Agent:
+    """'oracle' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini, hosted_vllm/x ...)."""
+    if spec == "oracle":
+        from .oracle import OracleAgent
+
+        return OracleAgent()
+    if spec.startswith("hf:"):
+        from .local import HFAgent
+
+        return HFAgent(spec[3:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch)
+    if spec.startswith("vllm:"):
+        from .local import VLLMAgent, import_vllm
+
+        import_vllm()
+        return VLLMAgent(spec[5:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch)
+    from ..llm import LLMConfig
+    from .api import APIAgent
+
+    return APIAgent(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries))

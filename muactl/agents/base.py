@@ -1,0 +1,43 @@
+"""What every agent backend implements, and the per-episode context it reads."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..rollout import EpisodeContext
+
+
+class AgentError(Exception):
+    """The agent could not produce a turn (a model crash, not a malformed reply): ends as agent_error."""
+
+
+class InfraError(Exception):
+    """An API kept failing after retries: the episode ends as infra_error and is excluded from pass^k."""
+
+
+@dataclass
+class AgentReply:
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"id", "name", "arguments": dict}]
+    error: str | None = None  # malformed output: shown to the agent as an error turn
+    usage: dict[str, float] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost
+
+
+class Agent(ABC):
+    """A policy. `act` gets the episode so far and returns one assistant turn."""
+
+    name = "agent"
+    #: local agents keep token-exact trajectories (ids, mask, logprobs) in ctx.trace
+    keeps_tokens = False
+
+    @abstractmethod
+    async def act(self, ctx: EpisodeContext) -> AgentReply: ...
+
+    async def close(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent": self.name}

@@ -1,0 +1,199 @@
+"""User simulators: litellm (any provider or local server), hf (a local model), scripted (from the task).
+
+All three see the same thing: the user's goal, and the conversation with roles flipped (the agent's
+messages are "user" to the simulator). The agent's tool calls and tool results are hidden. A
+simulator ends the conversation with ###STOP### (goal met or abandoned), ###TRANSFER### (handed to a
+human) or ###OUT-OF-SCOPE### (the agent asks for something the goal does not cover).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..rollout import EpisodeContext
+
+STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+STOP_TOKENS = {STOP: "user_stop", TRANSFER: "transfer", OUT_OF_SCOPE: "out_of_scope"}
+
+DEFAULT_GUIDELINES = """\
+You play a customer who contacts a company's support agent. Stay in character for the whole conversation.
+- Pursue the goal below. Reveal what you want step by step, as a real person would, not all at once.
+- Give only the facts listed as known, and only when they are relevant or asked for. Never invent ids,
+  numbers or facts you were not given; if asked for something you do not know, say you do not know.
+- Write short, natural messages. Never pretend to be the agent and never call tools unless you were given some.
+- When your goal is fully met, or cannot be met and you accept that, end with ###STOP### on its own.
+- If the agent hands you over to a human, end with ###TRANSFER###.
+- If the agent keeps asking for something your goal gives no way to answer, end with ###OUT-OF-SCOPE###."""
+
+
+def user_system_prompt(ctx: EpisodeContext) -> str:
+    domain = ctx.domain.spec
+    goal = ctx.task.task.user
+    persona = domain.domain.personas.get(ctx.task.task.persona or "", "")
+    parts = [domain.guidelines_text or DEFAULT_GUIDELINES, f"\n# Company\n{domain.domain.description.strip()}"]
+    if persona:
+        parts.append(f"\n# Your personality\n{persona.strip()}")
+    parts.append(f"\n# Your goal\n{goal.reason.strip()}")
+    if goal.known:
+        parts.append(f"\n# What you know\n{goal.known.strip()}")
+    if goal.unknown:
+        parts.append(f"\n# What you do not know\n{goal.unknown.strip()}")
+    if goal.instructions:
+        parts.append(f"\n# Further instructions\n{goal.instructions.strip()}")
+    return "\n".join(parts)
+
+
+def flipped_history(ctx: EpisodeContext) -> list[dict[str, str]]:
+    """The conversation as the simulator sees it: agent text as "user", its own as "assistant", no tools."""
+    out = []
+    for m in ctx.messages:
+        if m["role"] == "assistant" and (m.get("content") or "").strip() and not m.get("tool_calls"):
+            out.append({"role": "user", "content": m["content"]})
+        elif m["role"] == "user":
+            out.append({"role": "assistant", "content": m["content"]})
+    return out
+
+
+@dataclass
+class UserReply:
+    content: str
+    stop: str | None = None  # a termination reason when the simulator ended the conversation
+    usage: dict[str, float] = field(default_factory=dict)
+
+
+def split_stop(text: str) -> UserReply:
+    for token, reason in STOP_TOKENS.items():
+        if token in text:
+            return UserReply(text.replace(token, "").strip(), reason)
+    return UserReply(text.strip())
+
+
+class UserSimulator(ABC):
+    name = "user"
+
+    @abstractmethod
+    async def respond(self, ctx: EpisodeContext) -> UserReply: ...
+
+    def describe(self) -> dict[str, Any]:
+        return {"user": self.name}
+
+
+# ---------------------------------------------------------------- scripted
+
+
+_SWAPS = [(r"\byou are\b", "I am"), (r"\byou were\b", "I was"), (r"\byou're\b", "I'm"), (r"\byou've\b", "I've"),
+          (r"\byou'll\b", "I'll"), (r"\byourself\b", "myself"), (r"\byours\b", "mine"), (r"\byour\b", "my")]
+# after these words a bare "you" is a subject ("because you ..."), elsewhere an object ("told you")
+_SUBJECT_AFTER = {"", "and", "but", "because", "if", "that", "so", "when", "as", "since", "until", "or", "then", "now"}
+
+
+def _cased(word: str, repl: str) -> str:
+    return repl if repl.startswith("I") or not word[0].isupper() else repl.capitalize()
+
+
+def first_person(text: str) -> str:
+    """Turn a task's second-person goal ("You want to cancel your order") into the user's words."""
+    out = " ".join(text.split())
+    for pattern, repl in _SWAPS:
+        out = re.sub(pattern, lambda m, r=repl: _cased(m.group(0), r), out, flags=re.I)
+
+    def you(m: re.Match) -> str:
+        before = re.findall(r"[A-Za-z']+|[.!?;:,]", out[: m.start()])
+        prev = before[-1].lower() if before and before[-1][0].isalpha() else ""
+        return "I" if prev in _SUBJECT_AFTER else "me"
+
+    out = re.sub(r"\byou\b", you, out, flags=re.I)
+    return out[:1].upper() + out[1:]
+
+
+_CONFIRM = re.compile(r"\b(confirm|proceed|shall i|should i|do you want me|would you like me|go ahead|is that (right|correct|ok))\b|\(yes/no\)", re.I)
+_ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may i have|what is your|let me know)\b", re.I)
+
+
+class ScriptedUser(UserSimulator):
+    """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
+    says yes to confirmations, and stops when the agent no longer asks anything. For tests, cheap
+    debugging and CPU training; it does not change its mind or wander like an LLM user."""
+
+    name = "scripted"
+
+    async def respond(self, ctx: EpisodeContext) -> UserReply:
+        goal = ctx.task.task.user
+        said = [m["content"] for m in ctx.messages if m["role"] == "user"]
+        agent_msgs = [m for m in ctx.messages if m["role"] == "assistant" and not m.get("tool_calls")]
+        last = (agent_msgs[-1].get("content") or "") if agent_msgs else ""
+        if not said:
+            return UserReply(first_person(goal.reason))
+        if _CONFIRM.search(last):
+            return UserReply("Yes, please go ahead.")
+        if _ASK.search(last):
+            known = first_person(goal.known) if goal.known else ""
+            if known and known not in said:
+                return UserReply(known)
+            if said.count("I don't know that, sorry.") < 2:
+                return UserReply("I don't know that, sorry.")
+            return UserReply("", "user_stop")
+        return UserReply("Thank you, that's all.", "user_stop")
+
+
+# ---------------------------------------------------------------- LLM users
+
+
+class LiteLLMUser(UserSimulator):
+    """Any litellm model (a provider, or a local OpenAI-compatible server via api_base)."""
+
+    def __init__(self, llm_cfg):
+        self.cfg = llm_cfg
+        self.name = f"litellm:{llm_cfg.model}"
+
+    async def respond(self, ctx: EpisodeContext) -> UserReply:
+        from ..llm import complete
+
+        history = flipped_history(ctx)
+        if not history or history[-1]["role"] != "user":
+            history.append({"role": "user", "content": "(The support chat has opened. Write your first message.)"})
+        messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
+        msg, usage = await complete(self.cfg, messages, seed=ctx.seed)
+        reply = split_stop(msg["content"] or "")
+        reply.usage = usage
+        return reply
+
+    def describe(self) -> dict[str, Any]:
+        return {"user": "litellm", "model": self.cfg.model, "temperature": self.cfg.temperature, "api_base": self.cfg.api_base}
+
+
+class HFUser(UserSimulator):
+    """A local transformers model plays the user with the same prompt (no batching: users are cheap here)."""
+
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128):
+        self.model_ref, self.temperature, self.max_new_tokens = model_ref, temperature, max_new_tokens
+        self.name = f"hf:{model_ref}"
+        self._lm = None
+
+    async def respond(self, ctx: EpisodeContext) -> UserReply:
+        import asyncio
+
+        from ..models import load_model
+
+        if self._lm is None:
+            self._lm = load_model(self.model_ref, domain=ctx.domain)
+        history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
+        messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
+        text = await asyncio.to_thread(self._lm.chat, messages, self.max_new_tokens, self.temperature, ctx.seed)
+        return split_stop(text)
+
+
+def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, timeout_s: float = 60.0,
+              retries: int = 4) -> UserSimulator:
+    """'scripted', 'hf:<model>', or any litellm model id (e.g. openai/gpt-4o-mini)."""
+    if spec == "scripted":
+        return ScriptedUser()
+    if spec.startswith("hf:"):
+        return HFUser(spec[3:], temperature)
+    from ..llm import LLMConfig
+
+    return LiteLLMUser(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries))

@@ -1,0 +1,91 @@
+"""The one place muactl calls litellm: async chat completions with retries, backoff and a timeout.
+
+Used by API agents, LLM user simulators and simulated tools. Transient failures (rate limits, 5xx,
+timeouts, connection errors, malformed responses) are retried with exponential backoff; when retries
+run out the caller gets InfraError, which ends an episode as `infra_error` (excluded from pass^k).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from .agents.base import InfraError
+
+
+@dataclass
+class LLMConfig:
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    temperature: float = 0.0
+    max_tokens: int | None = 1024
+    timeout_s: float = 60.0
+    retries: int = 4
+    backoff_s: float = 1.0
+
+
+def litellm():
+    """Import litellm without its network fetch of the price list."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm as _litellm
+
+    _litellm.suppress_debug_info = True
+    _litellm.telemetry = False
+    return _litellm
+
+
+def _transient(exc: Exception) -> bool:
+    lt = litellm()
+    permanent = tuple(getattr(lt, n) for n in ("AuthenticationError", "NotFoundError", "BadRequestError",
+                                                  "PermissionDeniedError", "ContextWindowExceededError",
+                                                  "ContentPolicyViolationError") if hasattr(lt, n))
+    if isinstance(exc, permanent) and not isinstance(exc, getattr(lt, "APIConnectionError", ())):
+        return False
+    return True
+
+
+async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict] | None = None,
+                   seed: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    """One chat completion. Returns (message as a dict, usage with prompt/completion tokens and cost)."""
+    lt = litellm()
+    kwargs: dict[str, Any] = dict(model=cfg.model, messages=messages, temperature=cfg.temperature,
+                                  timeout=cfg.timeout_s, num_retries=0)
+    if cfg.max_tokens:
+        kwargs["max_tokens"] = cfg.max_tokens
+    if tools:
+        kwargs["tools"] = tools
+    if seed is not None:
+        kwargs["seed"] = seed
+    if cfg.api_base:
+        kwargs["api_base"] = cfg.api_base
+        kwargs["api_key"] = cfg.api_key or os.environ.get("OPENAI_API_KEY") or "sk-local"
+    elif cfg.api_key:
+        kwargs["api_key"] = cfg.api_key
+    last: Exception | None = None
+    for attempt in range(cfg.retries + 1):
+        try:
+            resp = await asyncio.wait_for(lt.acompletion(**kwargs), timeout=cfg.timeout_s + 5)
+            choice = resp.choices[0]
+            msg = choice.message
+            calls = []
+            for tc in msg.tool_calls or []:
+                calls.append({"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments})
+            usage = {"prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
+                     "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0}
+            cost = (getattr(resp, "_hidden_params", None) or {}).get("response_cost")
+            if cost:
+                usage["cost"] = float(cost)
+            return {"content": msg.content or "", "tool_calls": calls}, usage
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # classify below: permanent errors are not retried
+            last = e
+            if not _transient(e) or attempt == cfg.retries:
+                break
+            delay = cfg.backoff_s * (2 ** attempt) * (0.5 + random.random() / 2)
+            await asyncio.sleep(delay)
+    raise InfraError(f"{cfg.model}: {type(last).__name__}: {str(last)[:300]}")
