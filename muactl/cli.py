@@ -44,6 +44,11 @@ def command(*args, **kwargs):
                 _fail("interrupted", 130)
             except typer.Exit:
                 raise
+            except BrokenPipeError:  # `muactl tools retail | head`: the reader left; exit quietly
+                import os
+
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(0)
             except Exception as e:  # a bug in muactl: one line for the user, the traceback on request
                 import os
 
@@ -220,6 +225,182 @@ def schema() -> None:
         out["$defs"].setdefault(name, d)
     out["title"] = "muactl domain.yaml"
     typer.echo(json.dumps(out, indent=2))
+
+
+# ---------------------------------------------------------------- episodes
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def print_summary(summary: dict, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    keys = [k for k in summary if k.startswith("pass^")]
+    for k in keys + ["avg_reward", "episodes", "counted", "infra_errors", "tasks", "avg_turns", "tool_error_rate",
+                     "prompt_tokens", "completion_tokens", "cost"]:
+        if k in summary:
+            table.add_row(k, _fmt(summary[k]))
+    table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
+    Console().print(table)
+
+
+@command("eval")
+def eval_cmd(
+    domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
+    agent: str = typer.Option("oracle", "--agent", help="oracle | hf:<model> | vllm:<model> | a litellm model id."),
+    user: str = typer.Option("scripted", "--user", help="scripted | hf:<model> | a litellm model id."),
+    split: str = typer.Option("test", "--split", help="train | test | all."),
+    task: list[str] = typer.Option([], "--task", help="Run only these task ids (repeatable)."),
+    trials: int = typer.Option(1, "--trials", "-k", min=1, help="Trials per task; pass^1..k are reported."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes in flight at once."),
+    seed: int = typer.Option(0, "--seed", help="Run seed (each episode's seed derives from it)."),
+    max_turns: int = typer.Option(24, "--max-turns", min=1, help="Agent turns before an episode is cut."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent."),
+    user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
+    temperature: float = typer.Option(0.0, "--temperature", help="Agent sampling temperature (0: greedy)."),
+    user_temperature: float = typer.Option(0.0, "--user-temperature", help="User simulator temperature."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Tokens per agent turn (local models)."),
+    tool_model: Optional[str] = typer.Option(None, "--tool-model", help="litellm model that plays simulated tools."),
+    opening: Optional[str] = typer.Option(None, "--opening", help="Who speaks first: agent (greeting) or user."),
+    trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run (skips finished episodes)."),
+) -> None:
+    """Run episodes of a domain's tasks and report pass^k, rewards and termination reasons.
+
+    Examples:
+      [bold]muactl eval retail --agent oracle --user scripted[/bold]
+      [bold]muactl eval retail --agent openai/gpt-4o-mini --user openai/gpt-4o-mini --trials 4 --concurrency 16[/bold]
+      [bold]muactl eval bank --agent hf:tiny --user scripted --split test[/bold]
+    """
+    from .evaluate import EvalConfig, run_eval
+
+    if not domain and not resume:
+        raise UsageError("give a domain (muactl eval retail) or --resume RUN_ID")
+    if opening not in (None, "agent", "user"):
+        raise UsageError("--opening must be 'agent' or 'user'")
+    cfg = EvalConfig(domain=domain or "", agent=agent, user=user, split=split, tasks=list(task), trials=trials,
+                     concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
+                     user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
+                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    holder: dict = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("success {task.fields[succ]}"), TimeElapsedColumn(), transient=False) as progress:
+        def on_progress(state: dict) -> None:
+            if "bar" not in holder:
+                holder["run_id"] = state["run_id"]
+                holder["bar"] = progress.add_task(f"eval {state['run_id']}", total=state["total"], succ=0)
+            progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
+
+        try:
+            store, summary = run_eval(cfg, resume=resume, on_progress=on_progress)
+        except KeyboardInterrupt:
+            rid = holder.get("run_id", "?")
+            _fail(f"interrupted; finished episodes are saved. Continue with: muactl eval --resume {rid}", 130)
+    print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
+    typer.echo(f"results: {store.path}/  (muactl runs show {store.id})")
+
+
+runs_app = typer.Typer(help="List runs and show their episodes.", no_args_is_help=False, invoke_without_command=True)
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.callback()
+def runs_main(ctx: typer.Context) -> None:
+    """List runs under ./runs with their headline numbers.
+
+    Example: [bold]muactl runs[/bold], then [bold]muactl runs show RUN_ID --episode 3[/bold]
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from .runs import list_runs, runs_dir
+
+    rows = list_runs()
+    if not rows:
+        typer.echo(f"no runs in {runs_dir()}/ yet; start one with: muactl eval bank --agent oracle")
+        return
+    table = Table("run", "kind", "domain", "status", "agent", "episodes", "pass^1", "avg reward")
+    for r in rows:
+        s, c = r.get("summary") or {}, r.get("config") or {}
+        table.add_row(r["id"], r["kind"], r["domain"], r["status"], str(c.get("agent", "-")),
+                      _fmt(s.get("episodes")), _fmt(s.get("pass^1")), _fmt(s.get("avg_reward")))
+    Console().print(table)
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: str = typer.Argument(..., help="Run id (a folder name under runs/) or a run folder."),
+    episode: Optional[int] = typer.Option(None, "--episode", "-e", help="Show one episode's transcript (its number in the table)."),
+) -> None:
+    """Show a run's per-task table, or one episode's transcript with its tool calls."""
+    try:
+        _runs_show(run_id, episode)
+    except MuactlError as e:
+        _fail(str(e))
+
+
+def _runs_show(run_id: str, episode: Optional[int]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .evaluate import per_task
+    from .runs import RunStore
+
+    store = RunStore.open(run_id)
+    console = Console()
+    eps = store.episodes()
+    if episode is None:
+        info = store.info()
+        if info["summary"]:
+            print_summary(info["summary"], f"{store.id} ({info['status']})")
+        table = Table("task", "trials", "successes", "infra errors", "terminations")
+        for r in per_task(eps):
+            table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["infra"]),
+                          ", ".join(f"{k} {v}" for k, v in r["terminations"].items()))
+        console.print(table)
+        table = Table("#", "task", "trial", "reward", "termination", "turns", "tool calls", "tool errors")
+        for i, e in enumerate(eps, 1):
+            table.add_row(str(i), e["task_id"], str(e["trial"]), _fmt(e["reward"]), e["termination"], str(e["turns"]),
+                          str(e["tool_calls"]), str(e["tool_errors"]))
+        console.print(table)
+        return
+    if not 1 <= episode <= len(eps):
+        raise UsageError(f"run {store.id} has episodes 1..{len(eps)}")
+    e = eps[episode - 1]
+    from rich.markup import escape
+
+    console.print(f"[bold]{e['task_id']}[/bold] trial {e['trial']}  reward {e['reward']}  ({e['termination']})")
+    for m in store.messages(e["id"]):
+        role, content = m["role"], escape(m["content"] or "")
+        if role == "system":
+            console.print(f"[dim]system: {content[:200]}{'...' if len(content) > 200 else ''}[/dim]")
+        elif role == "assistant":
+            if content:
+                console.print(f"[cyan]agent:[/cyan] {content}")
+            for c in m["tool_calls"] or []:
+                console.print(f"[yellow]  -> {c['name']}({escape(json.dumps(c['arguments'], ensure_ascii=False))})[/yellow]")
+        elif role == "tool":
+            style = "red" if m["error"] else "green"
+            console.print(f"[{style}]  <- {content[:500]}[/{style}]")
+        else:
+            console.print(f"[magenta]user:[/magenta] {content}")
+    b = e["breakdown"]
+    console.print(f"[bold]reward breakdown:[/bold] ended_normally={b.get('ended_normally')} db_match={b.get('db_match')} "
+                  f"outputs={b.get('outputs')} assertions={[a['ok'] for a in b.get('assertions', [])]}")
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m muactl`

@@ -187,7 +187,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 continue
             for call in calls:
                 t0 = time.perf_counter()
-                result = env.call(call["name"], call["arguments"])
+                result = await env.acall(call["name"], call["arguments"])
                 timing["tools"] += time.perf_counter() - t0
                 ep.tool_calls += 1
                 ep.tool_errors += result.error

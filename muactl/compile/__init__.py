@@ -26,6 +26,7 @@ class CompiledDomain:
     system_prompt: str
     content_hash: str
     trust: bool = False  # whether python tool handlers may run (the user passed --trust)
+    players: dict = field(default_factory=dict)  # async players for simulated/mcp tools, by kind
     _template: bytes | None = field(default=None, repr=False)
 
     @property

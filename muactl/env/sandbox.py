@@ -17,7 +17,7 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..compile.sql import Guard, bind_value
 from ..spec.models import call_parts
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
 
 # Hooks for tool kinds whose results come from outside the database (simulated: an LLM; mcp: a server).
-ToolPlayer = Callable[["CompiledTool", dict, "Environment"], "ToolResult"]
+# They are async: the episode engine awaits them through Environment.acall.
+ToolPlayer = Callable[["CompiledTool", dict, "Environment"], Awaitable["ToolResult"]]
+OUTSIDE_KINDS = ("simulated", "mcp")
 
 
 @dataclass
@@ -80,7 +82,7 @@ class Environment:
     def from_template(cls, domain: CompiledDomain, trust: bool = False) -> Environment:
         conn = sqlite3.connect(":memory:", check_same_thread=False)
         conn.deserialize(domain.template_bytes())
-        return cls(domain, conn, trust)
+        return cls(domain, conn, trust, domain.players)
 
     def fork(self) -> Environment:
         """A copy of this environment's current state (players and trust carry over)."""
@@ -98,7 +100,8 @@ class Environment:
 
     # ------------------------------------------------------------ tools
 
-    def call(self, name: str, args: Any) -> ToolResult:
+    def _prepare(self, name: str, args: Any) -> tuple[CompiledTool, dict] | ToolResult:
+        """Look the tool up and validate the arguments; an error result if either fails."""
         tool = self.domain.tools.get(name)
         if tool is None:
             known = ", ".join(self.domain.tools)
@@ -111,7 +114,17 @@ class Environment:
         problems = tool.argument_errors(args if args is not None else {})
         if problems:
             return ToolResult(f"Error: invalid arguments for {name}: " + "; ".join(problems), error=True)
-        args = tool.with_defaults(args or {})
+        return tool, tool.with_defaults(args or {})
+
+    def call(self, name: str, args: Any) -> ToolResult:
+        """Run a database tool (sql, builtin, python). Simulated and mcp tools need acall."""
+        prepared = self._prepare(name, args)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        tool, args = prepared
+        if tool.kind in OUTSIDE_KINDS:
+            return self._no_player(tool) if tool.kind not in self.players else ToolResult(
+                f"Error: tool {name} is a {tool.kind} tool; it runs only inside an episode.", error=True)
         if tool.kind == "sql":
             return self._call_sql(tool, args)
         if tool.kind == "builtin":
@@ -120,15 +133,29 @@ class Environment:
             return ToolResult("")
         if tool.kind == "python":
             return self._call_python(tool, args)
+        raise AssertionError(f"unknown tool kind {tool.kind}")
+
+    async def acall(self, name: str, args: Any) -> ToolResult:
+        """Run any tool; simulated and mcp tools are awaited through their players."""
+        prepared = self._prepare(name, args)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        tool, args = prepared
+        if tool.kind not in OUTSIDE_KINDS:
+            return self.call(name, args)
         player = self.players.get(tool.kind)
         if player is None:
-            need = {"simulated": "an LLM to play it (muactl synth/eval --tool-model)",
-                    "mcp": "its MCP server (started by muactl when the domain is used in episodes)"}[tool.kind]
-            return ToolResult(f"Error: tool {name} is a {tool.kind} tool and needs {need}.", error=True)
+            return self._no_player(tool)
         try:
-            return player(tool, args, self)
+            return await player(tool, args, self)
         except Exception as e:  # an outside player failing is data for the agent, never a crash
             return ToolResult(f"Error: {name} failed: {e}", error=True)
+
+    @staticmethod
+    def _no_player(tool: CompiledTool) -> ToolResult:
+        need = {"simulated": "an LLM to play it (pass --tool-model MODEL)",
+                "mcp": "its MCP server (started when the domain is used in episodes)"}[tool.kind]
+        return ToolResult(f"Error: tool {tool.name} is a {tool.kind} tool and needs {need}.", error=True)
 
     def _call_sql(self, tool: CompiledTool, args: dict[str, Any]) -> ToolResult:
         spec = tool.spec

@@ -1,0 +1,167 @@
+"""`muactl eval`: run every (task, trial) episode, store each as it ends, and report pass^k.
+
+pass^k is tau-bench's unbiased estimator: for a task with n counted trials of which c succeeded,
+C(c, k) / C(n, k) is the chance that k trials drawn without replacement all succeed; pass^k is its
+mean over tasks. Episodes ending in infra_error are excluded (they measure the API, not the agent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from math import comb
+from typing import Any, Callable
+
+from .errors import UsageError
+from .rollout import Job, RolloutConfig, run_many
+from .runs import RunStore
+
+
+@dataclass
+class EvalConfig:
+    domain: str
+    agent: str = "oracle"
+    user: str = "scripted"
+    split: str | None = "test"  # train | test | all
+    tasks: list[str] = field(default_factory=list)  # explicit task ids (override split)
+    trials: int = 1
+    concurrency: int = 8
+    seed: int = 0
+    max_turns: int = 24
+    max_tool_errors: int = 4
+    timeout_s: float = 600.0
+    opening: str | None = None
+    api_base: str | None = None  # for the agent
+    user_api_base: str | None = None
+    temperature: float = 0.0
+    user_temperature: float = 0.0
+    max_new_tokens: int = 256
+    tool_model: str | None = None  # litellm model that plays simulated tools
+    trust: bool = False
+    retries: int = 4
+    llm_timeout_s: float = 60.0
+
+
+def select_tasks(opened, split: str | None, ids: list[str]):
+    if ids:
+        return [opened.task(i) for i in ids]
+    if split in (None, "all"):
+        chosen = list(opened.tasks)
+    else:
+        chosen = [t for t in opened.tasks if t.split == split]
+    if not chosen:
+        splits = sorted({t.split for t in opened.tasks}) or ["none"]
+        raise UsageError(f"domain {opened.ref.name} has no tasks in split '{split}' (splits: {', '.join(splits)})")
+    return chosen
+
+
+def pass_hat_k(counts: dict[str, tuple[int, int]], k: int) -> float | None:
+    """Mean over tasks with at least k counted trials of C(c, k) / C(n, k)."""
+    vals = [comb(c, k) / comb(n, k) for n, c in counts.values() if n >= k]
+    return sum(vals) / len(vals) if vals else None
+
+
+def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
+    counted = [e for e in episodes if e["termination"] != "infra_error"]
+    counts: dict[str, tuple[int, int]] = {}
+    for e in counted:
+        n, c = counts.get(e["task_id"], (0, 0))
+        counts[e["task_id"]] = (n + 1, c + int(e["success"]))
+    terms: dict[str, int] = {}
+    for e in episodes:
+        terms[e["termination"]] = terms.get(e["termination"], 0) + 1
+    calls = sum(e["tool_calls"] for e in counted)
+    out: dict[str, Any] = {
+        "episodes": len(episodes), "counted": len(counted), "infra_errors": len(episodes) - len(counted),
+        "tasks": len(counts),
+        "avg_reward": sum(e["reward"] for e in counted) / len(counted) if counted else None,
+        "terminations": dict(sorted(terms.items())),
+        "tool_error_rate": sum(e["tool_errors"] for e in counted) / calls if calls else 0.0,
+        "avg_turns": sum(e["turns"] for e in counted) / len(counted) if counted else None,
+        "prompt_tokens": sum(e["prompt_tokens"] or 0 for e in episodes),
+        "completion_tokens": sum(e["completion_tokens"] or 0 for e in episodes),
+        "cost": round(sum(e["cost"] or 0 for e in episodes), 6),
+    }
+    for k in range(1, k_max + 1):
+        out[f"pass^{k}"] = pass_hat_k(counts, k)
+    return out
+
+
+def per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for e in episodes:
+        r = rows.setdefault(e["task_id"], {"task_id": e["task_id"], "trials": 0, "successes": 0, "infra": 0, "terminations": {}})
+        r["trials"] += 1
+        r["successes"] += int(e["success"])
+        r["infra"] += int(e["termination"] == "infra_error")
+        r["terminations"][e["termination"]] = r["terminations"].get(e["termination"], 0) + 1
+    return list(rows.values())
+
+
+def build_parts(cfg: EvalConfig, opened):
+    """The agent, a user factory and the tool players an eval (or synth) needs."""
+    from .agents import make_agent
+    from .env.user import make_user
+
+    agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
+                       max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.llm_timeout_s, retries=cfg.retries)
+    if cfg.tool_model:
+        from .env.simulated import simulated_player
+
+        opened.compiled.players["simulated"] = simulated_player(cfg.tool_model, cfg.api_base, cfg.llm_timeout_s, cfg.retries)
+
+    def user_factory():
+        return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature,
+                         timeout_s=cfg.llm_timeout_s, retries=cfg.retries)
+
+    return agent, user_factory
+
+
+def run_eval(cfg: EvalConfig, resume: str | None = None,
+             on_progress: Callable[[dict[str, Any]], None] | None = None,
+             opened=None) -> tuple[RunStore, dict[str, Any]]:
+    """Run (or resume) an eval; returns the run store and its summary. Episodes are saved as they end."""
+    from .validate import open_domain
+
+    if resume:
+        store = RunStore.open(resume)
+        saved = store.info()["config"]
+        cfg = EvalConfig(**{**saved, "concurrency": cfg.concurrency})
+    opened = opened or open_domain(cfg.domain, trust=cfg.trust)
+    tasks = select_tasks(opened, cfg.split, cfg.tasks)
+    if not resume:
+        store = RunStore.create("eval", opened.spec.domain.name, asdict(cfg))
+    done = store.finished()
+    jobs = [Job(t, trial) for t in tasks for trial in range(cfg.trials) if (t.task.id, trial) not in done]
+    agent, user_factory = build_parts(cfg, opened)
+    rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
+                         opening=cfg.opening, seed=cfg.seed)
+    total = len(tasks) * cfg.trials
+    state = {"done": total - len(jobs), "total": total, "successes": 0, "run_id": store.id}
+
+    def on_done(ep) -> None:
+        store.save_episode(ep)
+        state["done"] += 1
+        state["successes"] += int(ep.reward > 0)
+        if on_progress:
+            on_progress(dict(state, last=ep))
+
+    if on_progress:
+        on_progress(dict(state, last=None))
+    store.update(status="running")
+    try:
+        asyncio.run(_run(jobs, opened.compiled, agent, user_factory, rcfg, cfg.concurrency, on_done))
+    except KeyboardInterrupt:
+        store.update(status="interrupted", summary=summarize(store.episodes(), cfg.trials))
+        raise
+    summary = summarize(store.episodes(), cfg.trials)
+    summary["agent"], summary["user"], summary["split"] = cfg.agent, cfg.user, cfg.split
+    store.update(status="finished", summary=summary)
+    return store, summary
+
+
+async def _run(jobs, compiled, agent, user_factory, rcfg, concurrency, on_done):
+    try:
+        await run_many(jobs, compiled, agent, user_factory, rcfg, concurrency=concurrency, on_done=on_done)
+    finally:
+        await agent.close()

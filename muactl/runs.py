@@ -1,0 +1,174 @@
+"""The run directory: runs/<run-id>/ with config.yaml, runs.sqlite (sqlite-utils) and summary.json.
+
+Every episode is written in one transaction as soon as it ends, so an interrupted run keeps all its
+finished work, and a unique index on (task, trial) means a resumed run can never count one twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from .errors import MuactlError
+
+
+class RunNotFound(MuactlError):
+    """No run with that id under the runs folder."""
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("MUACTL_RUNS", "runs"))
+
+
+def new_run_id(kind: str, domain: str) -> str:
+    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{kind}-{domain}-{secrets.token_hex(2)}"
+
+
+class RunStore:
+    def __init__(self, path: Path):
+        self.path = path
+        self.id = path.name
+        self.db = sqlite_utils.Database(path / "runs.sqlite")
+        self.db.conn.execute("PRAGMA journal_mode = WAL")
+        self._ensure_schema()
+
+    # ------------------------------------------------------------ create / open
+
+    @classmethod
+    def create(cls, kind: str, domain: str, config: dict[str, Any], run_id: str | None = None) -> RunStore:
+        path = runs_dir() / (run_id or new_run_id(kind, domain))
+        path.mkdir(parents=True, exist_ok=False)
+        (path / "config.yaml").write_text(_yaml(config))
+        store = cls(path)
+        store.db["runs"].insert({"id": store.id, "kind": kind, "domain": domain, "status": "running",
+                                 "created": _now(), "updated": _now(), "config": config, "summary": {}}, pk="id")
+        return store
+
+    @classmethod
+    def open(cls, run_id: str) -> RunStore:
+        path = Path(run_id) if Path(run_id).is_dir() else runs_dir() / run_id
+        if not (path / "runs.sqlite").is_file():
+            known = ", ".join(r["id"] for r in list_runs()[-5:]) or "none"
+            raise RunNotFound(f"no run '{run_id}' in {runs_dir()}/ (recent: {known}); `muactl runs` lists them")
+        return cls(path)
+
+    def _ensure_schema(self) -> None:
+        db = self.db
+        if "episodes" in db.table_names():
+            return
+        db["runs"].create({"id": str, "kind": str, "domain": str, "status": str, "created": str, "updated": str,
+                           "config": str, "summary": str}, pk="id", if_not_exists=True)
+        db["episodes"].create({
+            "id": int, "run_id": str, "task_id": str, "trial": int, "seed": int, "reward": float,
+            "termination": str, "success": int, "turns": int, "tool_calls": int, "tool_errors": int,
+            "prompt_tokens": int, "completion_tokens": int, "cost": float, "wall_s": float,
+            "breakdown": str, "records": str, "usage": str, "timing": str, "final_hash": str, "error": str,
+            "human": int, "rating": int, "note": str, "step": int, "created": str,
+        }, pk="id", if_not_exists=True)
+        db["episodes"].create_index(["run_id", "task_id", "trial", "step"], unique=True, if_not_exists=True)
+        db["messages"].create({"episode_id": int, "idx": int, "role": str, "content": str, "tool_calls": str,
+                               "tool_call_id": str, "name": str, "error": int, "meta": str},
+                              pk=("episode_id", "idx"), if_not_exists=True)
+        db["traces"].create({"episode_id": int, "ids": str, "mask": str, "logprobs": str, "prompt_len": int},
+                            pk="episode_id", if_not_exists=True)
+        db["metrics"].create({"step": int, "name": str, "value": float, "created": str}, pk=("step", "name"),
+                             if_not_exists=True)
+
+    # ------------------------------------------------------------ write
+
+    def save_episode(self, ep, step: int = 0, human: bool = False, keep_trace: bool = True) -> int:
+        from .rollout import Episode
+
+        assert isinstance(ep, Episode)
+        usage = ep.usage or {}
+        row = {"run_id": self.id, "task_id": ep.task_id, "trial": ep.trial, "seed": ep.seed, "reward": ep.reward,
+               "termination": ep.termination, "success": int(bool(ep.breakdown.get("success"))), "turns": ep.turns,
+               "tool_calls": ep.tool_calls, "tool_errors": ep.tool_errors,
+               "prompt_tokens": int(usage.get("agent_prompt_tokens", 0)),
+               "completion_tokens": int(usage.get("agent_completion_tokens", 0)), "cost": float(usage.get("cost", 0.0)),
+               "wall_s": ep.timing.get("wall", 0.0), "breakdown": json.dumps(ep.breakdown), "records": json.dumps(ep.records),
+               "usage": json.dumps(usage), "timing": json.dumps(ep.timing), "final_hash": ep.final_hash, "error": ep.error,
+               "human": int(human), "step": step, "created": _now()}
+        with self.db.conn:
+            eid = self.db["episodes"].insert(row).last_pk
+            self.db["messages"].insert_all(
+                [{"episode_id": eid, "idx": i, "role": m["role"], "content": m.get("content") or "",
+                  "tool_calls": json.dumps(m["tool_calls"], ensure_ascii=False) if m.get("tool_calls") else None,
+                  "tool_call_id": m.get("tool_call_id"), "name": m.get("name"), "error": int(bool(m.get("error"))),
+                  "meta": json.dumps({k: v for k, v in m.items() if k in ("fixed", "malformed")}) or None}
+                 for i, m in enumerate(ep.messages)])
+            if keep_trace and ep.trace is not None:
+                t = ep.trace
+                self.db["traces"].insert({"episode_id": eid, "ids": json.dumps(t.ids), "mask": json.dumps(t.mask),
+                                          "logprobs": json.dumps([round(x, 5) for x in t.logprobs]), "prompt_len": t.prompt_len})
+        return eid
+
+    def update(self, **fields: Any) -> None:
+        fields["updated"] = _now()
+        self.db["runs"].update(self.id, fields)
+        if "summary" in fields:
+            (self.path / "summary.json").write_text(json.dumps(fields["summary"], indent=2))
+
+    def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        self.db["metrics"].upsert_all([{"step": step, "name": k, "value": float(v), "created": _now()}
+                                       for k, v in values.items()], pk=("step", "name"))
+
+    # ------------------------------------------------------------ read
+
+    def info(self) -> dict[str, Any]:
+        row = self.db["runs"].get(self.id)
+        row["config"] = json.loads(row["config"] or "{}")
+        row["summary"] = json.loads(row["summary"] or "{}")
+        return row
+
+    def finished(self, step: int = 0) -> set[tuple[str, int]]:
+        return {(r["task_id"], r["trial"]) for r in self.db.query(
+            "SELECT task_id, trial FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])}
+
+    def episodes(self, step: int | None = None) -> list[dict[str, Any]]:
+        where, args = ("run_id = ?", [self.id]) if step is None else ("run_id = ? AND step = ?", [self.id, step])
+        rows = list(self.db["episodes"].rows_where(where, args, order_by="id"))
+        for r in rows:
+            for k in ("breakdown", "records", "usage", "timing"):
+                r[k] = json.loads(r[k] or "{}")
+        return rows
+
+    def messages(self, episode_id: int) -> list[dict[str, Any]]:
+        rows = list(self.db["messages"].rows_where("episode_id = ?", [episode_id], order_by="idx"))
+        for r in rows:
+            r["tool_calls"] = json.loads(r["tool_calls"]) if r["tool_calls"] else None
+        return rows
+
+
+def list_runs() -> list[dict[str, Any]]:
+    out = []
+    root = runs_dir()
+    if not root.is_dir():
+        return out
+    for path in sorted(root.iterdir()):
+        if (path / "runs.sqlite").is_file():
+            try:
+                out.append(RunStore(path).info())
+            except Exception:  # a foreign or broken folder is listed as such, not fatal
+                out.append({"id": path.name, "kind": "?", "domain": "?", "status": "unreadable", "summary": {}, "created": ""})
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(data))
+
+
+__all__ = ["RunStore", "RunNotFound", "list_runs", "runs_dir", "new_run_id", "time"]
