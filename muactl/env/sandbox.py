@@ -12,6 +12,7 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -277,7 +278,7 @@ class Environment:
             for row in self.conn.execute(sql):
                 if json_cols:
                     row = tuple(_canonical_json(v) if i in json_cols else v for i, v in enumerate(row))
-                lines.append(json.dumps(row, separators=(",", ":"), ensure_ascii=False))
+                lines.append(repr(row))  # repr of str/int/float/None tuples is exact and deterministic
             lines.sort()
             h.update(f"{table}\x1f{','.join(cols)}\x1f{len(lines)}\x1e".encode())
             h.update("\x1e".join(lines).encode())
@@ -285,6 +286,7 @@ class Environment:
         return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=200_000)  # most rows are unchanged between episodes: parse each text once
 def _canonical_json(value: Any) -> Any:
     if not isinstance(value, str):
         return value
