@@ -312,6 +312,151 @@ def eval_cmd(
     typer.echo(f"results: {store.path}/  (muactl runs show {store.id})")
 
 
+@command()
+def synth(
+    domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
+    agent: str = typer.Option("oracle", "--agent", help="Teacher: oracle | hf:<model> | a litellm model id."),
+    user: str = typer.Option("scripted", "--user", help="scripted | hf:<model> | a litellm model id."),
+    tasks: str = typer.Option("train", "--tasks", help="Split (train | test | all) or comma-separated task ids."),
+    trials: int = typer.Option(8, "--trials", min=1, help="Episodes per task; only reward-1 ones are kept."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="JSONL to write (default runs/<id>/sft.jsonl)."),
+    tools_mode: str = typer.Option("real", "--tools", help="real (the sandbox) | simulated (an LLM plays every tool)."),
+    tool_model: Optional[str] = typer.Option(None, "--tool-model", help="litellm model for simulated tools."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the teacher."),
+    user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
+    temperature: float = typer.Option(0.0, "--temperature", help="Teacher temperature (use > 0 with trials > 1)."),
+    user_temperature: float = typer.Option(0.0, "--user-temperature"),
+    max_turns: int = typer.Option(24, "--max-turns", min=1),
+    trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted synth run."),
+) -> None:
+    """Synthesize cold-start SFT data: run a teacher, keep episodes with reward 1, drop duplicates.
+
+    Writes JSONL that TRL's SFTTrainer reads (messages with tool calls, plus a tools column) and a
+    .stats.json beside it.
+    Examples:
+      [bold]muactl synth bank --agent oracle --user scripted --trials 8 -o data/bank-sft.jsonl[/bold]
+      [bold]muactl synth retail --agent openai/gpt-4o --user openai/gpt-4o-mini --trials 4 -o data/retail-sft.jsonl[/bold]
+      [bold]muactl synth retail --agent openai/gpt-4o --tools simulated --tool-model openai/gpt-4o-mini[/bold]
+    """
+    from .train.synth import SynthConfig, run_synth
+
+    if not domain and not resume:
+        raise UsageError("give a domain (muactl synth bank) or --resume RUN_ID")
+    split, ids = (tasks, []) if tasks in ("train", "test", "all") else (None, [t for t in tasks.split(",") if t])
+    cfg = SynthConfig(domain=domain or "", agent=agent, user=user, split=split, tasks=ids, trials=trials,
+                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
+                      user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
+                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    holder: dict = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("reward 1: {task.fields[succ]}"), TimeElapsedColumn()) as progress:
+        def on_progress(state: dict) -> None:
+            if "bar" not in holder:
+                holder["run_id"] = state["run_id"]
+                holder["bar"] = progress.add_task(f"synth {state['run_id']}", total=state["total"], succ=0)
+            progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
+
+        try:
+            store, stats = run_synth(cfg, resume=resume, on_progress=on_progress)
+        except KeyboardInterrupt:
+            _fail(f"interrupted; continue with: muactl synth --resume {holder.get('run_id', '?')}", 130)
+    typer.echo(f"kept {stats['kept']} of {stats['episodes']} episodes ({stats['successes']} with reward 1, "
+               f"{stats['duplicates_dropped']} duplicates dropped) -> {stats['output']}")
+    typer.echo(f"run: {store.path}/  (inspect with: muactl data show {stats['output']})")
+
+
+data_app = typer.Typer(help="Look at SFT data files.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("show")
+def data_show(
+    path: Path = typer.Argument(..., help="A JSONL file from muactl synth."),
+    index: int = typer.Option(0, "--index", "-i", help="Which conversation (0-based)."),
+    system: bool = typer.Option(False, "--system", help="Also print the system prompt."),
+) -> None:
+    """Render one conversation of an SFT data file for a person.
+
+    Example: [bold]muactl data show data/bank-sft.jsonl --index 3[/bold]
+    """
+    try:
+        _data_show(path, index, system)
+    except MuactlError as e:
+        _fail(str(e))
+
+
+def _data_show(path: Path, index: int, system: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from .train.synth import read_jsonl
+
+    rows = read_jsonl(path)
+    if not 0 <= index < len(rows):
+        raise UsageError(f"{path} has conversations 0..{len(rows) - 1}")
+    row = rows[index]
+    console = Console()
+    console.print(f"[bold]{path}[/bold] #{index}: task {row.get('task_id', '?')}, {len(row['messages'])} messages, "
+                  f"{len(row.get('tools') or [])} tools")
+    for m in row["messages"]:
+        role, content = m["role"], escape(m.get("content") or "")
+        if role == "system":
+            if system:
+                console.print(f"[dim]system: {content}[/dim]")
+        elif role == "assistant":
+            if content:
+                console.print(f"[cyan]agent:[/cyan] {content}")
+            for c in m.get("tool_calls") or []:
+                f = c.get("function", c)
+                console.print(f"[yellow]  -> {f['name']}({escape(json.dumps(f['arguments'], ensure_ascii=False))})[/yellow]")
+        elif role == "tool":
+            console.print(f"[green]  <- {content[:400]}[/green]")
+        else:
+            console.print(f"[magenta]user:[/magenta] {content}")
+
+
+@command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train(
+    ctx: typer.Context,
+    what: str = typer.Argument(..., help="A stage (sft) or an experiment config file (YAML)."),
+    show_config: bool = typer.Option(False, "--cfg", help="Print the resolved config and exit."),
+) -> None:
+    """Train with hydra-composed configs: groups model/, sft/, ... from muactl/conf plus overrides.
+
+    Examples:
+      [bold]muactl train sft model=smollm2-135m data=data/bank-sft.jsonl sft.epochs=2[/bold]
+      [bold]muactl train sft model=Qwen/Qwen3-8B sft.lora=true data=data/retail-sft.jsonl[/bold]
+      [bold]muactl train sft data=data/bank-sft.jsonl --cfg[/bold]   (print the resolved config)
+    """
+    from .config import compose, to_yaml
+
+    overrides = list(ctx.args)
+    if what != "sft":
+        raise UsageError(f"unknown stage '{what}': available: sft")
+    cfg = compose(None, overrides)
+    typer.echo(to_yaml(cfg))
+    if show_config:
+        return
+    if not cfg.data:
+        raise UsageError("sft needs data=FILE.jsonl (make one with `muactl synth DOMAIN -o FILE.jsonl`)")
+    from omegaconf import OmegaConf
+
+    from .runs import RunStore
+    from .train.sft import run_sft
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    store = RunStore.open(cfg.run_id) if cfg.run_id and (Path("runs") / cfg.run_id).exists() else \
+        RunStore.create("sft", str(cfg.domain), resolved, run_id=cfg.run_id)
+    final, stats = run_sft(cfg, store, Path(cfg.data), log=typer.echo)
+    store.update(status="finished", summary={"sft": stats, "checkpoint": str(final)})
+    typer.echo(f"checkpoint: {final}\nevaluate it: muactl eval {cfg.domain} --agent hf:{final} --user scripted --split test")
+
+
 runs_app = typer.Typer(help="List runs and show their episodes.", no_args_is_help=False, invoke_without_command=True)
 app.add_typer(runs_app, name="runs")
 

@@ -40,6 +40,7 @@ class EvalConfig:
     trust: bool = False
     retries: int = 4
     llm_timeout_s: float = 60.0
+    backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
 
 
 def select_tasks(opened, split: str | None, ids: list[str]):
@@ -104,33 +105,39 @@ def build_parts(cfg: EvalConfig, opened):
     from .env.user import make_user
 
     agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                       max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.llm_timeout_s, retries=cfg.retries)
+                       max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.llm_timeout_s, retries=cfg.retries,
+                       backoff_s=cfg.backoff_s)
     if cfg.tool_model:
         from .env.simulated import simulated_player
 
-        opened.compiled.players["simulated"] = simulated_player(cfg.tool_model, cfg.api_base, cfg.llm_timeout_s, cfg.retries)
+        player = simulated_player(cfg.tool_model, cfg.api_base, cfg.llm_timeout_s, cfg.retries, cfg.backoff_s)
+        opened.compiled.players["simulated"] = player
+        if getattr(cfg, "tools", "real") == "simulated":  # the LLM plays every tool; the real DB keeps score
+            opened.compiled.players["sql"] = player
 
     def user_factory():
         return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature,
-                         timeout_s=cfg.llm_timeout_s, retries=cfg.retries)
+                         timeout_s=cfg.llm_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s)
 
     return agent, user_factory
 
 
 def run_eval(cfg: EvalConfig, resume: str | None = None,
              on_progress: Callable[[dict[str, Any]], None] | None = None,
-             opened=None) -> tuple[RunStore, dict[str, Any]]:
-    """Run (or resume) an eval; returns the run store and its summary. Episodes are saved as they end."""
+             opened=None, kind: str = "eval",
+             on_episode: Callable[[Any, RunStore], None] | None = None) -> tuple[RunStore, dict[str, Any]]:
+    """Run (or resume) every (task, trial) episode; returns the run store and its summary. Episodes are
+    saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode."""
     from .validate import open_domain
 
     if resume:
         store = RunStore.open(resume)
         saved = store.info()["config"]
-        cfg = EvalConfig(**{**saved, "concurrency": cfg.concurrency})
+        cfg = type(cfg)(**{**saved, "concurrency": cfg.concurrency})
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     tasks = select_tasks(opened, cfg.split, cfg.tasks)
     if not resume:
-        store = RunStore.create("eval", opened.spec.domain.name, asdict(cfg))
+        store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
     done = store.finished()
     jobs = [Job(t, trial) for t in tasks for trial in range(cfg.trials) if (t.task.id, trial) not in done]
     agent, user_factory = build_parts(cfg, opened)
@@ -141,6 +148,8 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
 
     def on_done(ep) -> None:
         store.save_episode(ep)
+        if on_episode:
+            on_episode(ep, store)
         state["done"] += 1
         state["successes"] += int(ep.reward > 0)
         if on_progress:

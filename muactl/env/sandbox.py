@@ -142,9 +142,18 @@ class Environment:
         if isinstance(prepared, ToolResult):
             return prepared
         tool, args = prepared
-        if tool.kind not in OUTSIDE_KINDS:
-            return self.call(name, args)
         player = self.players.get(tool.kind)
+        if tool.kind not in OUTSIDE_KINDS:
+            if player is None:
+                return self.call(name, args)
+            # an LLM plays a database tool (synthesis with simulated tools): the agent sees the
+            # simulated text, while the real call keeps the sandbox's state for scoring
+            real = self.call(name, args)
+            try:
+                sim = await player(tool, args, self)
+            except Exception as e:
+                return ToolResult(f"Error: {name} failed: {e}", error=True)
+            return ToolResult(sim.content, error=sim.error, transfer=real.transfer, changed=real.changed)
         if player is None:
             return self._no_player(tool)
         try:

@@ -24,17 +24,20 @@ Earlier calls in this session:
 {history}"""
 
 
-def simulated_player(model: str, api_base: str | None = None, timeout_s: float = 60.0, retries: int = 4):
+def simulated_player(model: str, api_base: str | None = None, timeout_s: float = 60.0, retries: int = 4,
+                     backoff_s: float = 1.0):
     from ..llm import LLMConfig, complete
 
-    cfg = LLMConfig(model, api_base=api_base, timeout_s=timeout_s, retries=retries)
+    cfg = LLMConfig(model, api_base=api_base, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
 
     async def play(tool, args: dict, env) -> ToolResult:
+        returns_json = bool(getattr(tool.spec, "returns_json", False))
         history = env.__dict__.setdefault("simulated_calls", [])
         prompt = PROMPT.format(
             domain=env.domain.spec.domain.description.strip(), name=tool.name, description=tool.description,
-            behaviour=tool.spec.simulated.strip(), params=json.dumps(tool.parameters),
-            json_rule=" The output must be valid JSON." if tool.spec.returns_json else "",
+            behaviour=(getattr(tool.spec, "simulated", None) or "Return what a real system would, as JSON where natural.").strip(),
+            params=json.dumps(tool.parameters),
+            json_rule=" The output must be valid JSON." if returns_json else "",
             history="\n".join(f"- {h['name']}({json.dumps(h['args'])}) -> {h['result']}" for h in history) or "(none)")
         messages = [{"role": "system", "content": prompt},
                     {"role": "user", "content": f"{tool.name}({json.dumps(args, ensure_ascii=False)})"}]
@@ -43,7 +46,7 @@ def simulated_player(model: str, api_base: str | None = None, timeout_s: float =
             text = (msg["content"] or "").strip()
             if text.startswith("```"):
                 text = text.strip("`").removeprefix("json").strip()
-            if not tool.spec.returns_json:
+            if not returns_json:
                 break
             try:
                 json.loads(text)

@@ -1,0 +1,190 @@
+"""Training configs: hydra groups in muactl/conf composed with the compose API (typer owns argv, so
+@hydra.main cannot be used), plus an optional user YAML file and dotted overrides.
+
+Bad input becomes a UsageError naming the key, never a hydra traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .errors import UsageError
+
+CONF_DIR = Path(__file__).parent / "conf"
+GROUPS = ("model", "user", "synth", "sft", "grpo", "eval")
+
+
+# Structured schemas: compose output is merged onto these, so a typo or a wrong type is an error.
+@dataclass
+class ModelConf:
+    name: str = "tiny"
+    dtype: Optional[str] = None
+    max_new_tokens: int = 96
+    temperature: float = 0.0
+
+
+@dataclass
+class UserConf:
+    kind: str = "scripted"
+    model: Optional[str] = None
+    api_base: Optional[str] = None
+    temperature: float = 0.0
+
+
+@dataclass
+class SynthConf:
+    agent: str = "oracle"
+    tasks: Any = "train"
+    trials: int = 8
+    concurrency: int = 8
+    tools: str = "real"
+    tool_model: Optional[str] = None
+    output: Optional[str] = None
+
+
+@dataclass
+class SFTConf:
+    epochs: float = 3
+    max_steps: int = -1
+    batch_size: int = 8
+    grad_accum: int = 1
+    lr: float = 2e-4
+    scheduler: str = "cosine"
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    max_length: int = 4096
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    save_steps: int = 200
+    logging_steps: int = 10
+    resume: bool = True
+
+
+@dataclass
+class GRPOConf:
+    steps: int = 50
+    group_size: int = 8
+    tasks_per_step: int = 2
+    lr: float = 1e-5
+    beta: float = 0.0
+    epsilon: float = 0.2
+    temperature: float = 1.0
+    max_turns: int = 12
+    max_new_tokens: int = 96
+    reward: str = "binary"
+    turn_credit: str = "equalized"
+    gamma: float = 0.9
+    trajectory_score: str = "mean"
+    resample_equal_groups: bool = False
+    lora: bool = False
+    grad_accum: int = 1
+    save_steps: int = 10
+
+
+@dataclass
+class EvalConf:
+    split: str = "test"
+    trials: int = 1
+    concurrency: int = 32
+    max_turns: int = 12
+
+
+@dataclass
+class TrainConf:
+    model: ModelConf = field(default_factory=ModelConf)
+    user: UserConf = field(default_factory=UserConf)
+    synth: SynthConf = field(default_factory=SynthConf)
+    sft: SFTConf = field(default_factory=SFTConf)
+    grpo: GRPOConf = field(default_factory=GRPOConf)
+    eval: EvalConf = field(default_factory=EvalConf)
+    domain: str = "bank"
+    data: Optional[str] = None
+    seed: int = 0
+    trust: bool = False
+    stages: list = field(default_factory=lambda: ["synth", "sft", "grpo", "eval"])
+    run_id: Optional[str] = None
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _normalize(overrides: list[str]) -> list[str]:
+    """`model=Qwen/Qwen3-8B` or `model=runs/x/checkpoint-final` is not a group option: make it
+    `model=hf model.name=...`; likewise `user=openai/gpt-4o-mini` -> the litellm user."""
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and key in ("model", "user") and value not in options(key):
+            if key == "model":
+                out += ["model=hf", f"model.name={value}"]
+            else:
+                out += ["user=litellm", f"user.model={value}"]
+        else:
+            out.append(o)
+    return out
+
+
+def compose(config_file: Path | None = None, overrides: list[str] | None = None):
+    """Compose muactl/conf/train.yaml, then the user's file, then the overrides; validate against TrainConf."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = list(overrides or [])
+    file_cfg = None
+    if config_file is not None:
+        if not config_file.is_file():
+            raise UsageError(f"config file {config_file} not found")
+        try:
+            file_cfg = OmegaConf.load(config_file)
+        except Exception as e:  # YAML errors from OmegaConf carry the position in their text
+            raise UsageError(f"{config_file}: cannot read config: {e}") from None
+        # group selections in the file (model: smollm2-135m) become overrides, applied before the user's
+        picks = [f"{g}={file_cfg[g]}" for g in GROUPS if isinstance(file_cfg.get(g), str)]
+        for g in GROUPS:
+            if isinstance(file_cfg.get(g), str):
+                del file_cfg[g]
+        overrides = picks + overrides
+    overrides = _normalize(overrides)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="muactl"):
+            # the user's file sits between the composed defaults and the command-line overrides
+            dotted = [o for o in overrides if "=" in o and o.split("=")[0] not in GROUPS]
+            groups = [o for o in overrides if o not in dotted]
+            cfg = hydra_compose(config_name="train", overrides=groups)
+        schema = OmegaConf.structured(TrainConf)
+        merged = OmegaConf.merge(schema, cfg)
+        if file_cfg is not None:
+            merged = OmegaConf.merge(merged, file_cfg)
+        if dotted:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([_plain_override(o) for o in dotted]))
+        OmegaConf.to_container(merged, throw_on_missing=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or ""
+        msg = str(e).splitlines()[0]
+        raise UsageError(f"bad config value{f' for {key}' if key else ''}: {msg}") from None
+    except Exception as e:  # hydra's composition and override-parsing errors
+        msg = str(e).strip().splitlines()
+        hint = ""
+        if "Could not find" in str(e) or "options" in str(e):
+            hint = " Groups and options: " + "; ".join(f"{g}: {', '.join(options(g))}" for g in GROUPS)
+        raise UsageError(f"bad override: {msg[0] if msg else e}.{hint}") from None
+    return merged
+
+
+def _plain_override(o: str) -> str:
+    return o[1:] if o.startswith("+") else o
+
+
+def to_yaml(cfg) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(cfg)

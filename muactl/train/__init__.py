@@ -1,0 +1,1 @@
+"""Training stages: cold-start synthesis (synth), supervised fine-tuning (sft), GRPO (grpo)."""

@@ -1,0 +1,119 @@
+"""Supervised fine-tuning on synthesized trajectories: TRL's SFTTrainer with assistant-only loss.
+
+Examples are tokenized here with the one chat template (agents/chatml.py), whose {% generation %}
+markers give the assistant mask: the loss covers exactly the assistant turns (text, tool calls and
+<|im_end|>), never system, user or tool turns. Pre-tokenizing also keeps each tool call's
+`arguments` object as written (an Arrow table would merge the keys of every tool into one struct).
+Checkpoints are plain HF folders (LoRA adapters merged at the end) that `hf:` agents, vLLM and
+`muactl chat` load directly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..runs import RunStore
+
+
+def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict[str, list[int]] | None:
+    out = tokenizer.apply_chat_template(record["messages"], tools=record.get("tools") or None, tokenize=True,
+                                        return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    if len(ids) > max_length:
+        return None  # a cut conversation would teach the model to stop mid-turn; skip it (counted)
+    return {"input_ids": ids, "assistant_masks": mask}
+
+
+def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
+    from datasets import Dataset
+
+    rows, skipped = [], 0
+    for r in records:
+        ex = tokenize_example(tokenizer, r, max_length)
+        if ex is None:
+            skipped += 1
+        else:
+            rows.append(ex)
+    if not rows:
+        from ..errors import UsageError
+
+        raise UsageError(f"no training example fits sft.max_length={max_length}; raise it")
+    return Dataset.from_list(rows), skipped
+
+
+def run_sft(cfg, store: RunStore, data_path: Path, log=print) -> tuple[Path, dict[str, Any]]:
+    """Train cfg.model on data_path; checkpoints under the run folder; returns checkpoint-final."""
+    from ..models import _torch, load_tokenizer, resolve
+    from ..validate import open_domain
+    from .synth import read_jsonl
+
+    torch = _torch()
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    records = read_jsonl(data_path)
+    domain = open_domain(cfg.domain, with_tasks=False, trust=cfg.trust).compiled if cfg.model.name == "tiny" else None
+    path = resolve(cfg.model.name, domain)
+    tokenizer = load_tokenizer(path)
+    dataset, skipped = build_dataset(tokenizer, records, cfg.sft.max_length)
+    n_tokens = sum(len(x) for x in dataset["input_ids"])
+    log(f"sft: {len(dataset)} examples ({skipped} longer than max_length skipped), {n_tokens} tokens, model {path}")
+    cuda = torch.cuda.is_available()
+    dtype = getattr(torch, cfg.model.dtype) if cfg.model.dtype else (torch.bfloat16 if cuda else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    peft_config = None
+    if cfg.sft.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=cfg.sft.lora_r, lora_alpha=cfg.sft.lora_alpha, lora_dropout=cfg.sft.lora_dropout,
+                                 target_modules="all-linear", task_type="CAUSAL_LM")
+    out_dir = store.path / "sft"
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "sft")
+    args = SFTConfig(
+        output_dir=str(out_dir), num_train_epochs=cfg.sft.epochs, max_steps=cfg.sft.max_steps,
+        per_device_train_batch_size=cfg.sft.batch_size, gradient_accumulation_steps=cfg.sft.grad_accum,
+        learning_rate=cfg.sft.lr, lr_scheduler_type=cfg.sft.scheduler, warmup_steps=cfg.sft.warmup_ratio,
+        weight_decay=cfg.sft.weight_decay, max_length=cfg.sft.max_length, logging_steps=cfg.sft.logging_steps,
+        save_steps=cfg.sft.save_steps, save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed,
+        report_to=["tensorboard"],
+        bf16=cuda and dtype == torch.bfloat16, use_cpu=not cuda, dataloader_num_workers=0,
+        disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", save_only_model=False,
+    )
+
+    class ToRunStore(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs:
+                store.log_metrics(state.global_step, {f"sft/{k}": v for k, v in logs.items() if isinstance(v, (int, float))})
+
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=peft_config, callbacks=[ToRunStore()])
+    last = _last_checkpoint(out_dir) if cfg.sft.resume else None
+    if last:
+        log(f"sft: resuming from {last}")
+    t0 = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(last) if last else None)
+    seconds = time.perf_counter() - t0
+    final = store.path / "checkpoint-final"
+    model_out = trainer.model
+    if cfg.sft.lora:
+        model_out = model_out.merge_and_unload()
+    model_out.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    epochs_done = trainer.state.epoch or 0.0
+    stats = {"examples": len(dataset), "skipped_too_long": skipped, "tokens": n_tokens, "steps": result.global_step,
+             "epochs": round(epochs_done, 2), "seconds": round(seconds, 1), "train_loss": result.training_loss,
+             "tokens_per_second": round(n_tokens * epochs_done / max(seconds, 1e-9), 1)}
+    store.log_metrics(result.global_step, {"sft/final_train_loss": result.training_loss, "sft/seconds": seconds})
+    log(f"sft: {stats}")
+    return final, stats
+
+
+def _last_checkpoint(out_dir: Path) -> Path | None:
+    if not out_dir.is_dir():
+        return None
+    cks = sorted((p for p in out_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                 key=lambda p: int(p.name.split("-")[-1]))
+    return cks[-1] if cks else None

@@ -1,0 +1,134 @@
+"""Cold-start data (MUA-RL's SFT stage): run a teacher through the episode engine and keep only the
+episodes whose reward is 1 (rejection sampling), without exact duplicates.
+
+Output is JSONL that TRL and the `datasets` library read: `messages` (assistant `tool_calls` as
+{"type": "function", "function": {"name", "arguments": {...}}}, tool results as role "tool") and a
+`tools` column with the agent's OpenAI function schemas. Runs are resumable: every episode is in
+runs/<id>/runs.sqlite, and the JSONL is appended to as episodes succeed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..evaluate import EvalConfig, run_eval
+from ..runs import RunStore
+
+
+@dataclass
+class SynthConfig(EvalConfig):
+    split: str | None = "train"
+    trials: int = 8
+    output: str | None = None  # default: runs/<id>/sft.jsonl
+    tools: str = "real"  # real | simulated (needs tool_model)
+
+
+def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """An episode as one training example (the format TRL's SFTTrainer reads)."""
+    messages = []
+    for m in ep.messages:
+        out: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+        if m.get("tool_calls"):
+            out["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                 for c in m["tool_calls"]]
+        if m["role"] == "tool" and m.get("name"):
+            out["name"] = m["name"]
+        messages.append(out)
+    return {"messages": messages, "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
+
+
+def record_key(record: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(record["messages"], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    from ..errors import UsageError
+
+    if not path.is_file():
+        raise UsageError(f"data file {path} not found; make one with `muactl synth DOMAIN -o {path}`")
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{path}:{n}: invalid JSON ({e.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+            raise UsageError(f"{path}:{n}: each line must be an object with a 'messages' list")
+        out.append(row)
+    return out
+
+
+def run_synth(cfg: SynthConfig, resume: str | None = None,
+              on_progress: Callable[[dict[str, Any]], None] | None = None) -> tuple[RunStore, dict[str, Any]]:
+    from ..errors import UsageError
+
+    if cfg.tools not in ("real", "simulated"):
+        raise UsageError("--tools must be 'real' or 'simulated'")
+    if cfg.tools == "simulated" and not cfg.tool_model:
+        raise UsageError("--tools simulated needs --tool-model MODEL (the LLM that plays the tools)")
+    state: dict[str, Any] = {"keys": None, "path": None, "tools": None}
+
+    def on_episode(ep, store: RunStore) -> None:
+        if state["path"] is None:
+            state["path"] = Path(cfg.output) if cfg.output else store.path / "sft.jsonl"
+            state["path"].parent.mkdir(parents=True, exist_ok=True)
+            existing = read_jsonl(state["path"]) if state["path"].is_file() and resume else []
+            if not resume and state["path"].is_file():
+                state["path"].unlink()  # a new run starts a new file; --resume appends
+            state["keys"] = {record_key(r) for r in existing}
+        if ep.reward < 1:
+            return
+        record = to_record(ep, ep_tools(ep))
+        key = record_key(record)
+        if key in state["keys"]:
+            return
+        state["keys"].add(key)
+        with open(state["path"], "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def ep_tools(ep) -> list[dict[str, Any]]:
+        return state["tools"]
+
+    from ..validate import open_domain
+
+    if resume:
+        saved = RunStore.open(resume).info()["config"]
+        cfg = SynthConfig(**{**saved, "concurrency": cfg.concurrency})
+    opened = open_domain(cfg.domain, trust=cfg.trust)
+    state["tools"] = [t.openai_schema() for t in opened.compiled.agent_tools()]
+    store, summary = run_eval(cfg, resume=resume, on_progress=on_progress, opened=opened, kind="synth",
+                              on_episode=on_episode)
+    path = state["path"] or (Path(cfg.output) if cfg.output else store.path / "sft.jsonl")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    stats = synth_stats(store, path)
+    (path.parent / (path.stem + ".stats.json")).write_text(json.dumps(stats, indent=2))
+    store.update(summary={**summary, "synth": stats})
+    return store, stats
+
+
+def synth_stats(store: RunStore, path: Path) -> dict[str, Any]:
+    eps = store.episodes()
+    records = read_jsonl(path)
+    per_task: dict[str, dict[str, int]] = {}
+    for e in eps:
+        row = per_task.setdefault(e["task_id"], {"total": 0, "successes": 0, "kept": 0})
+        row["total"] += 1
+        row["successes"] += int(e["success"])
+    for r in records:
+        if r.get("task_id") in per_task:
+            per_task[r["task_id"]]["kept"] += 1
+    turns = [sum(1 for m in r["messages"] if m["role"] == "assistant") for r in records]
+    chars = [sum(len(m.get("content") or "") for m in r["messages"]) for r in records]
+    return {"output": str(path), "episodes": len(eps), "successes": sum(int(e["success"]) for e in eps),
+            "kept": len(records), "duplicates_dropped": sum(int(e["success"]) for e in eps) - len(records),
+            "avg_assistant_turns": sum(turns) / len(turns) if turns else 0,
+            "avg_chars": sum(chars) / len(chars) if chars else 0,
+            "agent_completion_tokens": sum(e["completion_tokens"] or 0 for e in eps), "per_task": per_task}
