@@ -212,7 +212,10 @@ def load_tokenizer(path: Path | str):
 
     cfg_file = Path(path) / "tokenizer_config.json"
     cls_name = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
-    if cls_name == "PreTrainedTokenizerFast" or (Path(path) / "tokenizer.json").is_file() and cls_name is None:
+    # transformers 5 saves a generic fast tokenizer as "TokenizersBackend"; AutoTokenizer then picks
+    # Qwen2Tokenizer from config.json, whose Qwen regex and NFC normalizer replace the saved ones
+    generic = ("PreTrainedTokenizerFast", "TokenizersBackend")
+    if cls_name in generic or (Path(path) / "tokenizer.json").is_file() and cls_name is None:
         tok = PreTrainedTokenizerFast.from_pretrained(path)
     else:
         tok = AutoTokenizer.from_pretrained(path)
@@ -230,14 +233,26 @@ class LocalLM:
         torch = _torch()
         from transformers import AutoModelForCausalLM
 
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        model.eval()
+        self._attach(model, load_tokenizer(path), path)
+
+    @classmethod
+    def from_model(cls, model, tokenizer) -> LocalLM:
+        """Wrap a model already in memory (GRPO generates with the policy being trained)."""
+        self = cls.__new__(cls)
+        self._attach(model, tokenizer, getattr(model, "name_or_path", "policy"))
+        return self
+
+    def _attach(self, model, tokenizer, path) -> None:
         self.path = path
-        self.tokenizer = load_tokenizer(path)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(self.device)
-        self.model.eval()
-        self.eos_id = self.tokenizer.convert_tokens_to_ids(IM_END)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = str(next(model.parameters()).device)
+        self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

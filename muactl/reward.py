@@ -65,6 +65,24 @@ def gold_hash(task, domain) -> str:
     return _GOLD[key]
 
 
+def _row_set(env) -> set[tuple]:
+    return {(table, repr(tuple(sorted(row.items())))) for table in env.domain.tables for row in env.rows(table)}
+
+
+class GoldDistance:
+    """How many rows differ between a state and the task's gold end state (for turn-level shaping)."""
+
+    def __init__(self, task, domain):
+        env = domain.environment()
+        env.replay(task.task.setup)
+        env.replay(task.task.expect.actions)
+        self.gold = _row_set(env)
+        env.close()
+
+    def distance(self, env) -> int:
+        return len(_row_set(env) ^ self.gold)
+
+
 def _norm(text: str) -> str:
     import re
 

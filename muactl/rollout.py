@@ -8,7 +8,7 @@ Agent text goes to the user; agent tool calls go to the sandbox and the results 
 user text goes to the agent. The user simulator never sees tool calls. An episode ends on a user stop
 token, a transfer, out-of-scope, max turns, too many tool errors, a timeout, or an agent/infra error.
 Many episodes run at once (`run_many`): API calls overlap up to a concurrency limit, and local-model
-agents batch the turns of all waiting episodes into one generate call (see agents/hf.py).
+agents batch the turns of all waiting episodes into one generate call (see agents/local.py).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class RolloutConfig:
     timeout_s: float = 600.0
     opening: str | None = None  # "agent" (the domain's greeting) or "user"; None: greeting if the domain has one
     seed: int = 0
+    track_progress: bool = False  # record each write's distance to the gold end state (turn-level shaping)
 
 
 @dataclass
@@ -129,6 +130,11 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     if agent.keeps_tokens:
         ctx.trace = TokenTrace()
     ep = Episode(task.task.id, trial, seed, messages, "agent_error")
+    progress = None
+    if cfg.track_progress:
+        from .reward import GoldDistance
+
+        progress = GoldDistance(task, domain)
     timing = {"agent": 0.0, "user": 0.0, "tools": 0.0}
     start = time.perf_counter()
 
@@ -174,31 +180,30 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
             if out.error:
                 msg["malformed"] = out.error
             await emit(msg)
+            for call in calls:  # well-formed calls run even when another part of the reply was malformed
+                t0 = time.perf_counter()
+                before = progress.distance(env) if progress else None
+                result = await env.acall(call["name"], call["arguments"])
+                timing["tools"] += time.perf_counter() - t0
+                ep.tool_calls += 1
+                ep.tool_errors += result.error
+                record = {"turn": ep.turns, "tool": call["name"], "error": result.error, "changed": result.changed}
+                if progress and result.changed:
+                    record.update(distance_before=before, distance_after=progress.distance(env))
+                ep.records.append(record)
+                await emit({"role": "tool", "tool_call_id": call["id"], "name": call["name"],
+                            "content": result.content, "error": result.error})
+                if result.transfer:
+                    return "transfer"
             if out.error:
                 ep.tool_errors += 1
                 ep.records.append({"turn": ep.turns, "tool": None, "error": True, "changed": False, "malformed": True})
                 await emit({"role": "tool", "content": f"Error: your reply could not be parsed: {out.error}. "
                             "Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, or write a message."})
-                if ep.tool_errors > cfg.max_tool_errors:
-                    return "too_many_errors"
-                continue
-            if not calls:
-                next_is_user = True
-                continue
-            for call in calls:
-                t0 = time.perf_counter()
-                result = await env.acall(call["name"], call["arguments"])
-                timing["tools"] += time.perf_counter() - t0
-                ep.tool_calls += 1
-                ep.tool_errors += result.error
-                ep.records.append({"turn": ep.turns, "tool": call["name"], "error": result.error,
-                                   "changed": result.changed})
-                await emit({"role": "tool", "tool_call_id": call["id"], "name": call["name"],
-                            "content": result.content, "error": result.error})
-                if result.transfer:
-                    return "transfer"
             if ep.tool_errors > cfg.max_tool_errors:
                 return "too_many_errors"
+            if not calls and not out.error:
+                next_is_user = True
 
     try:
         ep.termination = await asyncio.wait_for(loop(), timeout=cfg.timeout_s)

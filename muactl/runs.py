@@ -42,8 +42,10 @@ class RunStore:
     # ------------------------------------------------------------ create / open
 
     @classmethod
-    def create(cls, kind: str, domain: str, config: dict[str, Any], run_id: str | None = None) -> RunStore:
-        path = runs_dir() / (run_id or new_run_id(kind, domain))
+    def create(cls, kind: str, domain: str, config: dict[str, Any], run_id: str | None = None,
+               path: Path | None = None) -> RunStore:
+        """A new run folder: runs/<run_id>, or `path` (a stage's folder inside a pipeline run)."""
+        path = path or runs_dir() / (run_id or new_run_id(kind, domain))
         path.mkdir(parents=True, exist_ok=False)
         (path / "config.yaml").write_text(_yaml(config))
         store = cls(path)

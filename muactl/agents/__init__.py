@@ -8,7 +8,7 @@ __all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "make_agent"]
 
 
 def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,
-               timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64) -> Agent:
+               timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64, backoff_s: float = 1.0) -> Agent:
     """'oracle' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini, hosted_vllm/x ...)."""
     if spec == "oracle":
         from .oracle import OracleAgent
@@ -26,4 +26,5 @@ def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0,
     from ..llm import LLMConfig
     from .api import APIAgent
 
-    return APIAgent(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries))
+    return APIAgent(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries,
+                              backoff_s=backoff_s))

@@ -87,6 +87,9 @@ def parse_assistant(text: str) -> Parsed:
         except json.JSONDecodeError as e:
             errors.append(f"the tool call is not valid JSON ({e.msg})")
             continue
+        except RecursionError:  # a degenerate generation like "[[[[..." nests past json's recursion limit
+            errors.append("the tool call is not valid JSON (nested too deeply)")
+            continue
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             errors.append('a tool call must be {"name": ..., "arguments": {...}}')
             continue
@@ -94,7 +97,7 @@ def parse_assistant(text: str) -> Parsed:
         if isinstance(args, str):
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 pass
         if not isinstance(args, dict):
             errors.append(f"the arguments of {obj['name']} must be a JSON object")

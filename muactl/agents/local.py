@@ -13,6 +13,7 @@ then runs one generate call for all of them.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from typing import Any, Callable
 
 from .base import Agent, AgentError, AgentReply
@@ -27,15 +28,15 @@ class Batcher:
     def __init__(self, generate: Generate, max_batch: int = 64):
         self.generate = generate
         self.max_batch = max_batch
-        self.pending: list[tuple[list[int], asyncio.Future]] = []
+        self.pending: list[tuple[list[int], int, asyncio.Future]] = []  # (prompt, episode seed, result)
         self.running = False
         self.calls = 0  # generate calls made (the benchmark reports batch sizes)
         self.batch_sizes: list[int] = []
 
     async def submit(self, prompt: list[int], max_new_tokens: int, temperature: float, seed: int) -> tuple[list[int], list[float]]:
         fut = asyncio.get_running_loop().create_future()
-        self.pending.append((prompt, fut))
-        self._params = (max_new_tokens, temperature, seed)
+        self.pending.append((prompt, seed, fut))
+        self._params = (max_new_tokens, temperature)
         if not self.running:
             self.running = True
             asyncio.ensure_future(self._drain())
@@ -49,19 +50,22 @@ class Batcher:
                     await asyncio.sleep(0)
                     stable = stable + 1 if len(self.pending) == last else 0
                     last = len(self.pending)
+                # arrival order can differ between runs (thread and lock wake-ups), so the batch's order
+                # and sampling seed come from its contents: same episodes, same seeds, same samples
+                self.pending.sort(key=lambda item: (item[1], len(item[0]), item[0]))
                 batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
-                max_new, temperature, seed = self._params
+                max_new, temperature = self._params
+                seed = zlib.crc32(repr([(s, len(p)) for p, s, _ in batch]).encode())
                 self.calls += 1
                 self.batch_sizes.append(len(batch))
                 try:
-                    results = await asyncio.to_thread(self.generate, [p for p, _ in batch], max_new, temperature,
-                                                      seed + self.calls)
+                    results = await asyncio.to_thread(self.generate, [p for p, _, _ in batch], max_new, temperature, seed)
                 except Exception as e:  # every waiting episode ends as agent_error, none hangs
-                    for _, fut in batch:
+                    for _, _, fut in batch:
                         if not fut.done():
                             fut.set_exception(AgentError(f"generation failed: {type(e).__name__}: {e}"))
                     continue
-                for (_, fut), res in zip(batch, results):
+                for (_, _, fut), res in zip(batch, results):
                     if not fut.done():
                         fut.set_result(res)
         finally:
@@ -94,7 +98,9 @@ class LocalAgent(Agent):
     def extend_trace(self, ctx) -> list[int]:
         """Append template ids for every message since the last generation; return the prompt ids."""
         trace = ctx.trace
-        if trace.ids and trace.mask[-1] == 1:  # the template's newline after our last <|im_end|>
+        # the template's newline after our last <|im_end|>, whether sampled or added after a cut
+        # (so not `mask[-1] == 1`: a turn cut at max_new_tokens ends with an unsampled <|im_end|>)
+        if trace.ids and trace.ids[-1] == self.eos_id:
             trace.add(self._encode(AFTER_TURN), sampled=False)
         new = ctx.messages[trace.rendered_upto:]
         if new:

@@ -44,8 +44,9 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
     return Dataset.from_list(rows), skipped
 
 
-def run_sft(cfg, store: RunStore, data_path: Path, log=print) -> tuple[Path, dict[str, Any]]:
-    """Train cfg.model on data_path; checkpoints under the run folder; returns checkpoint-final."""
+def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
+    (default runs/<id>/checkpoint-final) and the stage's figures."""
     from ..models import _torch, load_tokenizer, resolve
     from ..validate import open_domain
     from .synth import read_jsonl
@@ -96,7 +97,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print) -> tuple[Path, dic
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=str(last) if last else None)
     seconds = time.perf_counter() - t0
-    final = store.path / "checkpoint-final"
+    final = final or store.path / "checkpoint-final"
     model_out = trainer.model
     if cfg.sft.lora:
         model_out = model_out.merge_and_unload()

@@ -4,12 +4,16 @@ is real. Faults are injected per request: HTTP errors, delays, malformed bodies.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
+import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -29,10 +33,15 @@ class FakeOpenAI:
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.inflight = 0
+        self.max_inflight = 0  # the most requests the server was answering at once
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes; with Nagle on, the body waits for a delayed
+            # ACK (~40 ms per request), which would swamp every timing measured against this server
+            disable_nagle_algorithm = True
 
             def log_message(self, *a):  # keep test output clean
                 pass
@@ -41,6 +50,17 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with server.lock:
                     server.requests.append(body)
+                    server.inflight += 1
+                    server.max_inflight = max(server.max_inflight, server.inflight)
+                try:
+                    self._answer(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                    pass
+                finally:
+                    with server.lock:
+                        server.inflight -= 1
+
+            def _answer(self, body):
                 reply = server.responder(body)
                 if reply.delay:
                     time.sleep(reply.delay)
@@ -56,9 +76,19 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 512  # the default backlog of 5 refuses connections at concurrency 128
+
+            def handle_error(self, request, client_address):
+                import sys
+
+                if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+                    return  # a client that hung up (timeout or Ctrl-C tests) is not a server bug
+                super().handle_error(request, client_address)
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def base(self) -> str:
@@ -74,8 +104,11 @@ class FakeOpenAI:
 
 
 def _completion(request: dict, reply: Reply) -> dict:
-    calls = [{"id": f"call_{i}_{time.monotonic_ns()}", "type": "function",
-              "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+    # ids derive from the request, so the same conversation gets the same ids (reproducibility tests)
+    digest = hashlib.sha256(json.dumps(request.get("messages"), sort_keys=True).encode()).hexdigest()[:12]
+    calls = [{"id": f"call_{digest}_{i}", "type": "function",
+              "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
+                           else json.dumps(c["arguments"])}}
              for i, c in enumerate(reply.tool_calls)]
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if calls:
@@ -109,3 +142,105 @@ def oracle_like_agent(domain_tasks: dict[str, Any]) -> Callable[[dict], Reply]:
         return Reply(content=f"All done. {said}".strip())
 
     return respond
+
+
+def is_tool_request(body: dict) -> bool:
+    """Requests of the simulated-tool player (muactl/env/simulated.py)."""
+    system = body["messages"][0]["content"] if body.get("messages") else ""
+    return system.startswith("You are simulating one tool")
+
+
+def _section(system: str, title: str) -> str:
+    m = re.search(rf"^# {re.escape(title)}\n(.*?)(?=\n\n# |\Z)", system, re.DOTALL | re.MULTILINE)
+    return m.group(1).strip() if m else ""
+
+
+def user_goal(body: dict) -> dict[str, str]:
+    """The goal, known facts and persona a user-simulator request carries in its system prompt."""
+    system = body["messages"][0]["content"]
+    return {"reason": _section(system, "Your goal"), "known": _section(system, "What you know"),
+            "unknown": _section(system, "What you do not know"), "persona": _section(system, "Your personality")}
+
+
+def opening_line(task) -> str:
+    """What the fake LLM user says first: its goal and known facts (the fake agent finds the task by it)."""
+    return " ".join(f"{task.user.reason} {task.user.known or ''}".split())
+
+
+def fake_user(body: dict) -> Reply:
+    """An LLM user that states its goal and known facts, then stops when the agent is done."""
+    goal = user_goal(body)
+    msgs = body["messages"]
+    said = [m for m in msgs[1:] if m["role"] == "assistant"]
+    last_agent = next((m["content"] for m in reversed(msgs) if m["role"] == "user"), "")
+    if not said:
+        return Reply(content=" ".join(f"{goal['reason']} {goal['known']}".split()))
+    if "All done" in last_agent or "Goodbye" in last_agent:
+        return Reply(content="Thank you! ###STOP###")
+    return Reply(content=goal["known"] or "I don't know.")
+
+
+def gold_agent(tasks) -> Responder:
+    """An API agent that recognises the task from the user's opening line (see fake_user), replays its
+    gold actions one tool call per turn, then says its required outputs and "All done"."""
+    by_line: dict[str, Any] = {}
+    for t in tasks:
+        by_line.setdefault(opening_line(t), t)
+
+    def respond(body: dict) -> Reply:
+        msgs = body["messages"]
+        first_user = next((m["content"] for m in msgs if m["role"] == "user"), "")
+        task = by_line.get(" ".join(first_user.split()))
+        if task is None:
+            return Reply(content="Sorry, I cannot help with that. Goodbye.")
+        done = sum(1 for m in msgs if m["role"] == "tool")
+        if done < len(task.expect.actions):
+            (name, args), = task.expect.actions[done].items()
+            return Reply(tool_calls=[{"name": name, "arguments": args}])
+        return Reply(content=" ".join(f"All done. {'; '.join(task.expect.outputs)}".split()))
+
+    return respond
+
+
+def two_sided(agent: Responder, user: Responder = fake_user, tool: Responder | None = None) -> Responder:
+    """One server playing the agent, the user and (optionally) simulated tools, told apart by prompt."""
+
+    def respond(body: dict) -> Reply:
+        if is_user_request(body):
+            return user(body)
+        if tool is not None and is_tool_request(body):
+            return tool(body)
+        return agent(body)
+
+    return respond
+
+
+def do_nothing_agent(body: dict) -> Reply:
+    return Reply(content="Goodbye.")
+
+
+class Faulty:
+    """Wraps a responder and injects faults: the first `first` requests get `fault`; after that each
+    request gets one of `faults` with probability `p` (seeded). Counts what it injected."""
+
+    def __init__(self, base: Responder, fault: Reply | None = None, first: int = 0,
+                 faults: list[Reply] | None = None, p: float = 0.0, seed: int = 0,
+                 only: Callable[[dict], bool] | None = None):
+        self.base, self.fault, self.first, self.faults, self.p = base, fault, first, faults or [], p
+        self.only = only  # inject only into requests this accepts
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.seen = 0
+        self.injected = 0
+
+    def __call__(self, body: dict) -> Reply:
+        if self.only is None or self.only(body):
+            with self.lock:
+                self.seen += 1
+                if self.fault is not None and self.seen <= self.first:
+                    self.injected += 1
+                    return self.fault
+                if self.faults and self.rng.random() < self.p:
+                    self.injected += 1
+                    return self.rng.choice(self.faults)
+        return self.base(body)

@@ -1,0 +1,121 @@
+"""`muactl train CONFIG`: the MUA-RL recipe in one run folder.
+
+    synth (cold-start data) -> sft -> grpo -> eval (base, after SFT, after GRPO)
+
+Each stage named in `stages` runs in order; a finished stage is recorded in runs/<id>/stages.json and
+skipped when the run is resumed (`--resume RUN_ID`), and a stage that was cut off resumes from its own
+checkpoints (synth and eval skip finished episodes; sft and grpo restart from their last checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .runs import RunStore
+
+
+def _state(store: RunStore) -> dict[str, Any]:
+    f = store.path / "stages.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def _save_state(store: RunStore, state: dict[str, Any]) -> None:
+    tmp = store.path / "stages.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(store.path / "stages.json")
+
+
+def local_agent(model: str) -> str:
+    return model if model.startswith(("hf:", "vllm:")) else f"hf:{model}"
+
+
+def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
+                 on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    from .evaluate import EvalConfig, run_eval
+    from .train.synth import SynthConfig, run_synth
+
+    state = _state(store)
+    stages = list(cfg.stages)
+    unknown = set(stages) - {"synth", "sft", "grpo", "eval"}
+    if unknown:
+        from .errors import UsageError
+
+        raise UsageError(f"unknown stages {sorted(unknown)}: use synth, sft, grpo, eval")
+    model = str(cfg.model.name)
+
+    if "synth" in stages and "synth" not in state:
+        s = cfg.synth
+        split, ids = (s.tasks, []) if isinstance(s.tasks, str) else (None, list(s.tasks))
+        scfg = SynthConfig(domain=cfg.domain, agent=s.agent, user=_user_spec(cfg), split=split, tasks=ids,
+                           trials=s.trials, concurrency=s.concurrency, seed=cfg.seed, trust=cfg.trust,
+                           output=s.output or str(store.path / "sft.jsonl"), tools=s.tools, tool_model=s.tool_model,
+                           user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
+        log("== synth: cold-start data from the teacher")
+        sub = _substore(store, "synth", cfg, asdict_cfg=scfg)
+        _, stats = run_synth(scfg, resume=sub, on_progress=on_progress)
+        state["synth"] = {"data": stats["output"], "kept": stats["kept"], "episodes": stats["episodes"]}
+        _save_state(store, state)
+
+    data = cfg.data or state.get("synth", {}).get("data")
+    if "sft" in stages and "sft" not in state:
+        from .errors import UsageError
+        from .train.sft import run_sft
+
+        if not data:
+            raise UsageError("the sft stage needs data=FILE.jsonl or a synth stage before it")
+        log("== sft: supervised fine-tuning on the kept episodes")
+        final, stats = run_sft(cfg, store, Path(data), log=log, final=store.path / "sft" / "checkpoint-final")
+        state["sft"] = {"checkpoint": str(final), **stats}
+        _save_state(store, state)
+
+    start = state.get("sft", {}).get("checkpoint", model)
+    if "grpo" in stages and "grpo" not in state:
+        from .train.grpo import run_grpo
+
+        log(f"== grpo: {cfg.grpo.steps} steps, {cfg.grpo.group_size} rollouts per task, from {start}")
+        final, stats = run_grpo(cfg, store, start, log=log, final=store.path / "grpo" / "checkpoint-final")
+        state["grpo"] = {"checkpoint": str(final), **stats}
+        _save_state(store, state)
+
+    if "eval" in stages:
+        rows = state.setdefault("eval", {})
+        models = [("base", model)]
+        if "sft" in state:
+            models.append(("sft", state["sft"]["checkpoint"]))
+        if "grpo" in state:
+            models.append(("grpo", state["grpo"]["checkpoint"]))
+        for label, ref in models:
+            if label in rows:
+                continue
+            e = cfg.eval
+            ecfg = EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=e.split,
+                              trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
+                              max_new_tokens=cfg.model.max_new_tokens, trust=cfg.trust,
+                              user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
+            log(f"== eval: {label} ({ref}) on the {e.split} split")
+            sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
+            _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
+            rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "avg_turns",
+                                                                          "tool_error_rate", "episodes")}}
+            _save_state(store, state)
+    return state
+
+
+def _user_spec(cfg) -> str:
+    return "scripted" if cfg.user.kind == "scripted" else str(cfg.user.model)
+
+
+def _substore(store: RunStore, name: str, cfg, asdict_cfg) -> str:
+    """A stage's own run folder inside the pipeline's (runs/<id>/<name>/), created once, then resumed."""
+    from dataclasses import asdict
+
+    path = store.path / name
+    if not (path / "runs.sqlite").is_file():
+        RunStore.create(name, str(cfg.domain), asdict(asdict_cfg), path=path)
+    return str(path)
+
+
+def before_after_table(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"stage": label, **row} for label, row in state.get("eval", {}).items()]

@@ -1,0 +1,268 @@
+"""GRPO with the simulated user in the loop (MUA-RL's RL phase), on TRL's GRPOTrainer.
+
+Each training prompt names a task. TRL repeats it `group_size` times and hands the batch to
+`rollout_func`, which runs that many full conversations with the current policy through the episode
+engine (policy <-> simulated user <-> tools on a sandboxed database) and returns, per episode:
+
+    prompt_ids      everything before the policy's first sampled token (system, tools, greeting, user)
+    completion_ids  the rest of the conversation: the policy's turns AND the user/tool turns between them
+    env_mask        1 on tokens the policy sampled (its turns and their <|im_end|>), 0 on user/tool tokens
+    logprobs        the sampling logprobs (0 where env_mask is 0)
+
+so the policy-gradient loss touches only the policy's own tokens while conditioning on everything.
+Steps: rollout (this file) -> rewards -> group-normalized advantages and the clipped update (TRL).
+
+Rewards:
+- binary (default, MUA-RL): 1 if the task succeeded (DESIGN.md "Reward"), else 0.
+- userrl (UserRL's turn-level shaping): per-turn rewards r_t from the episode's records,
+      r_t = (d_{t-1} - d_t) / max(d_0, 1)  - 0.1 * [tool error in turn t],  plus the task reward on the last turn,
+  where d_t is the number of rows that differ from the gold end state after turn t. Turn credit:
+      equalized:   c_t = (1/T) * sum_k r_k                       (every turn the same)
+      exponential: c_t = gamma^(T-t) * r_t                        (later turns weigh more)
+      r2g:         c_t = sum_{k>=t} gamma^(k-t) * r_k             (reward-to-go)
+  Trajectory score: mean_t c_t, or r2g: c_1 (the discounted return from the first turn).
+  TRL normalizes the scores within each group (mean and std), which gives the advantage.
+Departures from the paper: advantages are per sequence (TRL), so turn credit acts through the
+trajectory score rather than per-token advantages. Episodes that end in infra_error get reward None
+(TRL drops them from the group baseline, their advantage is 0) and an all-zero env_mask.
+Groups whose rewards are all equal carry no signal; they are counted, and with
+`resample_equal_groups` re-run once with a new seed (DAPO's dynamic sampling, simplified).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..runs import RunStore
+
+
+# ---------------------------------------------------------------- userrl shaping
+
+
+def turn_rewards(records: list[dict[str, Any]], turns: int, final: float) -> list[float]:
+    """Per agent turn: progress toward the gold state minus a small penalty per tool error; the task
+    reward lands on the last turn."""
+    out = [0.0] * max(1, turns)
+    d0 = next((r["distance_before"] for r in records if "distance_before" in r), None)
+    for r in records:
+        t = min(max(r["turn"] - 1, 0), len(out) - 1)
+        if "distance_before" in r and "distance_after" in r and d0:
+            out[t] += (r["distance_before"] - r["distance_after"]) / max(d0, 1)
+        if r.get("error"):
+            out[t] -= 0.1
+    out[-1] += final
+    return out
+
+
+def turn_credit(rewards: list[float], mode: str, gamma: float) -> list[float]:
+    T = len(rewards)
+    if mode == "equalized":
+        return [sum(rewards) / T] * T
+    if mode == "exponential":
+        return [gamma ** (T - 1 - t) * r for t, r in enumerate(rewards)]
+    if mode == "r2g":
+        out, g = [0.0] * T, 0.0
+        for t in range(T - 1, -1, -1):
+            g = rewards[t] + gamma * g
+            out[t] = g
+        return out
+    raise ValueError(f"unknown turn_credit '{mode}' (equalized | exponential | r2g)")
+
+
+def trajectory_score(credits: list[float], mode: str) -> float:
+    if mode == "mean":
+        return sum(credits) / len(credits)
+    if mode == "r2g":
+        return credits[0]
+    raise ValueError(f"unknown trajectory_score '{mode}' (mean | r2g)")
+
+
+def episode_reward(ep, g) -> float | None:
+    if ep.termination == "infra_error":
+        return None
+    if g.reward == "binary":
+        return float(ep.reward)
+    if g.reward == "userrl":
+        rewards = turn_rewards(ep.records, ep.turns, float(ep.reward))
+        return trajectory_score(turn_credit(rewards, g.turn_credit, g.gamma), g.trajectory_score)
+    raise ValueError(f"unknown grpo.reward '{g.reward}' (binary | userrl)")
+
+
+# ---------------------------------------------------------------- rollouts
+
+
+class Rollouts:
+    """The rollout_func: task ids in, token-exact episodes out (see the module docstring)."""
+
+    def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, log=print):
+        self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.log = cfg, opened, store, tokenizer, make_user, log
+        self.tasks = {t.task.id: t for t in opened.tasks}
+        self.calls = 0
+        self.last_metrics: dict[str, float] = {}
+
+    def __call__(self, prompts: list, trainer) -> dict[str, list]:
+        from ..agents.local import HFAgent
+        from ..models import LocalLM
+        from ..rollout import Job, RolloutConfig, run_many
+
+        g = self.cfg.grpo
+        t0 = time.perf_counter()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        lm = LocalLM.from_model(model, self.tokenizer)
+        task_ids = [_task_id(p) for p in prompts]
+        step = trainer.state.global_step
+        rcfg = RolloutConfig(max_turns=g.max_turns, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls,
+                             track_progress=g.reward == "userrl")
+        self.calls += 1
+        jobs = [Job(self.tasks[tid], trial=i) for i, tid in enumerate(task_ids)]
+        agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens, max_batch=len(jobs))
+        was_training = model.training
+        model.eval()
+        try:
+            episodes = self._run(run_many, jobs, agent, rcfg)
+            groups = _groups(episodes, g.group_size)
+            equal = [i for i, grp in enumerate(groups) if len({e.reward for e in grp}) == 1]
+            if g.resample_equal_groups and equal:
+                redo = [job for i in equal for job in jobs[i * g.group_size:(i + 1) * g.group_size]]
+                rcfg.seed += 7919
+                again = self._run(run_many, redo, agent, rcfg)
+                for k, i in enumerate(equal):
+                    groups[i] = again[k * g.group_size:(k + 1) * g.group_size]
+                episodes = [e for grp in groups for e in grp]
+        finally:
+            if was_training:
+                model.train()
+        gen_s = time.perf_counter() - t0
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "episode_reward": []}
+        for ep in episodes:
+            tr = ep.trace
+            if tr is None or not tr.prompt_len:  # the policy never generated (setup failure): nothing to learn
+                ids, mask, lps, plen = (tr.ids if tr else [self.tokenizer.eos_token_id]), None, None, None
+            else:
+                ids, mask, lps, plen = tr.ids, tr.mask, tr.logprobs, tr.prompt_len
+            if plen is None:
+                out["prompt_ids"].append(list(ids))
+                out["completion_ids"].append([self.tokenizer.eos_token_id])
+                out["logprobs"].append([0.0])
+                out["env_mask"].append([0])
+            else:
+                out["prompt_ids"].append(list(ids[:plen]))
+                out["completion_ids"].append(list(ids[plen:]))
+                out["logprobs"].append(list(lps[plen:]))
+                out["env_mask"].append(list(mask[plen:]) if ep.termination != "infra_error" else [0] * (len(ids) - plen))
+            out["episode_reward"].append(episode_reward(ep, g))
+        for ep in episodes:
+            self.store.save_episode(ep, step=step + 1, keep_trace=False)
+        counted = [e for e in episodes if e.termination != "infra_error"]
+        calls = sum(e.tool_calls for e in counted)
+        self.last_metrics = {
+            "rollout/success": sum(e.reward for e in counted) / max(1, len(counted)),
+            "rollout/turns": sum(e.turns for e in counted) / max(1, len(counted)),
+            "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
+            "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
+            "rollout/all_equal_groups": float(len(equal)),
+            "rollout/infra_errors": float(len(episodes) - len(counted)),
+            "rollout/policy_tokens": sum(sum(m) for m in out["env_mask"]) / max(1, len(episodes)),
+            "rollout/sequence_tokens": sum(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])) / max(1, len(episodes)),
+            "time/generation_s": gen_s,
+        }
+        for k, v in self.last_metrics.items():  # TRL logs these with its own (reward, kl, entropy ...)
+            trainer._metrics["train"][k].append(v)
+        return out
+
+    def _run(self, run_many, jobs, agent, rcfg):
+        return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs)))
+
+
+def _task_id(prompt: Any) -> str:
+    if isinstance(prompt, list):
+        return prompt[-1]["content"]
+    return str(prompt)
+
+
+def _groups(episodes: list, size: int) -> list[list]:
+    return [episodes[i:i + size] for i in range(0, len(episodes), size)]
+
+
+def reward_from_episode(prompts, completions, episode_reward, **kwargs) -> list[float | None]:
+    """TRL reward function: the rollout already scored each episode."""
+    return list(episode_reward)
+
+
+# ---------------------------------------------------------------- training
+
+
+def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
+             final: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from ..env.user import make_user
+    from ..models import _torch, load_tokenizer, resolve
+    from ..validate import open_domain
+
+    torch = _torch()
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    g = cfg.grpo
+    opened = open_domain(cfg.domain, trust=cfg.trust)
+    split = cfg.synth.tasks if isinstance(cfg.synth.tasks, str) else "train"
+    tasks = [t for t in opened.tasks if t.split == split] or opened.tasks
+    path = resolve(str(model_path), opened.compiled)
+    tokenizer = load_tokenizer(path)
+    cuda = torch.cuda.is_available()
+    dtype = getattr(torch, cfg.model.dtype) if cfg.model.dtype else (torch.bfloat16 if cuda else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t.task.id}]} for t in tasks])
+    out_dir = store.path / "grpo"
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "grpo")
+    batch = g.group_size * g.tasks_per_step
+    args = GRPOConfig(
+        output_dir=str(out_dir), max_steps=g.steps, learning_rate=g.lr, beta=g.beta, epsilon=g.epsilon,
+        temperature=g.temperature, num_generations=g.group_size, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=g.grad_accum, generation_batch_size=batch * g.grad_accum,
+        max_completion_length=g.max_turns * (g.max_new_tokens + 256), logging_steps=1, save_steps=g.save_steps,
+        save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed, report_to=["tensorboard"], use_cpu=not cuda,
+        bf16=cuda and dtype == torch.bfloat16, loss_type="dapo", scale_rewards="group", log_completions=False,
+        disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", shuffle_dataset=True,
+    )
+    user_cfg = cfg.user
+    rollouts = Rollouts(cfg, opened, store, tokenizer,
+                        (lambda: make_user("scripted")) if user_cfg.kind == "scripted" else
+                        (lambda: make_user(user_cfg.model, api_base=user_cfg.api_base, temperature=user_cfg.temperature)),
+                        log)
+    peft_config = None
+    if g.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
+
+    class ToRunStore(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs:
+                store.log_metrics(state.global_step, {k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
+
+    trainer = GRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,
+                          processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
+                          callbacks=[ToRunStore()])
+    from .sft import _last_checkpoint
+
+    last = _last_checkpoint(out_dir)
+    if last:
+        log(f"grpo: resuming from {last}")
+    t0 = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(last) if last else None)
+    seconds = time.perf_counter() - t0
+    final = final or store.path / "checkpoint-final"
+    model_out = trainer.model.merge_and_unload() if g.lora else trainer.model
+    model_out.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    stats = {"steps": result.global_step, "seconds": round(seconds, 1), "train_loss": result.training_loss}
+    log(f"grpo: {stats}")
+    return final, stats

@@ -1,0 +1,231 @@
+"""`muactl eval` and `muactl runs`: pass^k, the run directory, resume after Ctrl-C, and what the
+commands print. Real domains, real SQLite; the agents here are the oracle and a do-nothing one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from math import comb
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from muactl.agents.base import Agent, AgentReply
+from muactl.agents.oracle import _writes
+from muactl.cli import app
+from muactl.env.user import ScriptedUser
+from muactl.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
+from muactl.rollout import Job, RolloutConfig, run_many
+from muactl.runs import RunStore
+from muactl.validate import open_domain
+
+runner = CliRunner()
+WIDE = {"COLUMNS": "220"}  # rich tables would truncate run ids at 80 columns
+
+
+@pytest.fixture(autouse=True)
+def runs_root(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("MUACTL_RUNS", str(root))
+    monkeypatch.chdir(tmp_path)
+    return root
+
+
+# ---------------------------------------------------------------- pass^k
+
+
+def test_pass_hat_k_against_hand_computed_values():
+    one = {"t": (4, 2)}  # 4 trials, 2 successes
+    assert pass_hat_k(one, 1) == pytest.approx(0.5)
+    assert pass_hat_k(one, 2) == pytest.approx(1 / 6)  # C(2,2)/C(4,2): both drawn trials succeed
+    assert pass_hat_k(one, 3) == 0.0 and pass_hat_k(one, 4) == 0.0
+    many = {"a": (4, 2), "b": (4, 4), "c": (4, 0), "d": (4, 3)}
+    assert pass_hat_k(many, 1) == pytest.approx((2 / 4 + 1 + 0 + 3 / 4) / 4)
+    assert pass_hat_k(many, 2) == pytest.approx((1 / 6 + 1 + 0 + 3 / 6) / 4)
+    assert pass_hat_k(many, 3) == pytest.approx((0 + 1 + 0 + 1 / 4) / 4)
+    assert pass_hat_k(many, 4) == pytest.approx(1 / 4)
+    # tasks with fewer than k counted trials say nothing about pass^k
+    assert pass_hat_k({"a": (1, 1), "b": (3, 1)}, 2) == pytest.approx(comb(1, 2) / comb(3, 2))
+    assert pass_hat_k({"a": (1, 1)}, 2) is None and pass_hat_k({}, 1) is None
+
+
+def test_summarize_excludes_infra_errors_from_pass_k():
+    def row(task, success, termination="user_stop"):
+        return {"task_id": task, "success": int(success), "reward": float(success), "termination": termination,
+                "tool_calls": 2, "tool_errors": 0, "turns": 3, "prompt_tokens": 10, "completion_tokens": 5, "cost": 0.0}
+
+    eps = [row("a", 1), row("a", 0, "max_turns"), row("a", 0, "infra_error"), row("a", 1),
+           row("b", 0, "infra_error"), row("b", 0, "infra_error")]
+    s = summarize(eps, 3)
+    assert s["episodes"] == 6 and s["counted"] == 3 and s["infra_errors"] == 3 and s["tasks"] == 1
+    assert s["pass^1"] == pytest.approx(2 / 3) and s["pass^2"] == pytest.approx(1 / 3) and s["pass^3"] == 0.0
+    assert s["avg_reward"] == pytest.approx(2 / 3)
+    assert s["terminations"] == {"infra_error": 3, "max_turns": 1, "user_stop": 2}
+
+
+# ---------------------------------------------------------------- muactl eval
+
+
+def only_run(root: Path) -> Path:
+    run, = [p for p in root.iterdir() if p.is_dir()]
+    return run
+
+
+def test_cli_eval_bank_oracle_scripted_writes_the_run(runs_root):
+    r = runner.invoke(app, ["eval", "bank", "--agent", "oracle", "--user", "scripted"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    assert "pass^1" in r.output and "1.000" in r.output
+    run = only_run(runs_root)
+    assert {p.name for p in run.iterdir()} >= {"config.yaml", "runs.sqlite", "summary.json"}
+    assert f"muactl runs show {run.name}" in r.output
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["domain"] == "bank" and config["agent"] == "oracle" and config["user"] == "scripted"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["pass^1"] == 1.0 and summary["episodes"] == summary["counted"] == 20
+    store = RunStore.open(run.name)
+    assert store.info()["status"] == "finished"
+    assert len(store.episodes()) == 20 and all(e["reward"] == 1.0 for e in store.episodes())
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_cli_eval_retail_oracle_is_perfect_on_every_split(runs_root, split):
+    r = runner.invoke(app, ["eval", "retail", "--agent", "oracle", "--split", split, "--concurrency", "16"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    summary = json.loads((only_run(runs_root) / "summary.json").read_text())
+    assert summary["pass^1"] == 1.0 and summary["avg_reward"] == 1.0 and summary["infra_errors"] == 0
+    assert summary["episodes"] == {"train": 28, "test": 16}[split]
+
+
+class DoNothing(Agent):
+    """Never calls a tool; says goodbye to everything."""
+
+    name = "do-nothing"
+
+    async def act(self, ctx) -> AgentReply:
+        return AgentReply("Goodbye.")
+
+
+@pytest.mark.parametrize("domain", ["bank", "retail"])
+def test_do_nothing_agent_scores_0_on_every_task_that_writes(domain):
+    opened = open_domain(domain)
+    eps = asyncio.run(run_many([Job(t, 0) for t in opened.tasks], opened.compiled, DoNothing(), ScriptedUser,
+                               RolloutConfig(), concurrency=16))
+    reward = {e.task_id: e.reward for e in eps}
+    writing = [t.task.id for t in opened.tasks
+               if any(_writes(opened.compiled, next(iter(a))) for a in t.task.expect.actions)]
+    assert len(writing) >= 10
+    assert {t: reward[t] for t in writing} == {t: 0.0 for t in writing}
+    # By design a do-nothing agent passes the refusal tasks: their gold outcome is "no change" and they
+    # require no output, so declining is the right answer. Everything else it fails.
+    passed = {t for t, r in reward.items() if r == 1.0}
+    refusals = {t.task.id for t in opened.tasks if not t.task.expect.outputs and not t.task.expect.transfer
+                and t.task.id not in writing}
+    assert passed == refusals
+
+
+# ---------------------------------------------------------------- resume after Ctrl-C
+
+
+def test_ctrl_c_then_resume_finishes_the_rest_once(runs_root):
+    cfg = EvalConfig("bank", split="test", trials=2, concurrency=1)
+    seen = []
+
+    def ctrl_c_after_5(state):  # a real SIGINT, delivered while episodes are running
+        if state["last"] is not None:
+            seen.append(state["last"])
+            if len(seen) == 5:
+                signal.raise_signal(signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg, on_progress=ctrl_c_after_5)
+    run = only_run(runs_root)
+    store = RunStore.open(run.name)
+    info = store.info()
+    saved = store.episodes()
+    assert info["status"] == "interrupted" and 5 <= len(saved) < 40
+    assert info["summary"]["episodes"] == len(saved)  # the partial summary is written too
+    assert (run / "summary.json").is_file()
+    before = {(e["task_id"], e["trial"]): e["id"] for e in saved}
+
+    progress = []
+    store2, summary = run_eval(EvalConfig("bank", concurrency=8), resume=run.name, on_progress=progress.append)
+    assert store2.id == run.name
+    assert progress[0]["done"] == len(saved) and progress[-1]["done"] == 40  # it skipped the finished ones
+    rows = store2.episodes()
+    keys = [(e["task_id"], e["trial"]) for e in rows]
+    assert len(rows) == len(set(keys)) == 40
+    assert {k: i for k, i in before.items()} == {k: e["id"] for k, e in zip(keys, rows) if k in before}  # kept, not redone
+    assert summary["episodes"] == 40 and summary["pass^1"] == summary["pass^2"] == 1.0
+    assert store2.info()["status"] == "finished"
+    # the same final numbers as an uninterrupted run
+    _, clean = run_eval(EvalConfig("bank", split="test", trials=2, concurrency=8))
+    assert {k: clean[k] for k in ("pass^1", "pass^2", "episodes", "avg_reward")} == \
+           {k: summary[k] for k in ("pass^1", "pass^2", "episodes", "avg_reward")}
+    # resuming a finished run does nothing
+    _, again = run_eval(EvalConfig("bank"), resume=run.name)
+    assert again["episodes"] == 40 and len(RunStore.open(run.name).episodes()) == 40
+
+
+def test_cli_resume_uses_the_saved_config(runs_root):
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia", "move-quin"], trials=2))
+    with store.db.conn:  # as if the run had stopped before the second trials
+        store.db.execute("DELETE FROM messages WHERE episode_id IN (SELECT id FROM episodes WHERE trial = 1)")
+        store.db.execute("DELETE FROM episodes WHERE trial = 1")
+    r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)
+    assert r.exit_code == 0, r.output
+    rows = RunStore.open(store.id).episodes()
+    assert sorted((e["task_id"], e["trial"]) for e in rows) == [("move-mia", 0), ("move-mia", 1),
+                                                                  ("move-quin", 0), ("move-quin", 1)]
+
+
+# ---------------------------------------------------------------- muactl runs
+
+
+def test_runs_list_show_and_episode(runs_root):
+    r = runner.invoke(app, ["runs"], env=WIDE)
+    assert r.exit_code == 0 and "no runs" in r.output
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"], trials=2))
+    r = runner.invoke(app, ["runs"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    assert store.id in r.output and "finished" in r.output and "oracle" in r.output and "1.000" in r.output
+
+    r = runner.invoke(app, ["runs", "show", store.id], env=WIDE)
+    assert r.exit_code == 0, r.output
+    assert "pass^1" in r.output and "pass^2" in r.output and "move-mia" in r.output and "user_stop" in r.output
+    assert r.output.count("move-mia") == 3  # the per-task row and one row per episode
+
+    r = runner.invoke(app, ["runs", "show", store.id, "--episode", "1"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "move-mia" in out and "reward 1.0" in out and "(user_stop)" in out
+    assert "-> find_customer" in out and "-> transfer_funds" in out and '"amount": 150' in out
+    assert "<- c84" in out  # a tool result
+    assert "user:" in out and "agent:" in out and "Shall I proceed?" in out
+    assert "reward breakdown:" in out and "db_match=True" in out
+
+    r = runner.invoke(app, ["runs", "show", store.id, "--episode", "9"], env=WIDE)
+    assert r.exit_code == 2 and "episodes 1..2" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["runs", "show", "no-such-run"], env=WIDE)
+    assert r.exit_code == 2 and "no run 'no-such-run'" in r.output and "Traceback" not in r.output
+
+
+# ---------------------------------------------------------------- CLI errors
+
+
+@pytest.mark.parametrize("args,message", [
+    (["eval", "nope"], "no domain named 'nope'"),
+    (["eval", "bank", "--opening", "sideways"], "--opening must be 'agent' or 'user'"),
+    (["eval", "bank", "--split", "holdout"], "no tasks in split 'holdout'"),
+    (["eval", "bank", "--task", "no-such-task"], "no task 'no-such-task'"),
+    (["eval"], "give a domain"),
+    (["eval", "--resume", "no-such-run"], "no run 'no-such-run'"),
+])
+def test_cli_errors_exit_2_without_traceback(runs_root, args, message):
+    r = runner.invoke(app, args, env=WIDE)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
+    assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit)
+    assert not runs_root.exists() or not any(runs_root.iterdir())  # a failed start leaves no run behind
