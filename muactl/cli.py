@@ -423,38 +423,108 @@ def _data_show(path: Path, index: int, system: bool) -> None:
 @command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
-    what: str = typer.Argument(..., help="A stage (sft) or an experiment config file (YAML)."),
+    what: str = typer.Argument(..., help="A stage (sft, grpo) or an experiment config (YAML) naming several."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run (after a crash or kill -9)."),
     show_config: bool = typer.Option(False, "--cfg", help="Print the resolved config and exit."),
 ) -> None:
-    """Train with hydra-composed configs: groups model/, sft/, ... from muactl/conf plus overrides.
+    """Train: SFT, GRPO with the simulated user in the loop, or a whole recipe from a config file.
 
+    Configs are hydra groups from muactl/conf (model, user, synth, sft, grpo, eval) plus a YAML file
+    and dotted overrides. Every run writes runs/<id>/ (config.yaml, runs.sqlite, TensorBoard, checkpoints).
     Examples:
+      [bold]muactl train examples/quickstart.yaml[/bold]   (synth -> sft -> grpo -> eval)
       [bold]muactl train sft model=smollm2-135m data=data/bank-sft.jsonl sft.epochs=2[/bold]
-      [bold]muactl train sft model=Qwen/Qwen3-8B sft.lora=true data=data/retail-sft.jsonl[/bold]
-      [bold]muactl train sft data=data/bank-sft.jsonl --cfg[/bold]   (print the resolved config)
+      [bold]muactl train grpo model=runs/<sft>/checkpoint-final domain=bank grpo.group_size=8 grpo.steps=50[/bold]
+      [bold]muactl train grpo ... user=litellm user.model=openai/gpt-4o-mini[/bold]
+      [bold]muactl train grpo ... grpo.reward=userrl grpo.turn_credit=r2g grpo.trajectory_score=r2g[/bold]
+      [bold]muactl train grpo ... --resume RUN_ID[/bold]
     """
+    from omegaconf import OmegaConf
+
     from .config import compose, to_yaml
+    from .runs import RunStore
 
     overrides = list(ctx.args)
-    if what != "sft":
-        raise UsageError(f"unknown stage '{what}': available: sft")
-    cfg = compose(None, overrides)
+    stage = what if what in ("sft", "grpo") else None
+    config_file = None if stage else Path(what)
+    if config_file is not None and config_file.suffix not in (".yaml", ".yml"):
+        raise UsageError(f"'{what}' is neither a stage (sft, grpo) nor a YAML config file")
+    store = None
+    if resume:
+        store = RunStore.open(resume)
+        # the saved, resolved config is the run's truth; new overrides may only extend it (e.g. more steps)
+        cfg = compose(store.path / "config.yaml", overrides)
+    else:
+        cfg = compose(config_file, overrides)
     typer.echo(to_yaml(cfg))
     if show_config:
         return
-    if not cfg.data:
-        raise UsageError("sft needs data=FILE.jsonl (make one with `muactl synth DOMAIN -o FILE.jsonl`)")
-    from omegaconf import OmegaConf
-
-    from .runs import RunStore
-    from .train.sft import run_sft
-
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    store = RunStore.open(cfg.run_id) if cfg.run_id and (Path("runs") / cfg.run_id).exists() else \
-        RunStore.create("sft", str(cfg.domain), resolved, run_id=cfg.run_id)
-    final, stats = run_sft(cfg, store, Path(cfg.data), log=typer.echo)
-    store.update(status="finished", summary={"sft": stats, "checkpoint": str(final)})
-    typer.echo(f"checkpoint: {final}\nevaluate it: muactl eval {cfg.domain} --agent hf:{final} --user scripted --split test")
+    kind = stage or "train"
+    if store is None:
+        store = RunStore.create(kind, str(cfg.domain), resolved, run_id=cfg.run_id)
+    else:
+        (store.path / "config.yaml").write_text(to_yaml(cfg))
+    typer.echo(f"run: {store.path}/")
+    store.update(status="running")
+    try:
+        if stage == "sft":
+            if not cfg.data:
+                raise UsageError("sft needs data=FILE.jsonl (make one with `muactl synth DOMAIN -o FILE.jsonl`)")
+            from .train.sft import run_sft
+
+            final, stats = run_sft(cfg, store, Path(cfg.data), log=typer.echo)
+            store.update(status="finished", summary={"sft": stats, "checkpoint": str(final)})
+            typer.echo(f"checkpoint: {final}\nevaluate it: muactl eval {cfg.domain} --agent hf:{final} --split test")
+        elif stage == "grpo":
+            from .train.grpo import run_grpo
+
+            final, stats = run_grpo(cfg, store, str(cfg.model.name), log=typer.echo)
+            store.update(status="finished", summary={"grpo": stats, "checkpoint": str(final)})
+            typer.echo(f"checkpoint: {final}\nplots: muactl report {store.id}")
+        else:
+            from .pipeline import run_pipeline
+
+            state = run_pipeline(cfg, store, log=typer.echo)
+            store.update(status="finished", summary=state)
+            print_before_after(state)
+            typer.echo(f"\nrun: {store.path}/   report: muactl report {store.id}")
+    except KeyboardInterrupt:
+        store.update(status="interrupted")
+        _fail(f"interrupted; continue with: muactl train {what} --resume {store.id}", 130)
+    except BaseException:
+        store.update(status="failed")
+        raise
+
+
+def print_before_after(state: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = state.get("eval", {})
+    if not rows:
+        return
+    table = Table("model", "checkpoint", "pass^1", "avg reward", "avg turns", "tool error rate", title="before / after")
+    for label, r in rows.items():
+        table.add_row(label, str(r["model"]), _fmt(r.get("pass^1")), _fmt(r.get("avg_reward")), _fmt(r.get("avg_turns")),
+                      _fmt(r.get("tool_error_rate")))
+    Console().print(table)
+
+
+@command()
+def report(
+    run_id: str = typer.Argument(..., help="Run id (see `muactl runs`) or a run folder."),
+) -> None:
+    """Write PNG plots (reward, success rate, turns, KL per step) and an HTML summary of a run.
+
+    Example: [bold]muactl report 20261129-101500-train-bank-1a2b[/bold]  ->  runs/<id>/report/index.html
+    """
+    from .report import write_report
+
+    page = write_report(run_id)
+    typer.echo(f"report: {page}")
+    for png in sorted(page.parent.glob("*.png")):
+        typer.echo(f"plot: {png}")
 
 
 runs_app = typer.Typer(help="List runs and show their episodes.", no_args_is_help=False, invoke_without_command=True)

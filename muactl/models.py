@@ -45,6 +45,10 @@ def _torch():
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    import warnings
+
+    # transformers 5 deprecation notices triggered inside TRL, not by muactl's own calls
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
 
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, int(os.environ.get("MUACTL_THREADS", "0")) or os.cpu_count() or 1)))
     return torch

@@ -190,7 +190,8 @@ def test_assistant_mask_covers_exactly_the_assistant_turns(tokenizer, tools):
         elif not m and start is not None:
             spans.append(tokenizer.decode(ids[start:i], skip_special_tokens=False))
             start = None
-    expected = [render([m])[len(f"{IM_START}assistant\n"):-1] for m in msgs if m["role"] == "assistant"]
+    # the fixed greeting is template text (mask 0 in rollouts), so it is not trained either
+    expected = [render([m])[len(f"{IM_START}assistant\n"):-1] for m in msgs if m["role"] == "assistant" and not m.get("fixed")]
     assert spans == expected
     assert all(s.endswith(IM_END) for s in spans)
     assert any("<tool_call>" in s for s in spans)
@@ -199,13 +200,14 @@ def test_assistant_mask_covers_exactly_the_assistant_turns(tokenizer, tools):
     im_start = tokenizer.convert_tokens_to_ids(IM_START)
     starts = [i for i, t in enumerate(ids) if t == im_start] + [len(ids)]
     roles = []
+    fixed = iter([bool(m.get("fixed")) for m in msgs if m["role"] == "assistant"])
     for a, b in itertools.pairwise(starts):
         turn = tokenizer.decode(ids[a:b], skip_special_tokens=False)
         role = turn[len(IM_START):].split("\n", 1)[0]
         roles.append(role)
         header_len = len(tokenizer.encode(f"{IM_START}{role}\n", add_special_tokens=False))
         assert not any(mask[a:a + header_len]), f"header of a {role} turn is masked"
-        if role == "assistant":
+        if role == "assistant" and not next(fixed):
             assert all(mask[a + header_len:b - 1]) and mask[b - 1] == 0  # the "\n" after <|im_end|> is not trained
         else:
             assert not any(mask[a:b]), f"a {role} turn carries mask 1: {turn!r}"

@@ -153,15 +153,16 @@ def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
     turns.append(cur)
     roles = [m["role"] for m in record["messages"]]
     assert len(turns) == len(roles)
-    for role, idx in zip(roles, turns):
+    assert record["messages"][1].get("fixed")  # the greeting is template text
+    for k, (role, idx) in enumerate(zip(roles, turns)):
         text = tok.decode([ids[i] for i in idx])
         masked = [ids[i] for i in idx if mask[i]]
-        if role == "assistant":
+        if role == "assistant" and not record["messages"][k].get("fixed"):
             header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
             # everything after the header is trained: content or tool calls, and <|im_end|>; not the newline after it
             assert masked and masked == [ids[i] for i in idx][len(header):-1], text
             assert tok.decode(masked).endswith(IM_END)
-        else:  # system, user and tool turns never carry loss
+        else:  # system, user and tool turns, and the fixed greeting, never carry loss
             assert not masked, (role, text)
     assistant_with_call = [m for m in record["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
     assert assistant_with_call  # tool calls are among the trained tokens

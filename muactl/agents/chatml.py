@@ -24,7 +24,8 @@ TOOLS_FORMAT = (
 )
 
 # Whitespace matters (generated ids are compared with rendered text), so the template is written
-# without Jinja line breaks.
+# without Jinja line breaks. An assistant message marked `fixed` (the domain's greeting) is template
+# text, not policy output: it sits outside the {% generation %} markers, as it has mask 0 in rollouts.
 CHAT_TEMPLATE = (
     "{%- set ns = namespace(start=0) -%}"
     "{%- if messages and messages[0].role == 'system' -%}"
@@ -38,7 +39,9 @@ CHAT_TEMPLATE = (
     "{%- set ns.start = 1 -%}"
     "{%- endif -%}"
     "{%- for message in messages[ns.start:] -%}"
-    "{%- if message.role == 'assistant' -%}"
+    "{%- if message.role == 'assistant' and message.fixed -%}"
+    "{{- '<|im_start|>assistant\\n' + message.content + '<|im_end|>\\n' -}}"
+    "{%- elif message.role == 'assistant' -%}"
     "{{- '<|im_start|>assistant\\n' -}}"
     "{%- generation -%}"
     "{{- message.content or '' -}}"
@@ -114,6 +117,8 @@ def to_template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
     out = []
     for msg in messages:
         m = {"role": msg["role"], "content": msg.get("content") or ""}
+        if msg.get("fixed"):
+            m["fixed"] = True
         if msg.get("tool_calls"):
             m["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                                for c in msg["tool_calls"]]

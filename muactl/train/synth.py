@@ -32,6 +32,8 @@ def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
     messages = []
     for m in ep.messages:
         out: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+        if m.get("fixed"):  # the greeting: rendered, never trained on
+            out["fixed"] = True
         if m.get("tool_calls"):
             out["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                                  for c in m["tool_calls"]]
