@@ -3,9 +3,12 @@
 time, in one run. Target (issue 3): batched at least 5x.
 
 Prints figures; asserts nothing. Both modes run the same 32 episodes (the 20 test tasks, then 12
-train tasks) with the same seed, max_new_tokens and max_turns, on the same loaded model.
+train tasks) with the same seed, max_new_tokens and max_turns, on the same loaded model, each mode
+starting with an empty prefix cache (LocalLM keeps the keys/values of the system prompt + tools that
+every prompt starts with; --no-prefix-cache, or MUACTL_PREFIX_CACHE=0, measures without it).
 
     .venv/bin/python benchmarks/batched_generation.py [--episodes 32] [--max-new-tokens 64] [--max-turns 4]
+        [--no-prefix-cache]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-prefix-cache", action="store_true")
     args = ap.parse_args()
 
     import torch
@@ -49,14 +53,18 @@ def main() -> None:
     t0 = time.perf_counter()
     lm = load_model("tiny", bank.compiled)  # builds the tiny model once (cached), then loads it
     lm.generate([lm.encode("warm up")], 4)
+    if args.no_prefix_cache:
+        lm.prefix_cache = False
     print(f"tiny model ready in {time.perf_counter() - t0:.1f}s: "
           f"{sum(p.numel() for p in lm.model.parameters()) / 1e6:.2f}M parameters, vocab {len(lm.tokenizer)}, "
           f"{torch.get_num_threads()} torch threads, device {lm.device}")
     print(f"{len(jobs)} bank episodes, greedy, max_new_tokens={args.max_new_tokens}, max_turns={args.max_turns}, "
-          f"scripted user\n")
+          f"scripted user, prefix cache {'on' if lm.prefix_cache else 'off'}\n")
 
     def measure(label: str, concurrency: int, max_batch: int) -> dict:
         agent = HFAgent("tiny", temperature=0.0, max_new_tokens=args.max_new_tokens, max_batch=max_batch)
+        lm.invalidate_cache()
+        lm.prefix_stats = dict.fromkeys(lm.prefix_stats, 0)
         start = time.perf_counter()
         eps = asyncio.run(run_many(jobs, bank.compiled, agent, ScriptedUser, cfg, concurrency=concurrency))
         wall = time.perf_counter() - start
@@ -72,6 +80,10 @@ def main() -> None:
         print(f"{label:<26} {wall:7.1f}s  {row['eps']:6.2f} episodes/s  {generated / wall:7.0f} generated tokens/s  "
               f"{turns} agent turns in {len(sizes)} generate calls (mean batch {row['mean_batch']:.1f}, "
               f"max {row['max_batch']})  endings {terms}")
+        if lm.prefix_cache:
+            st = lm.prefix_stats
+            print(f"{'':<26} prefix cache: {st['hits']} hits, {st['misses']} misses, {st['reused_tokens']} prompt tokens "
+                  f"reused, {st['computed_tokens']} computed into it")
         return row
 
     batched = measure(f"batched (max_batch={args.max_batch})", concurrency=len(jobs), max_batch=args.max_batch)
@@ -80,8 +92,10 @@ def main() -> None:
     print(f"\nbatched / one at a time: {ratio:.1f}x episodes per second (target >= 5x); "
           f"mean batch size {batched['mean_batch']:.1f}")
     print(f"mean prompt {batched['prompt'] / batched['turns']:.0f} tokens per agent turn vs "
-          f"{batched['generated'] / batched['turns']:.0f} generated: each turn re-reads the whole prompt "
-          "(no prefix cache), work that batching does not share")
+          f"{batched['generated'] / batched['turns']:.0f} generated" +
+          (": the shared system prompt + tools are read once (prefix cache), but every decode step of every row "
+           "still attends over them" if lm.prefix_cache else
+           ": each turn re-reads the whole prompt (no prefix cache), work that batching does not share"))
     if batched["turns"] != single["turns"]:
         print(f"note: agent turns differ ({batched['turns']} vs {single['turns']}): left-padded batches change "
               "a random model's greedy picks slightly, and the conversation with them")

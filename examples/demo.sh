@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# The quickstart behind `make demo`: scaffold a domain, validate it, list its tools, call one,
-# and validate the built-in domains. Runs offline in a scratch folder (out/demo).
+# `make demo`: the quickstart on a fresh machine, offline.
+#  1. the domain tooling: scaffold a domain, validate it, list its tools, call one
+#  2. the recipe: synth -> sft -> grpo -> eval on the built-in bank domain (examples/quickstart.yaml)
+#  3. the report: plots and an HTML page
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MUACTL="$ROOT/.venv/bin/muactl"
-rm -rf "$ROOT/out/demo" && mkdir -p "$ROOT/out/demo" && cd "$ROOT/out/demo"
+WORK="$ROOT/out/demo"
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "muactl init clinic"
+step "muactl init clinic && muactl validate clinic"
 "$MUACTL" init clinic
-step "muactl validate clinic"
 "$MUACTL" validate clinic
 step "muactl tools clinic"
 "$MUACTL" tools clinic
 step "muactl call clinic find_patient_by_phone '{\"phone\": \"5550101\"}'"
 "$MUACTL" call clinic find_patient_by_phone '{"phone": "5550101"}'
-step "muactl validate retail && muactl validate bank"
-"$MUACTL" validate retail
+step "muactl validate bank"
 "$MUACTL" validate bank
-step "muactl domains"
-"$MUACTL" domains
+step "muactl train examples/quickstart.yaml  (synth -> sft -> grpo -> eval)"
+"$MUACTL" train "$ROOT/examples/quickstart.yaml" run_id=quickstart
+step "muactl report quickstart"
+"$MUACTL" report quickstart

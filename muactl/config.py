@@ -107,6 +107,8 @@ class TrainConf:
     trust: bool = False
     stages: list = field(default_factory=lambda: ["synth", "sft", "grpo", "eval"])
     run_id: Optional[str] = None
+    tasks: Optional[str] = None  # template:<id>|all: GRPO draws a fresh task instance per group (train seed stream)
+    db: str = "fixed"  # fixed | random: with template tasks, each instance on a fresh random database
 
 
 def options(group: str) -> list[str]:
@@ -146,8 +148,14 @@ def compose(config_file: Path | None = None, overrides: list[str] | None = None)
             file_cfg = OmegaConf.load(config_file)
         except Exception as e:  # YAML errors from OmegaConf carry the position in their text
             raise UsageError(f"{config_file}: cannot read config: {e}") from None
-        # group selections in the file (model: smollm2-135m) become overrides, applied before the user's
-        picks = [f"{g}={file_cfg[g]}" for g in GROUPS if isinstance(file_cfg.get(g), str)]
+        # group selections in the file become overrides, applied before the user's: either a hydra-style
+        # `defaults: [{model: smollm2-135m}]` list (then `model:` below may set values), or `model: tiny`
+        picks = []
+        for item in file_cfg.pop("defaults", None) or []:
+            if not hasattr(item, "items"):
+                raise UsageError(f"{config_file}: defaults entries look like '- model: tiny'")
+            picks += [f"{k}={v}" for k, v in item.items()]
+        picks += [f"{g}={file_cfg[g]}" for g in GROUPS if isinstance(file_cfg.get(g), str)]
         for g in GROUPS:
             if isinstance(file_cfg.get(g), str):
                 del file_cfg[g]

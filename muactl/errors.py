@@ -58,3 +58,19 @@ class ScaffoldExists(MuactlError):
 
 class UsageError(MuactlError):
     """Command-line input that is well-formed for the shell but wrong for muactl (bad JSON args...)."""
+
+
+class UnsafePack(MuactlError):
+    """A pack archive that muactl refuses to install (links, traversal, bad checksums, oversized...)."""
+
+
+class PackExists(MuactlError):
+    """Installing would replace another installed version of the same domain."""
+
+
+class PackNotInstalled(MuactlError):
+    """`muactl uninstall NAME` for a name that is not in the user library."""
+
+
+class McpError(MuactlError):
+    """An MCP server could not be started or reached."""

@@ -23,7 +23,9 @@ class EvalConfig:
     agent: str = "oracle"
     user: str = "scripted"
     split: str | None = "test"  # train | test | all
-    tasks: list[str] = field(default_factory=list)  # explicit task ids (override split)
+    tasks: list[str] = field(default_factory=list)  # explicit task ids (override split), or ["template:<id>|all"]
+    n: int = 100  # with template tasks: how many instances to draw
+    db: str = "fixed"  # with template tasks: fixed (the seed database) | random (a fresh database per instance)
     trials: int = 1
     concurrency: int = 8
     seed: int = 0
@@ -135,11 +137,19 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
         saved = store.info()["config"]
         cfg = type(cfg)(**{**saved, "concurrency": cfg.concurrency})
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
-    tasks = select_tasks(opened, cfg.split, cfg.tasks)
+    from .templates import domain_for, draw_stream, is_template_spec
+
+    if is_template_spec(cfg.tasks):  # fresh instances; the same config draws the same ones, so resume works
+        tasks = draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db,
+                            "test" if cfg.split == "test" else "train").tasks
+    else:
+        tasks = select_tasks(opened, cfg.split, cfg.tasks)
+    domains = {t.task.id: domain_for(opened, t) for t in tasks}
     if not resume:
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
     done = store.finished()
-    jobs = [Job(t, trial) for t in tasks for trial in range(cfg.trials) if (t.task.id, trial) not in done]
+    jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
+            if (t.task.id, trial) not in done]
     agent, user_factory = build_parts(cfg, opened)
     rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
                          opening=cfg.opening, seed=cfg.seed)
@@ -174,3 +184,6 @@ async def _run(jobs, compiled, agent, user_factory, rcfg, concurrency, on_done):
         await run_many(jobs, compiled, agent, user_factory, rcfg, concurrency=concurrency, on_done=on_done)
     finally:
         await agent.close()
+        mcp = compiled.players.get("mcp")
+        if mcp is not None and hasattr(mcp, "aclose"):  # stop the episodes' MCP servers before the loop ends
+            await mcp.aclose()

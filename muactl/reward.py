@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 from typing import Any
 
+from .env.sandbox import decode_json_text
 from .spec import models as m
 
 
-def _normalize(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def values_equal(got: Any, want: Any) -> bool:
-    got = _normalize(got)
+    got = decode_json_text(got)
     if isinstance(want, bool) and isinstance(got, int):
         return bool(got) == want
     if isinstance(got, (int, float)) and isinstance(want, (int, float)) and not isinstance(got, bool):

@@ -183,7 +183,13 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
             for call in calls:  # well-formed calls run even when another part of the reply was malformed
                 t0 = time.perf_counter()
                 before = progress.distance(env) if progress else None
-                result = await env.acall(call["name"], call["arguments"])
+                tool = domain.tools.get(call["name"])
+                if tool is not None and tool.side == "user":  # the user's own controls are not the agent's
+                    from .env.sandbox import ToolResult
+
+                    result = ToolResult(f"Error: unknown tool '{call['name']}'.", error=True)
+                else:
+                    result = await env.acall(call["name"], call["arguments"])
                 timing["tools"] += time.perf_counter() - t0
                 ep.tool_calls += 1
                 ep.tool_errors += result.error
@@ -232,6 +238,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
 class Job:
     task: TaskSpec
     trial: int
+    domain: Any = None  # a random database instance for this episode; None: run_many's domain
 
 
 async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_user: Callable[[], UserSimulator],
@@ -244,7 +251,7 @@ async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_u
 
     async def one(job: Job) -> None:
         async with sem:
-            ep = await run_episode(job.task, domain, agent, make_user(), cfg, trial=job.trial)
+            ep = await run_episode(job.task, job.domain or domain, agent, make_user(), cfg, trial=job.trial)
             results.append(ep)
             if on_done is not None:
                 on_done(ep)

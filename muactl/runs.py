@@ -112,6 +112,18 @@ class RunStore:
                                           "logprobs": json.dumps([round(x, 5) for x in t.logprobs]), "prompt_len": t.prompt_len})
         return eid
 
+    def annotate(self, episode_id: int, rating: int | None = None, note: str | None = None) -> None:
+        """A person's rating and note on an episode (chats); both may change after it is saved."""
+        self.db["episodes"].update(episode_id, {"rating": rating, "note": note})
+
+    def forget_step(self, step: int) -> None:
+        """Drop a training step's episodes: after a crash the step is redone from the last checkpoint."""
+        with self.db.conn:
+            ids = [r["id"] for r in self.db.query("SELECT id FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])]
+            for table in ("messages", "traces"):
+                self.db.conn.executemany(f"DELETE FROM {table} WHERE episode_id = ?", [(i,) for i in ids])
+            self.db.conn.execute("DELETE FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])
+
     def update(self, **fields: Any) -> None:
         fields["updated"] = _now()
         self.db["runs"].update(self.id, fields)

@@ -15,6 +15,13 @@ def domain_summaries() -> list[dict[str, Any]]:
     for ref in list_domains():
         row: dict[str, Any] = {"name": ref.name, "origin": ref.origin, "path": str(ref.root), "shadowed": ref.name in seen}
         seen.add(ref.name)
+        if ref.origin == "installed":
+            from .packs import installed_manifest
+
+            m = installed_manifest(ref.root)
+            if m is not None:  # where the pack came from and what it may run
+                row["pack"] = {k: m.get(k) for k in ("version", "source", "source_name", "installed_at", "has_python",
+                                                    "mcp_commands")}
         try:
             spec = load_domain(ref.root)
             tasks = load_tasks(ref.tasks_dir)

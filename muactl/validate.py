@@ -12,6 +12,7 @@ import jsonschema
 from .compile import CompiledDomain, compile_domain
 from .compile.database import schema_connection
 from .compile.sql import Guard, explain, param_names
+from .env.sandbox import OUTSIDE_KINDS
 from .errors import Problem, SpecError
 from .library import DomainRef, find_domain
 from .reward import assertion_result
@@ -27,6 +28,7 @@ class Opened:
     spec: DomainSpec
     compiled: CompiledDomain
     tasks: list[TaskSpec] = field(default_factory=list)
+    templates: list = field(default_factory=list)  # TemplateSpec (muactl/templates.py)
 
     def task(self, task_id: str) -> TaskSpec:
         for t in self.tasks:
@@ -64,6 +66,9 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
                 problems.append(doc.problem(base + ("foreign_keys", col), f"references undefined column '{ref}'{_hint(other_col, tables[other].columns)}"))
     if problems:
         return problems  # SQL checks need a sound schema
+    from .randomdb import check_generators
+
+    problems += check_generators(spec)
     conn = schema_connection(d)
     guard = Guard(set(tables))
     guard.install(conn)
@@ -176,12 +181,16 @@ def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
 
 
 def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
-    env = opened.compiled.environment()
+    from .templates import domain_for
+
+    env = domain_for(opened, t).environment()  # a generated task runs on the random database it was drawn on
     task = t.task
     try:
         for group, calls, path0 in (("setup", task.setup, ("setup",)), ("gold action", task.expect.actions, ("expect", "actions"))):
             for i, call in enumerate(calls):
                 tool_name, args = m.call_parts(call)
+                if opened.compiled.tools[tool_name].kind in OUTSIDE_KINDS:
+                    continue  # played outside the sandbox (an LLM, an MCP server): nothing here to replay
                 result = env.call(tool_name, args)
                 if result.error:
                     return [t.problem(path0 + (i, tool_name), f"{group} fails when replayed: {result.content}")]
@@ -207,6 +216,11 @@ def open_domain(name: str, with_tasks: bool = True, trust: bool = False) -> Open
         if not problems:
             compiled = compile_domain(spec)
             compiled.trust = trust
+            if any(t.kind == "mcp" for t in compiled.tools.values()):
+                from .mcp_client import attach
+
+                # a command from an installed pack is someone else's code: start it only with --trust
+                problems += attach(spec, compiled, allowed=trust or ref.origin != "installed")
     except SpecError as e:
         problems += e.problems
     if with_tasks:  # task files are checked even when the domain is broken: report everything at once
@@ -214,9 +228,15 @@ def open_domain(name: str, with_tasks: bool = True, trust: bool = False) -> Open
             tasks = load_tasks(ref.tasks_dir)
         except SpecError as e:
             problems += e.problems
+        try:
+            from .templates import load_templates
+
+            templates = load_templates(ref.tasks_dir)
+        except SpecError as e:
+            problems += e.problems
     if problems:
         raise SpecError(problems)
-    return Opened(ref, spec, compiled, tasks)
+    return Opened(ref, spec, compiled, tasks, templates if with_tasks else [])
 
 
 def validate_domain(name: str, trust: bool = False) -> Opened:
@@ -224,6 +244,10 @@ def validate_domain(name: str, trust: bool = False) -> Opened:
     python tools are replayed only with trust (otherwise they are reported as needing --trust)."""
     opened = open_domain(name, trust=trust)
     problems = check_tasks(opened)
+    if opened.templates:
+        from .templates import check_templates
+
+        problems += check_templates(opened)
     if problems:
         raise SpecError(problems)
     return opened

@@ -1,7 +1,6 @@
 """Cold start: synthesis, hydra configs, the SFT loss mask, and a short real SFT run on tiny."""
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -194,3 +193,28 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
 
     metrics = {row["name"] for row in RunStore.open("sft-test").db["metrics"].rows}
     assert "sft/loss" in metrics
+
+
+# ---------------------------------------------------------------- synthesis with an API teacher
+
+
+def test_synth_with_an_api_teacher_and_llm_user_over_a_local_server(in_tmp):
+    """The teacher and the user are litellm models served by a real local HTTP server (the model is fake):
+    successes are kept, with the native tool calls turned into the TRL format."""
+    from muactl.train.synth import SynthConfig, read_jsonl, run_synth
+    from muactl.validate import open_domain
+    from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, gold_agent, two_sided
+
+    tasks = [t.task for t in open_domain("bank").tasks if t.split == "train"][:6]
+    responder = Faulty(two_sided(gold_agent(tasks)), first=2, fault=Reply(status=500))  # it survives two 500s
+    with FakeOpenAI(responder) as server:
+        cfg = SynthConfig(domain="bank", agent="openai/teacher", user="openai/user", api_base=server.base,
+                          user_api_base=server.base, tasks=[t.id for t in tasks], trials=1,
+                          output=str(in_tmp / "api.jsonl"), backoff_s=0.01)
+        store, stats = run_synth(cfg)
+    rows = read_jsonl(in_tmp / "api.jsonl")
+    assert stats["episodes"] == 6 and stats["kept"] == len(rows) == stats["successes"]
+    write_tasks = [t for t in tasks if t.expect.actions and t.expect.assert_]
+    assert len(rows) >= len(write_tasks) > 0
+    calls = [c for r in rows for m in r["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    assert calls and all(isinstance(c["function"]["arguments"], dict) for c in calls)

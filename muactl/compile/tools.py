@@ -29,9 +29,14 @@ class CompiledTool:
     description: str
     params: dict[str, m.Param]
     side: str
+    # an mcp tool's JSON schema, as its server declares it (set when the server is discovered)
+    schema: dict[str, Any] | None = None
 
     @property
     def parameters(self) -> dict[str, Any]:
+        if self.kind == "mcp":
+            # before discovery nothing is known about the arguments: accept any object, let the server judge
+            return self.schema or {"type": "object", "properties": {}, "required": []}
         return {
             "type": "object",
             "properties": {k: p.json_schema() for k, p in self.params.items()},
@@ -44,8 +49,10 @@ class CompiledTool:
                                                  "parameters": self.parameters}}
 
     def validator(self) -> jsonschema.Draft202012Validator:
-        if not hasattr(self, "_validator"):
+        # rebuilt when discovery sets an mcp tool's schema
+        if not hasattr(self, "_validator") or self._validator_for is not self.schema:
             self._validator = jsonschema.Draft202012Validator(self.parameters)
+            self._validator_for = self.schema
         return self._validator
 
     def argument_errors(self, args: Any) -> list[str]:

@@ -57,7 +57,8 @@ def fill(template: str, args: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-def _decode(value: Any) -> Any:
+def decode_json_text(value: Any) -> Any:
+    """JSON columns are stored as text; give them back as values (other text is left alone)."""
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
@@ -210,7 +211,7 @@ class Environment:
             return ToolResult(fill(spec.message, args) if spec.message else "Done.")
         cur = self.conn.execute(spec.query, bound)
         names = [d[0] for d in cur.description]
-        rows = [{n: _decode(v) for n, v in zip(names, r)} for r in cur.fetchall()]
+        rows = [{n: decode_json_text(v) for n, v in zip(names, r)} for r in cur.fetchall()]
         if not rows:
             if spec.if_empty:
                 return ToolResult("Error: " + fill(spec.if_empty, args), error=True)

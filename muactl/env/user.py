@@ -143,6 +143,19 @@ class ScriptedUser(UserSimulator):
 # ---------------------------------------------------------------- LLM users
 
 
+MAX_USER_TOOL_ROUNDS = 4
+
+
+def _is_user_tool(ctx: EpisodeContext, name: str) -> bool:
+    return any(t["function"]["name"] == name for t in ctx.user_tools)
+
+
+def _not_yours(name: str):
+    from .sandbox import ToolResult
+
+    return ToolResult(f"Error: {name} is not something you can do yourself.", error=True)
+
+
 class LiteLLMUser(UserSimulator):
     """Any litellm model (a provider, or a local OpenAI-compatible server via api_base)."""
 
@@ -156,10 +169,29 @@ class LiteLLMUser(UserSimulator):
         history = flipped_history(ctx)
         if not history or history[-1]["role"] != "user":
             history.append({"role": "user", "content": "(The support chat has opened. Write your first message.)"})
-        messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
-        msg, usage = await complete(self.cfg, messages, seed=ctx.seed)
+        log = ctx.state.setdefault("user_tool_log", [])
+        system = user_system_prompt(ctx)
+        if log:  # what the user did on their side earlier (dual control); the agent never sees it
+            system += "\n\n# Actions you took on your side so far\n" + "\n".join(log)
+        messages = [{"role": "system", "content": system}, *history]
+        total: dict[str, float] = {}
+        for _ in range(MAX_USER_TOOL_ROUNDS):
+            msg, usage = await complete(self.cfg, messages, tools=ctx.user_tools or None, seed=ctx.seed)
+            for k, v in usage.items():
+                total[k] = total.get(k, 0.0) + v
+            if not msg["tool_calls"]:
+                break
+            # user-side tools (e.g. toggling a setting on the customer's own device) run on the same sandbox
+            messages.append({"role": "assistant", "content": msg["content"] or None, "tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in msg["tool_calls"]]})
+            for c in msg["tool_calls"]:
+                result = await ctx.env.acall(c["name"], c["arguments"]) if _is_user_tool(ctx, c["name"]) else \
+                    _not_yours(c["name"])
+                log.append(f"- {c['name']}({c['arguments']}) -> {result.content[:200]}")
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": result.content})
         reply = split_stop(msg["content"] or "")
-        reply.usage = usage
+        reply.usage = total
         return reply
 
     def describe(self) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from pydantic import (
     field_validator,
 )
 
+from .generators import TableGen
+
 SPEC_VERSION = 1
 
 ColumnType = Literal["text", "integer", "real", "boolean", "json"]
@@ -53,6 +55,11 @@ class Database(Strict):
         None,
         description="Initial rows: a folder beside domain.yaml holding <table>.jsonl or <table>.csv files, "
         "or a mapping table -> list of rows inline, or table -> file name.",
+    )
+    generate: dict[str, TableGen] | None = Field(
+        None,
+        description="Randomized instances (db=random): table -> how its rows are drawn from a seed. Tables are "
+        "drawn in this order, so a `ref` points at a table listed above it. The `seed` rows stay the fixed database.",
     )
 
 
@@ -255,6 +262,13 @@ class Expect(Strict):
     transfer: bool = Field(False, description="Whether the correct ending is a transfer to a human agent.")
 
 
+class TaskOrigin(Strict):
+    template: str = Field(description="Id of the template in tasks/<domain>/templates.yaml.")
+    bindings: dict[str, Any] = Field(default_factory=dict, description="The values the template was filled with.")
+    seed: int = Field(description="Seed that drew the bindings.")
+    db_seed: int | None = Field(None, description="Seed of the random database instance; null: the fixed one.")
+
+
 class Task(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", description="Unique id within the domain.")
     split: Literal["train", "test"] | None = Field(None, description="Defaults to the file's name (train.yaml, test.yaml).")
@@ -263,6 +277,9 @@ class Task(Strict):
     setup: list[ToolCall] = Field(default_factory=list, description="Tool calls applied before the episode starts.")
     expect: Expect = Field(default_factory=Expect)
     tags: list[str] = Field(default_factory=list, description="Free labels (write, info, refuse...) for filtering.")
+    origin: TaskOrigin | None = Field(
+        None, description="Set on tasks made from a template (muactl tasks generate); db_seed names the random "
+        "database the task runs on (null: the domain's seed database).")
 
 
 def call_parts(call: ToolCall) -> tuple[str, dict[str, Any]]:

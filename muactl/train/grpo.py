@@ -119,7 +119,7 @@ class Rollouts:
         rcfg = RolloutConfig(max_turns=g.max_turns, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls,
                              track_progress=g.reward == "userrl")
         self.calls += 1
-        jobs = [Job(self.tasks[tid], trial=i) for i, tid in enumerate(task_ids)]
+        jobs = self._jobs(task_ids, step, Job)
         agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens, max_batch=len(jobs))
         was_training = model.training
         model.eval()
@@ -156,6 +156,7 @@ class Rollouts:
                 out["logprobs"].append(list(lps[plen:]))
                 out["env_mask"].append(list(mask[plen:]) if ep.termination != "infra_error" else [0] * (len(ids) - plen))
             out["episode_reward"].append(episode_reward(ep, g))
+        self.store.forget_step(step + 1)  # left over from a run killed before this step's checkpoint
         for ep in episodes:
             self.store.save_episode(ep, step=step + 1, keep_trace=False)
         counted = [e for e in episodes if e.termination != "infra_error"]
@@ -174,6 +175,33 @@ class Rollouts:
         for k, v in self.last_metrics.items():  # TRL logs these with its own (reward, kl, entropy ...)
             trainer._metrics["train"][k].append(v)
         return out
+
+    def _jobs(self, task_ids: list[str], step: int, Job) -> list:
+        """One job per prompt. A `template:<id>` prompt gets a fresh instance per group (TRL puts a group's
+        prompts next to each other), drawn from the train seed stream at a place fixed by step and call."""
+        from ..templates import domain_for, draw, select_templates, stream_seed
+
+        size = self.cfg.grpo.group_size
+        db = getattr(self.cfg, "db", "fixed")
+        jobs, current = [], None
+        for i, tid in enumerate(task_ids):
+            if not tid.startswith("template:"):
+                t = self.tasks[tid]
+                jobs.append(Job(t, trial=i, domain=domain_for(self.opened, t)))
+                continue
+            if i % size == 0 or current is None:
+                base = step * 100_000 + (self.calls % 100) * 1000 + (i // size) * 10
+
+                def seed_of(j: int, base=base) -> tuple[int, int | None]:
+                    s = stream_seed("train", self.cfg.seed, base + j)
+                    return s, (s if db == "random" else None)
+
+                drawn = draw(self.opened, select_templates(self.opened, tid), 1, seed_of, "train", max_tries=10)
+                if not drawn.tasks:
+                    raise RuntimeError(f"no instance of {tid} could be drawn: {drawn.dropped[-1][3]}")
+                current = drawn.tasks[0]
+            jobs.append(Job(current, trial=i, domain=domain_for(self.opened, current)))
+        return jobs
 
     def _run(self, run_many, jobs, agent, rcfg):
         return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs)))
@@ -206,7 +234,10 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     from ..validate import open_domain
 
     torch = _torch()
+    import datasets
     from datasets import Dataset
+
+    datasets.disable_progress_bars()  # one-off map/filter bars of a few ms each only clutter the log
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -219,7 +250,13 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     cuda = torch.cuda.is_available()
     dtype = getattr(torch, cfg.model.dtype) if cfg.model.dtype else (torch.bfloat16 if cuda else torch.float32)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t.task.id}]} for t in tasks])
+    from ..templates import is_template_spec, select_templates
+
+    if is_template_spec(cfg.get("tasks")):  # prompts name templates; Rollouts draws an instance per group
+        names = [f"template:{ts.id}" for ts in select_templates(opened, cfg.tasks)]
+    else:
+        names = [t.task.id for t in tasks]
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": name}]} for name in names])
     out_dir = store.path / "grpo"
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "grpo")
     batch = g.group_size * g.tasks_per_step

@@ -28,7 +28,10 @@ def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict
 
 
 def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
+    import datasets
     from datasets import Dataset
+
+    datasets.disable_progress_bars()  # one-off map/filter bars of a few ms each only clutter the log
 
     rows, skipped = [], 0
     for r in records:

@@ -134,3 +134,47 @@ def synth_stats(store: RunStore, path: Path) -> dict[str, Any]:
             "avg_assistant_turns": sum(turns) / len(turns) if turns else 0,
             "avg_chars": sum(chars) / len(chars) if chars else 0,
             "agent_completion_tokens": sum(e["completion_tokens"] or 0 for e in eps), "per_task": per_task}
+
+
+# ---------------------------------------------------------------- chats a person rated (muactl chat)
+
+
+def chat_kept(row: dict[str, Any], min_rating: int) -> bool:
+    """A person's rating decides when there is one; an unrated chat is kept when its task was done."""
+    if row["rating"] is not None:
+        return row["rating"] >= min_rating
+    return row["reward"] is not None and row["reward"] >= 1
+
+
+def export_chats(run_id: str, output: Path, min_rating: int = 4) -> dict[str, Any]:
+    """Write a chat run's good episodes as SFT records (the same format as synth, via to_record)."""
+    from types import SimpleNamespace
+
+    from ..errors import UsageError
+
+    store = RunStore.open(run_id)
+    info = store.info()
+    if info["kind"] != "chat":
+        raise UsageError(f"run {store.id} is a {info['kind']} run, not a chat run (make one with `muactl chat DOMAIN`)")
+    tools = info["config"].get("tools") or []
+    rows = [e for e in store.episodes() if e["human"]]
+    kept, keys = [], set()
+    for e in rows:
+        if not chat_kept(e, min_rating):
+            continue
+        messages = []
+        for m in store.messages(e["id"]):
+            msg = {"role": m["role"], "content": m["content"], "tool_calls": m["tool_calls"], "name": m["name"],
+                   **json.loads(m["meta"] or "{}")}
+            messages.append(msg)
+        ep = SimpleNamespace(messages=messages, task_id=e["task_id"], trial=e["trial"], reward=e["reward"])
+        record = {**to_record(ep, tools), "rating": e["rating"], "note": e["note"]}
+        key = record_key(record)
+        if key not in keys:
+            keys.add(key)
+            kept.append(record)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        for record in kept:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return {"output": str(output), "chats": len(rows), "kept": len(kept), "min_rating": min_rating}

@@ -1,0 +1,1 @@
+"""Exports of a domain to other training stacks (verl)."""

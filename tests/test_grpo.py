@@ -1,0 +1,207 @@
+"""GRPO with the simulated user in the loop: reward shaping formulas, the rollout_func contract
+(env_mask, infra errors), a short real run on tiny, resume after kill -9, the pipeline and the report."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl.cli import app
+from muactl.train.grpo import Rollouts, trajectory_score, turn_credit, turn_rewards
+
+runner = CliRunner()
+FAST = ["domain=bank", "grpo.group_size=2", "grpo.tasks_per_step=2", "grpo.max_turns=3", "grpo.max_new_tokens=12",
+        "grpo.temperature=1.0"]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
+    return tmp_path
+
+
+# ---------------------------------------------------------------- UserRL shaping, by hand
+
+
+def test_turn_rewards_from_records():
+    records = [{"turn": 1, "tool": "find", "error": False, "changed": False},
+               {"turn": 2, "tool": "move", "error": False, "changed": True, "distance_before": 4, "distance_after": 2},
+               {"turn": 3, "tool": "move", "error": True, "changed": False},
+               {"turn": 3, "tool": "move", "error": False, "changed": True, "distance_before": 2, "distance_after": 0}]
+    assert turn_rewards(records, 4, final=1.0) == pytest.approx([0.0, 0.5, -0.1 + 0.5, 1.0])
+
+
+def test_turn_credit_modes():
+    r = [0.0, 0.5, 0.4, 1.0]
+    assert turn_credit(r, "equalized", 0.9) == pytest.approx([0.475] * 4)
+    assert turn_credit(r, "exponential", 0.5) == pytest.approx([0.0, 0.5 * 0.25, 0.4 * 0.5, 1.0])
+    g = 0.9
+    assert turn_credit(r, "r2g", g) == pytest.approx([0.0 + g * (0.5 + g * (0.4 + g * 1.0)), 0.5 + g * (0.4 + g), 0.4 + g, 1.0])
+    assert trajectory_score([1.0, 2.0, 3.0], "mean") == 2.0
+    assert trajectory_score([3.0, 2.0], "r2g") == 3.0
+    with pytest.raises(ValueError):
+        turn_credit(r, "nope", 0.9)
+
+
+# ---------------------------------------------------------------- the rollout_func contract
+
+
+class FakeTrainer:
+    """Only what rollout_func reads from TRL's trainer (the model is real)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.accelerator = SimpleNamespace(unwrap_model=lambda m: m)
+        self.state = SimpleNamespace(global_step=0)
+        self._metrics = {"train": defaultdict(list)}
+
+
+def make_rollouts(tmp_path, user_factory=None, **grpo):
+    from muactl.config import compose
+    from muactl.env.user import ScriptedUser
+    from muactl.models import load_model
+    from muactl.runs import RunStore
+    from muactl.validate import open_domain
+
+    cfg = compose(None, FAST + [f"grpo.{k}={v}" for k, v in grpo.items()])
+    opened = open_domain("bank")
+    lm = load_model("tiny", opened.compiled)
+    store = RunStore.create("grpo", "bank", {}, path=tmp_path / "run")
+    return Rollouts(cfg, opened, store, lm.tokenizer, user_factory or ScriptedUser), lm
+
+
+def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
+    rollouts, lm = make_rollouts(tmp_path)
+    ids = ["move-quin", "move-quin", "close-ned", "close-ned"]
+    trainer = FakeTrainer(lm.model)
+    out = rollouts([[{"role": "user", "content": t}] for t in ids], trainer)
+    assert set(out) == {"prompt_ids", "completion_ids", "logprobs", "env_mask", "episode_reward"}
+    assert all(len(out[k]) == 4 for k in out)
+    tok = lm.tokenizer
+    for p, c, m, lp in zip(out["prompt_ids"], out["completion_ids"], out["env_mask"], out["logprobs"]):
+        assert len(c) == len(m) == len(lp) and m[0] == 1  # the completion starts with the policy's first token
+        assert tok.decode(p).endswith("<|im_start|>assistant\n")
+        # every stretch with mask 0 inside the completion is template text around user or tool turns
+        text0 = tok.decode([t for t, k in zip(c, m) if k == 0])
+        assert "<|im_start|>" not in tok.decode([t for t, k in zip(c, m) if k == 1])
+        if 0 in m:
+            assert "<|im_start|>user" in text0 or text0.strip("\n") == "<|im_end|>"
+        assert all(x == 0.0 for x, k in zip(lp, m) if k == 0)
+    assert all(r in (0.0, 1.0) for r in out["episode_reward"])
+    assert trainer._metrics["train"]["rollout/success"]
+    saved = rollouts.store.episodes(step=1)
+    assert sorted(e["task_id"] for e in saved) == sorted(ids)
+
+
+def test_infra_errors_are_dropped_not_scored_zero(tmp_path):
+    from muactl.agents.base import InfraError
+    from muactl.env.user import UserSimulator
+
+    class Down(UserSimulator):
+        async def respond(self, ctx):
+            raise InfraError("user model unreachable")
+
+    rollouts, lm = make_rollouts(tmp_path, user_factory=Down)
+    out = rollouts([[{"role": "user", "content": "move-quin"}]] * 2, FakeTrainer(lm.model))
+    assert out["episode_reward"] == [None, None]  # TRL leaves None out of the group baseline
+    assert all(sum(m) == 0 for m in out["env_mask"])
+
+
+def test_all_equal_groups_are_counted(tmp_path):
+    rollouts, lm = make_rollouts(tmp_path)
+    trainer = FakeTrainer(lm.model)
+    # a refusal task: the untrained policy never acts, so both rollouts succeed: no signal in the group
+    rollouts([[{"role": "user", "content": "refuse-overdraft-fay"}]] * 2, trainer)
+    assert trainer._metrics["train"]["rollout/all_equal_groups"] == [1.0]
+
+
+# ---------------------------------------------------------------- real runs
+
+
+def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=2", "run_id=g1"])
+    assert r.exit_code == 0, r.output
+    run = in_tmp / "runs" / "g1"
+    assert (run / "checkpoint-final" / "config.json").is_file()
+    from muactl.runs import RunStore
+
+    store = RunStore.open("g1")
+    names = {row["name"] for row in store.db["metrics"].rows}
+    assert {"reward", "rollout/success", "rollout/turns", "rollout/all_equal_groups", "time/generation_s",
+            "entropy"} <= names
+    assert {e["step"] for e in store.episodes()} == {1, 2}
+    assert list((run / "tensorboard" / "grpo").rglob("events.out.tfevents*"))
+    r = runner.invoke(app, ["report", "g1"])
+    assert r.exit_code == 0 and (run / "report" / "index.html").is_file() and (run / "report" / "reward.png").is_file()
+
+
+def test_userrl_reward_runs(in_tmp):
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=1", "grpo.reward=userrl", "grpo.turn_credit=r2g",
+                            "grpo.trajectory_score=r2g", "run_id=g2"])
+    assert r.exit_code == 0, r.output
+
+
+def _steps_and_tasks(run_id):
+    from muactl.runs import RunStore
+
+    by_step = defaultdict(list)
+    for e in RunStore.open(run_id).episodes():
+        by_step[e["step"]].append(e["task_id"])
+    return {s: sorted(v) for s, v in by_step.items()}
+
+
+def test_resume_after_kill_9_continues_with_the_same_data_order(in_tmp):
+    env = dict(os.environ, MUACTL_RUNS=str(in_tmp / "runs"), MUACTL_NO_PROGRESS="1")
+    base = [sys.executable, "-m", "muactl", "train", "grpo", *FAST, "grpo.steps=4", "grpo.save_steps=1"]
+    # an uninterrupted run for reference
+    subprocess.run(base + ["run_id=ref"], env=env, check=True, capture_output=True, cwd=in_tmp)
+    proc = subprocess.Popen(base + ["run_id=killed"], env=env, cwd=in_tmp, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ck = in_tmp / "runs" / "killed" / "grpo" / "checkpoint-2"
+    deadline = time.time() + 120
+    while not ck.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert ck.exists(), "the run never reached its second checkpoint"
+    assert not (in_tmp / "runs" / "killed" / "checkpoint-final").exists()
+    out = subprocess.run([sys.executable, "-m", "muactl", "train", "grpo", "--resume", "killed"], env=env, cwd=in_tmp,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resuming from" in out.stdout
+    assert (in_tmp / "runs" / "killed" / "checkpoint-final").is_dir()
+    state = json.loads((in_tmp / "runs" / "killed" / "grpo" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    ref, resumed = _steps_and_tasks("ref"), _steps_and_tasks("killed")
+    # steps after the checkpoint see the same tasks in the same order as the uninterrupted run
+    assert resumed[3] == ref[3] and resumed[4] == ref[4]
+
+
+def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
+    cfg = in_tmp / "exp.yaml"
+    cfg.write_text(
+        "domain: bank\nstages: [synth, sft, grpo, eval]\n"
+        "synth: {trials: 1, tasks: train}\n"
+        "sft: {max_steps: 2, batch_size: 2, save_steps: 100, logging_steps: 1}\n"
+        "grpo: {steps: 1, group_size: 2, tasks_per_step: 1, max_turns: 2, max_new_tokens: 8}\n"
+        "eval: {split: test, max_turns: 2, concurrency: 20}\n"
+        "model: tiny\n")
+    r = runner.invoke(app, ["train", str(cfg), "run_id=p1", "model.max_new_tokens=8"])
+    assert r.exit_code == 0, r.output
+    stages = json.loads((in_tmp / "runs" / "p1" / "stages.json").read_text())
+    assert set(stages) == {"synth", "sft", "grpo", "eval"}
+    assert set(stages["eval"]) == {"base", "sft", "grpo"}
+    assert "before / after" in r.output
+    # resuming a finished pipeline runs nothing again
+    r = runner.invoke(app, ["train", str(cfg), "--resume", "p1"])
+    assert r.exit_code == 0 and "== synth" not in r.output and "== sft" not in r.output

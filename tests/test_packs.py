@@ -1,0 +1,219 @@
+"""Domain packs: pack -> install -> validate -> eval round trip, and a corpus of hostile archives that
+install must refuse without writing anything into the library."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl import packs
+from muactl.cli import app
+from muactl.errors import PackExists, PackNotInstalled, UnsafePack
+from muactl.library import find_domain, user_library
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def clean_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("MUACTL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    yield
+
+
+def _pack(project: Path, out: str = "clinic-0.1.0.muapack") -> Path:
+    result = runner.invoke(app, ["pack", "domains/clinic", "-o", str(project / out)])
+    assert result.exit_code == 0, result.output
+    return project / out
+
+
+def _members(pack: Path) -> dict[str, bytes]:
+    with tarfile.open(pack) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def test_pack_is_deterministic_and_lists_every_file_with_its_checksum(project):
+    first = _pack(project)
+    data = first.read_bytes()
+    second = _pack(project, "again.muapack")
+    assert second.read_bytes() == data
+    files = _members(first)
+    manifest = json.loads(files.pop("manifest.json"))
+    assert (manifest["name"], manifest["version"], manifest["spec_version"], manifest["has_python"]) == ("clinic", "0.1.0", 1, False)
+    assert {e["path"] for e in manifest["files"]} == set(files)
+    assert {"domain/domain.yaml", "domain/policy.md", "tasks/train.yaml", "tasks/test.yaml"} <= set(files)
+    for e in manifest["files"]:
+        assert e["sha256"] == hashlib.sha256(files[e["path"]]).hexdigest() and e["size"] == len(files[e["path"]])
+
+
+def test_round_trip_pack_install_validate_eval_gives_the_same_result(project, tmp_path, monkeypatch):
+    from muactl.evaluate import EvalConfig, run_eval
+
+    pack = _pack(project)
+    _, source = run_eval(EvalConfig(domain="clinic", split="all", trials=2))
+    result = runner.invoke(app, ["install", str(pack)])
+    assert result.exit_code == 0, result.output
+    assert (user_library() / "clinic" / "domain.yaml").is_file()
+    # away from the project, the name resolves to the installed pack
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    ref = find_domain("clinic")
+    assert ref.origin == "installed" and ref.tasks_dir == user_library() / "clinic" / "tasks"
+    ok = runner.invoke(app, ["validate", "clinic"])
+    assert ok.exit_code == 0 and "installed" in ok.output, ok.output
+    _, installed = run_eval(EvalConfig(domain="clinic", split="all", trials=2))
+    keys = ["pass^1", "pass^2", "episodes", "avg_reward", "avg_turns", "tool_error_rate", "terminations"]
+    assert {k: installed[k] for k in keys} == {k: source[k] for k in keys}
+    assert installed["pass^1"] == 1.0
+    listing = runner.invoke(app, ["domains", "--json"])
+    row = next(r for r in json.loads(listing.output) if r["name"] == "clinic")
+    assert row["origin"] == "installed" and row["version"] == "0.1.0" and row["pack"]["source_name"] == pack.name
+    table = runner.invoke(app, ["domains"], env={"COLUMNS": "250"})
+    assert "clinic-0.1.0.muapack" in table.output
+    gone = runner.invoke(app, ["uninstall", "clinic"])
+    assert gone.exit_code == 0 and not (user_library() / "clinic").exists()
+    again = runner.invoke(app, ["uninstall", "clinic"])
+    assert again.exit_code == 2 and "no installed domain named 'clinic'" in again.output
+
+
+def test_install_never_replaces_another_version_silently(project):
+    pack = _pack(project)
+    packs.install_pack(pack)
+    assert packs.install_pack(pack).unchanged  # the same pack again: nothing to do
+    yaml_path = project / "domains" / "clinic" / "domain.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("version: 0.1.0", "version: 0.2.0"))
+    newer = _pack(project, "clinic-0.2.0.muapack")
+    with pytest.raises(PackExists, match=r"clinic 0.1.0 is already installed .*--force.*muactl uninstall clinic"):
+        packs.install_pack(newer)
+    result = runner.invoke(app, ["install", str(newer)])
+    assert result.exit_code == 2 and "already installed" in result.output
+    r = packs.install_pack(newer, force=True)
+    assert (r.version, r.replaced) == ("0.2.0", "0.1.0")
+    assert packs.installed_manifest(user_library() / "clinic")["version"] == "0.2.0"
+
+
+def test_pack_with_python_handlers_installs_but_its_tools_need_trust(project, tmp_path):
+    root = project / "domains" / "clinic"
+    marker = tmp_path / "handler-ran"
+    (root / "handlers.py").write_text(
+        f"open({str(marker)!r}, 'w').write('imported')\n"
+        "def count_patients(db):\n    return db.execute('SELECT count(*) FROM patients').fetchone()[0]\n")
+    text = (root / "domain.yaml").read_text()
+    (root / "domain.yaml").write_text(text.replace("\n# How simulated users behave",
+        "\n  count_patients:\n    description: Count patients.\n    python: handlers:count_patients\n\n# How simulated users behave"))
+    pack = _pack(project)
+    manifest = json.loads(_members(pack)["manifest.json"])
+    assert manifest["has_python"] and manifest["python_tools"] == ["count_patients"]
+    result = runner.invoke(app, ["install", str(pack)])
+    assert result.exit_code == 0 and "--trust" in result.output
+    assert not marker.exists()  # nothing ran at pack or install time
+    from muactl.validate import open_domain
+
+    (project / "domains" / "clinic" / "domain.yaml").unlink()  # make the name resolve to the installed copy
+    env = open_domain("clinic", with_tasks=False).compiled.environment()
+    refused = env.call("count_patients", {})
+    assert refused.error and "--trust" in refused.content and not marker.exists()
+    trusted = open_domain("clinic", with_tasks=False, trust=True).compiled.environment()
+    assert trusted.call("count_patients", {}).content == "3" and marker.exists()
+
+
+# ---------------------------------------------------------------- hostile archives
+
+
+def _manifest_for(files: dict[str, bytes], **over) -> bytes:
+    m = {"format": 1, "name": "clinic", "version": "0.1.0", "spec_version": 1, "has_python": False,
+         "files": [{"path": p, "sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for p, d in files.items()]}
+    m.update(over)
+    return json.dumps(m).encode()
+
+
+def _build(path: Path, members: list[tarfile.TarInfo | tuple[str, bytes]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for item in members:
+            if isinstance(item, tarfile.TarInfo):
+                tar.addfile(item)
+            else:
+                name, data = item
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _good_files(project: Path) -> dict[str, bytes]:
+    return {k: v for k, v in _members(_pack(project, "good.muapack")).items() if k != "manifest.json"}
+
+
+def _special(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, linkname
+    return info
+
+
+HOSTILE = {
+    "traversal": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), ("../../evil.txt", b"x")], "path traversal"),
+    "traversal-inside": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), ("domain/../../evil.txt", b"x")], "path traversal"),
+    "absolute": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), ("/tmp/evil.txt", b"x")], "absolute path"),
+    "symlink": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), _special("domain/data/link", tarfile.SYMTYPE, "/etc/passwd")], "symbolic link"),
+    "hardlink": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), _special("domain/data/hard", tarfile.LNKTYPE, "/etc/passwd")], "hard link"),
+    "device": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), _special("domain/data/dev", tarfile.CHRTYPE)], "device"),
+    "fifo": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), _special("domain/data/pipe", tarfile.FIFOTYPE)], "fifo"),
+    "checksum": (lambda f: [("manifest.json", _manifest_for(f)),
+                            *[(k, v + b"\n# changed" if k == "domain/policy.md" else v) for k, v in f.items()]], "checksum mismatch"),
+    "no-manifest": (lambda f: list(f.items()), "no manifest.json"),
+    "manifest-lies": (lambda f: [("manifest.json", _manifest_for({**f, "domain/data/extra.csv": b"a,b\n"})), *f.items()],
+                      "manifest lists files the pack does not hold"),
+    "unlisted-extra": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), ("domain/run_me.py", b"import os\n")],
+                       "does not list: domain/run_me.py"),
+    "outside-layout": (lambda f: [("manifest.json", _manifest_for({**f, "evil/x": b"x"})), *f.items(), ("evil/x", b"x")],
+                       "outside domain/ and tasks/"),
+    "duplicate": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), ("domain/policy.md", b"other")], "appears twice"),
+    "bad-json": (lambda f: [("manifest.json", b"{not json"), *f.items()], "not valid JSON"),
+    "name-mismatch": (lambda f: [("manifest.json", _manifest_for(f, name="other")), *f.items()], "domain.yaml says clinic"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_archive_is_refused_and_nothing_is_written(project, tmp_path, case):
+    build, message = HOSTILE[case]
+    pack = _build(tmp_path / f"{case}.muapack", build(_good_files(project)))
+    result = runner.invoke(app, ["install", str(pack)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output.replace("\n", " ")
+    library = user_library()
+    assert not library.exists() or not any(library.iterdir())
+    assert not (tmp_path / "evil.txt").exists() and not Path("/tmp/evil.txt").exists()
+    staging = library.parent / "staging"
+    assert not staging.exists() or not any(staging.iterdir())
+
+
+def test_oversized_member_and_total_are_refused(project, tmp_path, monkeypatch):
+    files = _good_files(project)
+    big = {**files, "domain/data/big.csv": b"0" * 4096}
+    pack = _build(tmp_path / "big.muapack", [("manifest.json", _manifest_for(big)), *big.items()])
+    monkeypatch.setattr(packs, "MAX_MEMBER_BYTES", 2048)
+    with pytest.raises(UnsafePack, match="over the 2048-byte limit per file"):
+        packs.install_pack(pack)
+    monkeypatch.setattr(packs, "MAX_MEMBER_BYTES", 1 << 20)
+    monkeypatch.setattr(packs, "MAX_TOTAL_BYTES", 4096)
+    with pytest.raises(UnsafePack, match="unpacks to more than 4096 bytes"):
+        packs.install_pack(pack)
+
+
+def test_not_an_archive_and_missing_file(tmp_path):
+    junk = tmp_path / "junk.muapack"
+    junk.write_bytes(gzip.compress(b"hello") + b"garbage")
+    with pytest.raises(UnsafePack, match="not a muactl pack|damaged"):
+        packs.install_pack(junk)
+    result = runner.invoke(app, ["install", str(tmp_path / "nope.muapack")])
+    assert result.exit_code == 2 and "is not a file" in result.output
+    with pytest.raises(PackNotInstalled):
+        packs.uninstall("clinic")

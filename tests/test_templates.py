@@ -1,0 +1,238 @@
+"""Task templates: generation (deterministic, deduplicated, gold paths replayed), validation errors
+with file:line, train/test disjointness, on-the-fly instances in eval and GRPO, and the CLI."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl.cli import app
+from muactl.errors import SpecError, UsageError
+from muactl.evaluate import EvalConfig, run_eval
+from muactl.spec.load import load_task_file
+from muactl.templates import draw_stream, generate, instance_key, write_tasks
+from muactl.validate import open_domain, validate_domain
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def bank():
+    return open_domain("bank")
+
+
+@pytest.fixture(scope="module")
+def retail():
+    return open_domain("retail")
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    return tmp_path
+
+
+def test_builtin_templates_cover_the_task_kinds(bank, retail):
+    assert len(bank.templates) >= 5 and len(retail.templates) >= 8
+    for opened in (bank, retail):
+        hand = {tag for t in opened.tasks for tag in t.task.tags}
+        made = {tag for ts in opened.templates for tag in ts.template.tags}
+        assert {"write", "info", "refuse"} <= made
+        assert made <= hand | {"modify-items"}
+    assert bank.spec.domain.database.generate
+
+
+def test_generation_is_deterministic_and_carries_provenance(bank, tmp_path):
+    a = generate(bank, None, 30, 5, db_seed=100)
+    b = generate(bank, None, 30, 5, db_seed=100)
+    c = generate(bank, None, 30, 6, db_seed=100)
+    ids = [t.task.id for t in a.tasks]
+    assert ids == [t.task.id for t in b.tasks] and len(set(ids)) == 30
+    assert ids != [t.task.id for t in c.tasks]
+    o = a.tasks[0].task.origin
+    assert o.template == "move" and o.seed == 5 and o.db_seed == 100 and o.bindings["customer_id"]
+    write_tasks(a.tasks, tmp_path / "one.yaml")
+    write_tasks(b.tasks, tmp_path / "two.yaml")
+    assert (tmp_path / "one.yaml").read_text() == (tmp_path / "two.yaml").read_text()
+    loaded = load_task_file(tmp_path / "one.yaml")  # an ordinary task file
+    assert [t.task for t in loaded] == [t.task for t in a.tasks]
+
+
+def test_duplicate_bindings_are_written_once(bank):
+    drawn = generate(bank, ["close"], 200, 0)  # few empty accounts in the seed database
+    keys = [instance_key(t.task) for t in drawn.tasks]
+    assert len(keys) == len(set(keys)) < 200 and drawn.duplicates > 0
+
+
+def test_failing_gold_paths_are_dropped_and_reported(bank):
+    from muactl.templates import TemplateSpec, draw
+
+    ts = next(t for t in bank.templates if t.id == "move")
+    data = dict(ts.data, expect={**ts.data["expect"], "actions": ts.data["expect"]["actions"][:2]})
+    broken = TemplateSpec(ts.template, ts.file, ts.index, ts.doc, data)
+    drawn = draw(bank, [broken], 3, lambda k: (k, None))
+    assert not drawn.tasks and len(drawn.dropped) >= 3
+    assert "assertion" in drawn.dropped[0][3]
+
+
+def test_train_and_test_instances_are_disjoint(bank):
+    train = draw_stream(bank, "template:all", 300, seed=0, db="random", split="train").tasks
+    test = draw_stream(bank, "template:all", 100, seed=0, db="random", split="test").tasks
+    assert not {instance_key(t.task) for t in train} & {instance_key(t.task) for t in test}
+    assert not {t.task.origin.db_seed for t in train} & {t.task.origin.db_seed for t in test}
+    # different run seeds draw different train instances, still never a test one
+    other = draw_stream(bank, "template:all", 50, seed=7, db="random", split="train").tasks
+    assert not {instance_key(t.task) for t in other} & {instance_key(t.task) for t in test}
+
+
+def test_oracle_solves_every_instance_on_random_databases(in_tmp, bank):
+    cfg = EvalConfig(domain="bank", tasks=["template:all"], n=28, db="random", seed=3, concurrency=8)
+    store, summary = run_eval(cfg, opened=bank)
+    assert summary["episodes"] == 28 and summary["pass^1"] == 1.0
+    eps = store.episodes()
+    assert len({e["task_id"] for e in eps}) == 28
+
+
+def test_oracle_solves_retail_instances(in_tmp, retail):
+    cfg = EvalConfig(domain="retail", tasks=["template:all"], n=18, seed=1, split="train", concurrency=8)
+    _, summary = run_eval(cfg, opened=retail)
+    assert summary["pass^1"] == 1.0
+
+
+def test_generated_files_validate_beside_hand_written_ones(in_tmp):
+    shutil.copytree(ROOT / "domains/bank", in_tmp / "domains/bank")
+    shutil.copytree(ROOT / "tasks/bank", in_tmp / "tasks/bank")
+    res = runner.invoke(app, ["tasks", "generate", "bank", "--all-templates", "--n", "14", "--seed", "9000",
+                              "--db-seed", "9000", "--split", "test", "-o", "tasks/bank/gen-test.yaml"])
+    assert res.exit_code == 0, res.output
+    assert "wrote 14 tasks" in res.output
+    opened = validate_domain("bank")  # the random-database tasks replay on their own instances
+    gen = [t for t in opened.tasks if t.task.origin]
+    assert len(gen) == 14 and all(t.split == "test" for t in gen)
+    store, summary = run_eval(EvalConfig(domain="bank", split="test", tasks=[t.task.id for t in gen]))
+    assert summary["pass^1"] == 1.0
+
+
+# ---------------------------------------------------------------- validation errors
+
+
+TEMPLATE = """\
+- id: cancel
+  persona: [polite, brief]
+  sample: >-
+    SELECT p.phone, a.appointment_id, p.patient_id FROM appointments a JOIN patients p ON p.patient_id = a.patient_id
+    WHERE a.status = 'scheduled'
+  user:
+    reason: You want to cancel appointment {appointment_id}.
+    known: Your phone number is {phone}.
+  expect:
+    actions:
+      - find_patient_by_phone: {phone: "{phone}"}
+      - list_appointments: {patient_id: "{patient_id}"}
+      - cancel_appointment: {appointment_id: "{appointment_id}"}
+    assert:
+      - query: SELECT status FROM appointments WHERE appointment_id = '{appointment_id}'
+        equals: cancelled
+"""
+
+
+def _templates(project: Path, text: str) -> Path:
+    path = project / "tasks/clinic/templates.yaml"
+    path.write_text(text)
+    return path
+
+
+def _line(path: Path, snippet: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if snippet in line)
+
+
+def test_a_sound_template_validates(project):
+    _templates(project, TEMPLATE)
+    opened = validate_domain("clinic")
+    assert [t.id for t in opened.templates] == ["cancel"]
+
+
+@pytest.mark.parametrize("old, new, snippet, fragment", [
+    ("known: Your phone number is {phone}.", "known: Your phone number is {phnoe}.", "{phnoe}",
+     "placeholder {phnoe} is not bound"),
+    ("WHERE a.status = 'scheduled'", "WHERE a.status = 'no-such-status'", "sample:", "returned no rows"),
+    ("WHERE a.status = 'scheduled'", "WHERE a.stauts = 'scheduled'", "sample:", "stauts"),
+    ("persona: [polite, brief]", "persona: [polite, grumpy]", "persona:", "undefined persona 'grumpy'"),
+    ("- cancel_appointment:", "- cancel_apointment:", "cancel_apointment", "undefined tool"),
+    ("equals: cancelled", "equals: canceled", "    assert:", "does not hold"),
+    ("  user:", "  derive:\n    when: SELECT :nope\n  user:", "when:", ":nope is not bound"),
+    ("  sample: >-", "  sampel: x\n  sample: >-", "sampel", "did you mean 'sample'"),
+])
+def test_template_problems_name_file_and_line(project, old, new, snippet, fragment):
+    assert TEMPLATE.count(old) == 1
+    path = _templates(project, TEMPLATE.replace(old, new))
+    with pytest.raises(SpecError) as e:
+        validate_domain("clinic")
+    hits = [p for p in e.value.problems if fragment in p.message]
+    assert hits, [p.message for p in e.value.problems]
+    assert hits[0].file == str(path) and hits[0].line == _line(path, snippet), hits[0]
+
+
+def test_validate_cli_reports_template_problems(project):
+    _templates(project, TEMPLATE.replace("{phone}.", "{phnoe}."))
+    res = runner.invoke(app, ["validate", "clinic"])
+    assert res.exit_code == 2
+    assert "templates.yaml:" in res.output and "{phnoe}" in res.output
+
+
+# ---------------------------------------------------------------- on the fly: CLI, config, GRPO
+
+
+def test_eval_cli_with_templates_on_random_databases(in_tmp):
+    res = runner.invoke(app, ["eval", "bank", "--tasks", "template:all", "--n", "14", "--db", "random", "--seed", "7",
+                              "--agent", "oracle", "--user", "scripted"])
+    assert res.exit_code == 0, res.output
+    assert "1.000" in res.output
+    res = runner.invoke(app, ["eval", "bank", "--tasks", "template:nope", "--n", "2"])
+    assert res.exit_code == 2 and "no template 'nope'" in res.output
+    res = runner.invoke(app, ["eval", "retail", "--tasks", "template:all", "--db", "random", "--n", "2"])
+    assert res.exit_code == 2 and "no random database" in res.output
+
+
+def test_tasks_generate_cli(in_tmp):
+    out = in_tmp / "gen.yaml"
+    res = runner.invoke(app, ["tasks", "generate", "retail", "--template", "cancel-pending", "--n", "5", "--seed", "1",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(load_task_file(out)) == 5
+    res = runner.invoke(app, ["tasks", "generate", "retail", "--n", "5", "-o", str(out)])
+    assert res.exit_code == 2 and "--all-templates" in res.output
+
+
+def test_train_config_takes_template_tasks():
+    from muactl.config import compose
+
+    cfg = compose(None, ["tasks=template:all", "db=random"])
+    assert (cfg.tasks, cfg.db) == ("template:all", "random")
+
+
+def test_grpo_draws_a_fresh_instance_per_group(bank):
+    from muactl.rollout import Job
+    from muactl.templates import TEST_BASE
+    from muactl.train.grpo import Rollouts
+
+    cfg = SimpleNamespace(seed=0, db="random", grpo=SimpleNamespace(group_size=4))
+    r = Rollouts(cfg, bank, store=None, tokenizer=None, make_user=None)
+    jobs = r._jobs(["template:move"] * 4 + ["template:balance"] * 4, step=3, Job=Job)
+    assert len({id(j.task) for j in jobs[:4]}) == 1 and jobs[0].task is not jobs[4].task
+    seeds = {j.task.task.origin.db_seed for j in jobs}
+    assert len(seeds) == 2 and all(s < TEST_BASE for s in seeds)
+    assert jobs[0].domain.instance_key == f"db{jobs[0].task.task.origin.db_seed}"
+    again = r._jobs(["template:move"] * 4, step=4, Job=Job)
+    assert instance_key(again[0].task.task) != instance_key(jobs[0].task.task)
+
+
+def test_unknown_template_is_a_usage_error(bank):
+    with pytest.raises(UsageError):
+        draw_stream(bank, "template:nope", 1, 0)

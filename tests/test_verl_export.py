@@ -1,0 +1,191 @@
+"""`muactl export verl`: the files it writes, and the agent loop driven through one episode with a fake
+server manager at the model boundary (real domain, real scripted user, real tiny tokenizer). With verl
+installed (tested: 0.9.1), the generated module is built the way verl's AgentLoopWorker builds it."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from muactl.agents.chatml import GENERATION_PROMPT, render
+from muactl.agents.oracle import OracleAgent
+from muactl.cli import app
+from muactl.export.verl import grpo_defaults
+from muactl.export.verl_runtime import EpisodeRunner
+
+runner = CliRunner()
+
+
+def _verl_base():
+    try:
+        from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+    except Exception as e:  # ImportError, or a missing heavy dependency of verl's module
+        pytest.skip(f"verl's agent loop module is not importable here ({type(e).__name__}: {e}); "
+                    "install the extra: pip install 'muactl[verl]'")
+    return AgentLoopBase
+
+
+@pytest.fixture
+def exported(project):
+    out = project / "out" / "verl-clinic"
+    result = runner.invoke(app, ["export", "verl", "clinic", "-o", str(out), "--grpo", "group_size=4"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_export_writes_datasets_loop_config_script_and_readme(exported, clinic):
+    import pyarrow.parquet as pq
+
+    assert {p.name for p in exported.iterdir()} >= {"train.parquet", "test.parquet", "muactl_agent_loop.py",
+                                                   "agent_loop.yaml", "launch.sh", "README.md", "tools.json", "domain"}
+    for split in ("train", "test"):
+        rows = pq.read_table(exported / f"{split}.parquet").to_pylist()
+        want = [t for t in clinic.tasks if t.split == split]
+        assert [r["extra_info"]["task_id"] for r in rows] == [t.task.id for t in want]
+        for r, t in zip(rows, want):
+            assert r["agent_name"] == "muactl_clinic"
+            assert r["prompt"][0] == {"role": "system", "content": clinic.compiled.system_prompt}
+            assert json.loads(r["extra_info"]["task"])["user"]["reason"] == t.task.user.reason
+    (entry,) = yaml.safe_load((exported / "agent_loop.yaml").read_text())
+    assert entry["name"] == "muactl_clinic" and entry["_target_"] == "muactl_agent_loop.MuactlAgentLoop"
+    grpo = grpo_defaults()
+    assert (entry["max_turns"], entry["max_new_tokens"]) == (grpo["max_turns"], grpo["max_new_tokens"])
+    script = (exported / "launch.sh").read_text()
+    subprocess.run(["bash", "-n", str(exported / "launch.sh")], check=True)
+    for line in ["ray job submit", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo",
+                 "actor_rollout_ref.rollout.n=4",  # the --grpo override
+                 f"data.train_batch_size={grpo['tasks_per_step']}", f"actor_rollout_ref.actor.optim.lr={grpo['lr']}",
+                 f"actor_rollout_ref.actor.clip_ratio={grpo['epsilon']}", "actor_rollout_ref.actor.use_kl_loss=false",
+                 f"trainer.total_training_steps={grpo['steps']}",
+                 "actor_rollout_ref.rollout.agent.agent_loop_config_path=agent_loop.yaml"]:
+        assert line in script, line
+    assert (exported / "domain" / "domain.yaml").is_file() and (exported / "domain" / "tasks" / "train.yaml").is_file()
+    assert "response_mask" in (exported / "README.md").read_text()
+
+
+def test_export_refuses_what_it_cannot_mirror(project, exported):
+    again = runner.invoke(app, ["export", "verl", "clinic", "-o", str(exported)])
+    assert again.exit_code == 2 and "--force" in again.output
+    userrl = runner.invoke(app, ["export", "verl", "clinic", "-o", str(project / "x"), "--grpo", "reward=userrl"])
+    assert userrl.exit_code == 2 and "binary" in userrl.output
+    unknown = runner.invoke(app, ["export", "verl", "clinic", "-o", str(project / "y"), "--grpo", "groupsize=3"])
+    assert unknown.exit_code == 2 and "unknown grpo setting" in unknown.output
+
+
+# ---------------------------------------------------------------- one episode through the loop
+
+
+class FakeServerManager:
+    """verl's server manager at the model boundary: answers each generate call with the oracle's next
+    turn, as token ids of the real tokenizer, with made-up logprobs."""
+
+    def __init__(self, tok, turns: list[str]):
+        self.tok, self.turns, self.calls = tok, list(turns), []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)})
+        ids = self.tok.encode(self.turns.pop(0), add_special_tokens=False)
+        return SimpleNamespace(token_ids=ids, log_probs=[-0.5] * len(ids), num_preempted=None, extra_fields={},
+                               routed_experts=None, stop_reason="completed")
+
+
+def oracle_turns(task, compiled) -> list[str]:
+    agent, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=compiled)
+    out = []
+    for _ in range(len(task.task.expect.actions) * 2 + 3):
+        reply = asyncio.run(agent.act(ctx))
+        msg = {"role": "assistant", "content": reply.content, "tool_calls": reply.tool_calls}
+        out.append(render([msg])[len(GENERATION_PROMPT):-1])  # the turn's body with its <|im_end|>
+    return out
+
+
+@pytest.fixture
+def tok(clinic):
+    from muactl.models import load_tokenizer, tiny_path
+
+    return load_tokenizer(tiny_path(clinic.compiled))
+
+
+def _check(result, fake, tok, turns_used: int):
+    assert result.reward == 1.0 and result.termination == "user_stop"
+    mask, ids = result.response_mask, result.response_ids
+    assert len(mask) == len(ids) == len(result.response_logprobs)
+    sampled = [i for i, m in zip(ids, mask) if m == 1]
+    generated = [t for c in range(turns_used) for t in tok.encode(fake.script[c], add_special_tokens=False)]
+    assert sampled == generated  # mask 1 exactly on what the server returned, never re-tokenized
+    hidden = tok.decode([i for i, m in zip(ids, mask) if m == 0])
+    assert "<tool_response>" in hidden and "5550101" in hidden  # tool results and the user's words: mask 0
+    assert all(lp == -0.5 for lp, m in zip(result.response_logprobs, mask) if m == 1)
+    # each generate call's prompt is the trajectory so far: the conversation grows by appending ids
+    full = result.prompt_ids + ids
+    for call in fake.calls:
+        assert full[: len(call["prompt_ids"])] == call["prompt_ids"]
+    assert len({c["request_id"] for c in fake.calls}) == 1
+
+
+def _fake(tok, task, compiled):
+    turns = oracle_turns(task, compiled)
+    fake = FakeServerManager(tok, turns)
+    fake.script = list(turns)
+    return fake
+
+
+def test_runtime_plays_one_episode_with_masks_and_reward(project, clinic, tok):
+    task = clinic.task("cancel-next-appointment")
+    fake = _fake(tok, task, clinic.compiled)
+    er = EpisodeRunner(project / "domains" / "clinic", max_new_tokens=200)
+    result = asyncio.run(er.run(task.task.id, fake, tok, {"temperature": 1.0, "top_p": 1.0, "logprobs": True},
+                                response_length=4096))
+    _check(result, fake, tok, len(fake.calls))
+    assert all(c["sampling_params"]["max_tokens"] <= 200 for c in fake.calls)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    assert all(eos in c["sampling_params"]["stop_token_ids"] for c in fake.calls)
+
+
+def test_runtime_cuts_an_episode_past_the_response_budget(project, clinic, tok):
+    task = clinic.task("cancel-next-appointment")
+    fake = _fake(tok, task, clinic.compiled)
+    er = EpisodeRunner(project / "domains" / "clinic", max_new_tokens=200)
+    result = asyncio.run(er.run(task.task.id, fake, tok, {"temperature": 1.0}, response_length=120))
+    assert result.termination == "agent_error" and result.reward == 0.0
+    assert len(result.response_ids) <= 120
+
+
+def test_generated_module_subclasses_verl_base_and_runs_one_episode(exported, clinic, tok, monkeypatch):
+    base = _verl_base()
+    import hydra
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopOutput,
+        DictConfigWrap,
+        ToolListWrap,
+    )
+
+    monkeypatch.syspath_prepend(str(exported))
+    sys.modules.pop("muactl_agent_loop", None)
+    module = importlib.import_module("muactl_agent_loop")
+    assert issubclass(module.MuactlAgentLoop, base)
+    (entry,) = OmegaConf.load(exported / "agent_loop.yaml")
+    task = clinic.task("cancel-next-appointment")
+    fake = _fake(tok, task, clinic.compiled)
+    trainer = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 4096}}})
+    loop = hydra.utils.instantiate(entry, trainer_config=DictConfigWrap(trainer), server_manager=fake, tokenizer=tok,
+                                   processor=None, hf_model_type=None, dataset_cls=None,
+                                   data_config=DictConfigWrap(OmegaConf.create({})), tools=ToolListWrap([]))
+    assert isinstance(loop, module.MuactlAgentLoop)
+    kwargs = {"raw_prompt": [{"role": "system", "content": "x"}], "extra_info": {"task_id": task.task.id, "index": 0},
+              "agent_name": "muactl_clinic", "index": 0, "tools_kwargs": {}}
+    out = asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, **kwargs))
+    assert isinstance(out, AgentLoopOutput) and out.reward_score == 1.0
+    assert out.extra_fields["muactl_termination"] == "user_stop"
+    assert len(out.response_mask) == len(out.response_ids) and 0 in out.response_mask and 1 in out.response_mask
+    tensors = out.as_dict()  # what verl's worker turns it into
+    assert tensors["rm_scores"][-1] == 1.0 and tensors["response_mask"].sum() == sum(out.response_mask)
