@@ -249,6 +249,7 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
     for k in keys + ["avg_reward", "episodes", "counted", "infra_errors", "tasks", "avg_turns", "tool_error_rate",
+                     "avg_tool_errors",
                      "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:
             table.add_row(k, _fmt(summary[k]))

@@ -80,6 +80,8 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
         "avg_reward": sum(e["reward"] for e in counted) / len(counted) if counted else None,
         "terminations": dict(sorted(terms.items())),
         "tool_error_rate": sum(e["tool_errors"] for e in counted) / calls if calls else 0.0,
+        # errors also count malformed replies, which make no call: per episode says more for weak models
+        "avg_tool_errors": sum(e["tool_errors"] for e in counted) / len(counted) if counted else None,
         "avg_turns": sum(e["turns"] for e in counted) / len(counted) if counted else None,
         "prompt_tokens": sum(e["prompt_tokens"] or 0 for e in episodes),
         "completion_tokens": sum(e["completion_tokens"] or 0 for e in episodes),

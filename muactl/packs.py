@@ -126,32 +126,16 @@ def check_static(ref: DomainRef):
     """Load and check a domain and its tasks without running any of its code. Gold paths are replayed
     on a sandbox unless a task would need a Python handler (those run only with --trust); MCP tools are
     not started, so their arguments are not checked here. Returns (spec, tasks, manifest facts)."""
-    from .compile import compile_domain
     from .spec import models as m
-    from .spec.load import load_domain, load_tasks
-    from .validate import Opened, check_domain, check_tasks
+    from .validate import check_tasks, open_domain
 
-    problems = []
-    spec = compiled = None
-    tasks = []
-    try:
-        spec = load_domain(ref.root)
-        problems += check_domain(spec)
-        if not problems:
-            compiled = compile_domain(spec)
-    except SpecError as e:
-        problems += e.problems
-    try:
-        tasks = load_tasks(ref.tasks_dir)
-    except SpecError as e:
-        problems += e.problems
-    if problems:
-        raise SpecError(problems)
+    opened = open_domain(ref, start_mcp=False)
+    spec, tasks = opened.spec, opened.tasks
     tools = spec.domain.tools
     python_tools = sorted(n for n, t in tools.items() if isinstance(t, m.PythonTool))
     mcp_tools = sorted(n for n, t in tools.items() if isinstance(t, m.McpTool))
     py_files = any(ref.root.rglob("*.py"))
-    problems = check_tasks(Opened(ref, spec, compiled, tasks), replay=not python_tools)
+    problems = check_tasks(opened, replay=not python_tools)
     if problems:
         raise SpecError(problems)
     commands = sorted({" ".join(t.mcp.command) for t in tools.values() if isinstance(t, m.McpTool)})

@@ -204,9 +204,11 @@ def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
         env.close()
 
 
-def open_domain(name: str, with_tasks: bool = True, trust: bool = False) -> Opened:
-    """Find, load, check and compile a domain (and load its tasks). Raises SpecError with every problem."""
-    ref = find_domain(name)
+def open_domain(name: str | DomainRef, with_tasks: bool = True, trust: bool = False,
+                start_mcp: bool = True) -> Opened:
+    """Find, load, check and compile a domain (and load its tasks). Raises SpecError with every problem.
+    `start_mcp=False` leaves MCP tool servers unstarted (checking an untrusted pack runs nothing)."""
+    ref = name if isinstance(name, DomainRef) else find_domain(name)
     problems: list[Problem] = []
     spec = compiled = None
     tasks: list[TaskSpec] = []
@@ -216,7 +218,7 @@ def open_domain(name: str, with_tasks: bool = True, trust: bool = False) -> Open
         if not problems:
             compiled = compile_domain(spec)
             compiled.trust = trust
-            if any(t.kind == "mcp" for t in compiled.tools.values()):
+            if start_mcp and any(t.kind == "mcp" for t in compiled.tools.values()):
                 from .mcp_client import attach
 
                 # a command from an installed pack is someone else's code: start it only with --trust

@@ -13,6 +13,7 @@ then runs one generate call for all of them.
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 import zlib
 from typing import Any, Callable
 
@@ -85,9 +86,9 @@ class LocalAgent(Agent):
         self.batcher: Batcher | None = None
         self._loading: asyncio.Lock | None = None
 
-    # backends provide these
+    @abstractmethod
     def _load(self, domain) -> None:
-        raise NotImplementedError
+        """Load the model and tokenizer, then set self.tokenizer, self.eos_id and self.batcher."""
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -288,18 +288,10 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     trainer = GRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
                           callbacks=[ToRunStore()])
-    from .sft import _last_checkpoint
+    from .checkpoints import train_and_save
 
-    last = _last_checkpoint(out_dir)
-    if last:
-        log(f"grpo: resuming from {last}")
-    t0 = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(last) if last else None)
-    seconds = time.perf_counter() - t0
     final = final or store.path / "checkpoint-final"
-    model_out = trainer.model.merge_and_unload() if g.lora else trainer.model
-    model_out.save_pretrained(final)
-    tokenizer.save_pretrained(final)
+    result, seconds = train_and_save(trainer, tokenizer, out_dir, final, g.lora, True, log, "grpo")
     stats = {"steps": result.global_step, "seconds": round(seconds, 1), "train_loss": result.training_loss}
     log(f"grpo: {stats}")
     return final, stats

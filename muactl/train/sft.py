@@ -11,7 +11,6 @@ Checkpoints are plain HF folders (LoRA adapters merged at the end) that `hf:` ag
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     (default runs/<id>/checkpoint-final) and the stage's figures."""
     from ..models import _torch, load_tokenizer, resolve
     from ..validate import open_domain
+    from .checkpoints import train_and_save
     from .synth import read_jsonl
 
     torch = _torch()
@@ -94,18 +94,8 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config, callbacks=[ToRunStore()])
-    last = _last_checkpoint(out_dir) if cfg.sft.resume else None
-    if last:
-        log(f"sft: resuming from {last}")
-    t0 = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(last) if last else None)
-    seconds = time.perf_counter() - t0
     final = final or store.path / "checkpoint-final"
-    model_out = trainer.model
-    if cfg.sft.lora:
-        model_out = model_out.merge_and_unload()
-    model_out.save_pretrained(final)
-    tokenizer.save_pretrained(final)
+    result, seconds = train_and_save(trainer, tokenizer, out_dir, final, cfg.sft.lora, cfg.sft.resume, log, "sft")
     epochs_done = trainer.state.epoch or 0.0
     stats = {"examples": len(dataset), "skipped_too_long": skipped, "tokens": n_tokens, "steps": result.global_step,
              "epochs": round(epochs_done, 2), "seconds": round(seconds, 1), "train_loss": result.training_loss,
@@ -114,10 +104,3 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     log(f"sft: {stats}")
     return final, stats
 
-
-def _last_checkpoint(out_dir: Path) -> Path | None:
-    if not out_dir.is_dir():
-        return None
-    cks = sorted((p for p in out_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                 key=lambda p: int(p.name.split("-")[-1]))
-    return cks[-1] if cks else None

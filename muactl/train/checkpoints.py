@@ -1,0 +1,32 @@
+"""What SFT and GRPO share around TRL's trainers: resume from the last checkpoint, and write the final
+model as a plain HF folder (LoRA merged) that hf: agents, vLLM and muactl chat load directly."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+def last_checkpoint(out_dir: Path) -> Path | None:
+    if not out_dir.is_dir():
+        return None
+    cks = sorted((p for p in out_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                 key=lambda p: int(p.name.split("-")[-1]))
+    return cks[-1] if cks else None
+
+
+def train_and_save(trainer, tokenizer, out_dir: Path, final: Path, lora: bool, resume: bool,
+                   log: Callable[[str], None], stage: str) -> tuple[Any, float]:
+    """trainer.train(), resuming from out_dir's last checkpoint if asked; then save `final`.
+    Returns TRL's TrainOutput and the training seconds."""
+    last = last_checkpoint(out_dir) if resume else None
+    if last:
+        log(f"{stage}: resuming from {last}")
+    t0 = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(last) if last else None)
+    seconds = time.perf_counter() - t0
+    model = trainer.model.merge_and_unload() if lora else trainer.model
+    model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    return result, seconds
