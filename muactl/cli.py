@@ -248,8 +248,8 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
-    for k in keys + ["avg_reward", "episodes", "counted", "infra_errors", "tasks", "avg_turns", "tool_error_rate",
-                     "avg_tool_errors",
+    for k in keys + ["avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
+                     "tasks", "avg_turns", "tool_error_rate", "avg_tool_errors",
                      "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:
             table.add_row(k, _fmt(summary[k]))
@@ -538,10 +538,11 @@ def print_before_after(state: dict) -> None:
     rows = state.get("eval", {})
     if not rows:
         return
-    table = Table("model", "checkpoint", "pass^1", "avg reward", "avg turns", "tool error rate", title="before / after")
+    table = Table("model", "checkpoint", "pass^1", "first call right", "gold calls made", "avg turns",
+                  title="before / after")
     for label, r in rows.items():
-        table.add_row(label, str(r["model"]), _fmt(r.get("pass^1")), _fmt(r.get("avg_reward")), _fmt(r.get("avg_turns")),
-                      _fmt(r.get("tool_error_rate")))
+        table.add_row(label, str(r["model"]), _fmt(r.get("pass^1")), _fmt(r.get("first_call_right")),
+                      _fmt(r.get("gold_calls_made")), _fmt(r.get("avg_turns")))
     Console().print(table)
 
 

@@ -97,8 +97,8 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             log(f"== eval: {label} ({ref}) on the {e.split} split")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
             _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
-            rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "avg_turns",
-                                                                          "tool_error_rate", "episodes")}}
+            rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
+                                                                          "gold_calls_made", "avg_turns", "episodes")}}
             _save_state(store, state)
     return state
 

@@ -103,5 +103,21 @@ def score(task, domain, env, episode) -> tuple[float, dict[str, Any]]:
         asserts.append({"query": a.query, "ok": ok, "why": why})
     success = ended and db_match and all(outputs.values()) and all(a["ok"] for a in asserts)
     breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match,
-                 "outputs": outputs, "assertions": asserts, "success": success}
+                 "outputs": outputs, "assertions": asserts, "success": success,
+                 "partial": partial_credit(task, episode)}
     return (1.0 if success else 0.0), breakdown
+
+
+def partial_credit(task, episode) -> dict[str, float | None]:
+    """Signals that move long before full success does (DESIGN.md, "What a tiny model can learn"):
+    whether the agent's first tool call is the gold path's first (same tool, same arguments), and the
+    share of gold calls it made. Not part of the reward."""
+    from .spec.models import call_parts
+
+    gold = [call_parts(c) for c in task.task.expect.actions]
+    made = [(c["name"], c["arguments"]) for m in episode.messages if m["role"] == "assistant"
+            for c in m.get("tool_calls") or []]
+    if not gold:
+        return {"first_call_right": None, "gold_calls_made": None}
+    return {"first_call_right": float(bool(made) and made[0] == gold[0]),
+            "gold_calls_made": sum(g in made for g in gold) / len(gold)}

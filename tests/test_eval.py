@@ -229,3 +229,24 @@ def test_cli_errors_exit_2_without_traceback(runs_root, args, message):
     assert message in r.output and "Traceback" not in r.output
     assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit)
     assert not runs_root.exists() or not any(runs_root.iterdir())  # a failed start leaves no run behind
+
+
+def test_partial_credit_moves_before_success(tmp_path, monkeypatch):
+    """first_call_right and gold_calls_made: 1.0 for the oracle, 0.0 for an agent that never calls a tool."""
+    from muactl.evaluate import EvalConfig, run_eval
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    _, summary = run_eval(EvalConfig(domain="bank", split="test"))
+    assert summary["first_call_right"] == 1.0 and summary["gold_calls_made"] == 1.0
+    from muactl.agents.base import Agent, AgentReply
+    import muactl.evaluate as ev
+
+    class Quits(Agent):
+        async def act(self, ctx):
+            return AgentReply("Goodbye.")
+
+    orig = ev.build_parts
+    monkeypatch.setattr(ev, "build_parts", lambda cfg, opened: (Quits(), orig(cfg, opened)[1]))
+    _, summary = run_eval(EvalConfig(domain="bank", split="test"))
+    assert summary["first_call_right"] == 0.0 and summary["gold_calls_made"] == 0.0

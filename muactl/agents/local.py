@@ -13,7 +13,6 @@ then runs one generate call for all of them.
 from __future__ import annotations
 
 import asyncio
-from abc import abstractmethod
 import zlib
 from typing import Any, Callable
 
@@ -86,9 +85,10 @@ class LocalAgent(Agent):
         self.batcher: Batcher | None = None
         self._loading: asyncio.Lock | None = None
 
-    @abstractmethod
     def _load(self, domain) -> None:
-        """Load the model and tokenizer, then set self.tokenizer, self.eos_id and self.batcher."""
+        """Load the model and tokenizer, then set self.tokenizer, self.eos_id and self.batcher. Backends that
+        use LocalAgent.act provide it (HFAgent, VLLMAgent); verl's policy overrides act instead."""
+        raise NotImplementedError(f"{type(self).__name__} does not load a model itself")
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
