@@ -90,7 +90,7 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
     for k in range(1, k_max + 1):
         out[f"pass^{k}"] = pass_hat_k(counts, k)
     for key in ("first_call_right", "gold_calls_made"):
-        vals = [v for e in counted if (v := (e["breakdown"].get("partial") or {}).get(key)) is not None]
+        vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
         out[key] = sum(vals) / len(vals) if vals else None
     return out
 
