@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from .compile.database import schema_connection
 from .compile.sql import Guard, bind_value, explain, param_names
-from .env.sandbox import OUTSIDE_KINDS
+from .env.sandbox import OUTSIDE_KINDS, decode_json_text
 from .errors import Problem, SpecError, UsageError
 from .randomdb import Drawer, instance
 from .reward import assertion_result
@@ -184,14 +184,6 @@ def _check_instances(ts: TemplateSpec, opened, n: int) -> list[Problem]:
 # ---------------------------------------------------------------- instances
 
 
-def _decode(v: Any) -> Any:
-    if isinstance(v, str) and v[:1] in "[{":
-        try:
-            return json.loads(v)
-        except ValueError:
-            return v
-    return v
-
 
 def _lookup(name: str, b: dict[str, Any]) -> Any:
     parts = name.split(".")
@@ -242,7 +234,7 @@ def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
         except Exception as e:  # a driver error on real data (a bad json path, say): data for the report
             return None, f"the sample query failed: {e}"
         names = [c[0] for c in cur.description]
-        rows = [dict(zip(names, (_decode(v) for v in r))) for r in cur.fetchall()]
+        rows = [dict(zip(names, (decode_json_text(v) for v in r))) for r in cur.fetchall()]
         if not rows:
             return None, "the sample query returned no rows"
         rows.sort(key=lambda r: json.dumps(r, sort_keys=True, default=str))  # independent of the query plan
@@ -256,7 +248,7 @@ def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
                     row = env.conn.execute(spec, {p: bind_value(b[p]) for p in param_names(spec)}).fetchone()
                 except Exception as e:
                     return None, f"derive {name} failed: {e}"
-                b[name] = _decode(row[0]) if row else None
+                b[name] = decode_json_text(row[0]) if row else None
             else:
                 b[name] = drawer.value(spec, {}, None)
         pool = [t.persona] if isinstance(t.persona, str) else list(t.persona or [])

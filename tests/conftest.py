@@ -43,3 +43,27 @@ def clinic(project):
     from muactl.validate import open_domain
 
     return open_domain("clinic")
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch) -> Path:
+    """An empty working directory whose runs/ folder is private to the test, with progress bars off."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
+    return tmp_path
+
+
+# Opened built-in domains, shared within a test module (a module may register tool players on it).
+@pytest.fixture(scope="module")
+def bank():
+    from muactl.validate import open_domain
+
+    return open_domain("bank")
+
+
+@pytest.fixture(scope="module")
+def retail():
+    from muactl.validate import open_domain
+
+    return open_domain("retail")

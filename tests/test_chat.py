@@ -16,7 +16,6 @@ from muactl.chat.app import ChatScreen, EndScreen, PickerScreen
 from muactl.chat.session import GuardedAgent, db_diff
 from muactl.chat.widgets import DiffPanel, RatingBar, StatusLine, ToolPanel
 from muactl.runs import RunStore
-from muactl.validate import open_domain
 
 SIZE = (160, 45)
 MIA = ["I want to move 150 from my checking to my holiday account.", "My name is Mia.", "yes"]
@@ -26,10 +25,6 @@ MIA = ["I want to move 150 from my checking to my holiday account.", "My name is
 def _runs(tmp_path, monkeypatch):
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
 
-
-@pytest.fixture(scope="module")
-def bank():
-    return open_domain("bank")
 
 
 def make_app(bank, agent=None, run_id=None, **cfg) -> ChatApp:

@@ -14,12 +14,7 @@ from muactl.agents.chatml import (
     render,
     to_template_messages,
 )
-from muactl.validate import open_domain
 
-
-@pytest.fixture(scope="module")
-def bank():
-    return open_domain("bank")
 
 
 @pytest.fixture(scope="module")

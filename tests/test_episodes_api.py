@@ -18,7 +18,6 @@ from muactl.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
 from muactl.reward import gold_hash
 from muactl.rollout import Job, RolloutConfig, run_episode, run_many
 from muactl.runs import RunStore
-from muactl.validate import open_domain
 from tests.fakes.openai_server import (
     FakeOpenAI,
     Faulty,
@@ -35,14 +34,6 @@ from tests.fakes.openai_server import (
 FAST = {"backoff_s": 0.01, "retries": 4, "timeout_s": 10.0}  # tiny backoff keeps the fault tests fast
 
 
-@pytest.fixture(scope="module")
-def bank():
-    return open_domain("bank")
-
-
-@pytest.fixture(scope="module")
-def retail():
-    return open_domain("retail")
 
 
 @pytest.fixture(autouse=True)

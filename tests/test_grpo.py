@@ -21,13 +21,6 @@ FAST = ["domain=bank", "grpo.group_size=2", "grpo.tasks_per_step=2", "grpo.max_t
         "grpo.temperature=1.0"]
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
-    return tmp_path
-
 
 # ---------------------------------------------------------------- UserRL shaping, by hand
 

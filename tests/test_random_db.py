@@ -9,12 +9,8 @@ import pytest
 from muactl.errors import SpecError
 from muactl.randomdb import draw_rows, instance, instance_bytes
 from muactl.reward import gold_hash
-from muactl.validate import open_domain, validate_domain
+from muactl.validate import validate_domain
 
-
-@pytest.fixture(scope="module")
-def bank():
-    return open_domain("bank")
 
 
 def _rows(domain):

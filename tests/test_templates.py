@@ -15,27 +15,13 @@ from muactl.errors import SpecError, UsageError
 from muactl.evaluate import EvalConfig, run_eval
 from muactl.spec.load import load_task_file
 from muactl.templates import draw_stream, generate, instance_key, write_tasks
-from muactl.validate import open_domain, validate_domain
+from muactl.validate import validate_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def bank():
-    return open_domain("bank")
 
-
-@pytest.fixture(scope="module")
-def retail():
-    return open_domain("retail")
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
-    return tmp_path
 
 
 def test_builtin_templates_cover_the_task_kinds(bank, retail):

@@ -12,13 +12,6 @@ from muactl.errors import UsageError
 runner = CliRunner()
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
-    return tmp_path
-
 
 # ---------------------------------------------------------------- config
 
