@@ -257,6 +257,26 @@ def print_summary(summary: dict, title: str) -> None:
     Console().print(table)
 
 
+def with_progress(kind: str, label: str, run, on_interrupt: str):
+    """Run `run(on_progress)` under a live progress bar of finished episodes; Ctrl-C becomes exit 130
+    with `on_interrupt` (which may name {run_id}), everything finished so far being saved already."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    holder: dict = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn(label + " {task.fields[succ]}"), TimeElapsedColumn()) as progress:
+        def on_progress(state: dict) -> None:
+            if "bar" not in holder:
+                holder["run_id"] = state["run_id"]
+                holder["bar"] = progress.add_task(f"{kind} {state['run_id']}", total=state["total"], succ=0)
+            progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
+
+        try:
+            return run(on_progress)
+        except KeyboardInterrupt:
+            _fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
+
+
 @command("eval")
 def eval_cmd(
     domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
@@ -303,22 +323,8 @@ def eval_cmd(
                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                      user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
                      max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    holder: dict = {}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("success {task.fields[succ]}"), TimeElapsedColumn(), transient=False) as progress:
-        def on_progress(state: dict) -> None:
-            if "bar" not in holder:
-                holder["run_id"] = state["run_id"]
-                holder["bar"] = progress.add_task(f"eval {state['run_id']}", total=state["total"], succ=0)
-            progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
-
-        try:
-            store, summary = run_eval(cfg, resume=resume, on_progress=on_progress)
-        except KeyboardInterrupt:
-            rid = holder.get("run_id", "?")
-            _fail(f"interrupted; finished episodes are saved. Continue with: muactl eval --resume {rid}", 130)
+    store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb),
+                                   "finished episodes are saved. Continue with: muactl eval --resume {run_id}")
     print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
     typer.echo(f"results: {store.path}/  (muactl runs show {store.id})")
 
@@ -382,21 +388,8 @@ def synth(
                       concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                       user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
                       tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    holder: dict = {}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("reward 1: {task.fields[succ]}"), TimeElapsedColumn()) as progress:
-        def on_progress(state: dict) -> None:
-            if "bar" not in holder:
-                holder["run_id"] = state["run_id"]
-                holder["bar"] = progress.add_task(f"synth {state['run_id']}", total=state["total"], succ=0)
-            progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
-
-        try:
-            store, stats = run_synth(cfg, resume=resume, on_progress=on_progress)
-        except KeyboardInterrupt:
-            _fail(f"interrupted; continue with: muactl synth --resume {holder.get('run_id', '?')}", 130)
+    store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
+                                 "continue with: muactl synth --resume {run_id}")
     typer.echo(f"kept {stats['kept']} of {stats['episodes']} episodes ({stats['successes']} with reward 1, "
                f"{stats['duplicates_dropped']} duplicates dropped) -> {stats['output']}")
     typer.echo(f"run: {store.path}/  (inspect with: muactl data show {stats['output']})")
