@@ -36,7 +36,9 @@ class UserConf:
 @dataclass
 class SynthConf:
     agent: str = "oracle"
-    tasks: Any = "train"
+    tasks: Any = "train"  # split | [task ids] | template:<id>|all
+    n: int = 100
+    db: str = "fixed"
     trials: int = 8
     concurrency: int = 8
     tools: str = "real"
@@ -88,6 +90,9 @@ class GRPOConf:
 @dataclass
 class EvalConf:
     split: str = "test"
+    tasks: Any = None  # overrides split: [task ids] | template:<id>|all
+    n: int = 100
+    db: str = "fixed"
     trials: int = 1
     concurrency: int = 32
     max_turns: int = 12

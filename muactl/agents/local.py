@@ -17,7 +17,7 @@ import zlib
 from typing import Any, Callable
 
 from .base import Agent, AgentError, AgentReply
-from .chatml import AFTER_TURN, GENERATION_PROMPT, parse_assistant, render
+from .chatml import AFTER_TURN, GENERATION_PROMPT, parse_assistant, prompt_tools, render
 
 Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[int], list[float]]]]
 
@@ -105,7 +105,10 @@ class LocalAgent(Agent):
             trace.add(self._encode(AFTER_TURN), sampled=False)
         new = ctx.messages[trace.rendered_upto:]
         if new:
-            text = render(new, ctx.tools if trace.rendered_upto == 0 else None)
+            from ..models import tool_format_of
+
+            tools = prompt_tools(ctx.tools, tool_format_of(self.tokenizer)) if trace.rendered_upto == 0 else None
+            text = render(new, tools)
             trace.add(self._encode(text), sampled=False)
         trace.add(self._encode(GENERATION_PROMPT), sampled=False)
         return list(trace.ids)

@@ -20,6 +20,8 @@ def train_and_save(trainer, tokenizer, out_dir: Path, final: Path, lora: bool, r
                    log: Callable[[str], None], stage: str) -> tuple[Any, float]:
     """trainer.train(), resuming from out_dir's last checkpoint if asked; then save `final`.
     Returns TRL's TrainOutput and the training seconds."""
+    from ..models import save_tokenizer
+
     last = last_checkpoint(out_dir) if resume else None
     if last:
         log(f"{stage}: resuming from {last}")
@@ -28,5 +30,21 @@ def train_and_save(trainer, tokenizer, out_dir: Path, final: Path, lora: bool, r
     seconds = time.perf_counter() - t0
     model = trainer.model.merge_and_unload() if lora else trainer.model
     model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
+    save_tokenizer(tokenizer, final)
     return result, seconds
+
+
+def card_on_save(tokenizer):
+    """A TrainerCallback that writes the model card into every checkpoint-N TRL saves, so that an
+    intermediate checkpoint is prompted as the final one is."""
+    from transformers import TrainerCallback
+
+    from ..models import save_tokenizer
+
+    class CardOnSave(TrainerCallback):
+        def on_save(self, args, state, control, **kw):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if folder.is_dir():
+                save_tokenizer(tokenizer, folder)
+
+    return CardOnSave()

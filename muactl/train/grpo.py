@@ -114,6 +114,7 @@ class Rollouts:
         t0 = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
         lm = LocalLM.from_model(model, self.tokenizer)
+        lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # sample as the update computes: bf16 matmuls
         task_ids = [_task_id(p) for p in prompts]
         step = trainer.state.global_step
         rcfg = RolloutConfig(max_turns=g.max_turns, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls,
@@ -230,7 +231,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from ..env.user import make_user
-    from ..models import _torch, load_tokenizer, resolve
+    from ..models import _torch, load_tokenizer, resolve, training_precision
     from ..validate import open_domain
 
     torch = _torch()
@@ -248,7 +249,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     path = resolve(str(model_path), opened.compiled)
     tokenizer = load_tokenizer(path)
     cuda = torch.cuda.is_available()
-    dtype = getattr(torch, cfg.model.dtype) if cfg.model.dtype else (torch.bfloat16 if cuda else torch.float32)
+    dtype, bf16 = training_precision(cfg.model.dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     from ..templates import is_template_spec, select_templates
 
@@ -266,7 +267,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
         gradient_accumulation_steps=g.grad_accum, generation_batch_size=batch * g.grad_accum,
         max_completion_length=g.max_turns * (g.max_new_tokens + 256), logging_steps=1, save_steps=g.save_steps,
         save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed, report_to=["tensorboard"], use_cpu=not cuda,
-        bf16=cuda and dtype == torch.bfloat16, loss_type="dapo", scale_rewards="group", log_completions=False,
+        bf16=bf16, loss_type="dapo", scale_rewards="group", log_completions=False,
         disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", shuffle_dataset=True,
     )
     user_cfg = cfg.user
@@ -285,10 +286,11 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
             if logs:
                 store.log_metrics(state.global_step, {k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
 
+    from .checkpoints import card_on_save, train_and_save
+
     trainer = GRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
-                          callbacks=[ToRunStore()])
-    from .checkpoints import train_and_save
+                          callbacks=[ToRunStore(), card_on_save(tokenizer)])
 
     final = final or store.path / "checkpoint-final"
     result, seconds = train_and_save(trainer, tokenizer, out_dir, final, g.lora, True, log, "grpo")

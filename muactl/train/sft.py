@@ -18,7 +18,11 @@ from ..runs import RunStore
 
 
 def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict[str, list[int]] | None:
-    out = tokenizer.apply_chat_template(record["messages"], tools=record.get("tools") or None, tokenize=True,
+    from ..agents.chatml import prompt_tools
+    from ..models import tool_format_of
+
+    tools = prompt_tools(record.get("tools"), tool_format_of(tokenizer))
+    out = tokenizer.apply_chat_template(record["messages"], tools=tools, tokenize=True,
                                         return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     if len(ids) > max_length:
@@ -49,9 +53,9 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
 def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
-    from ..models import _torch, load_tokenizer, resolve
+    from ..models import _torch, load_tokenizer, resolve, training_precision
     from ..validate import open_domain
-    from .checkpoints import train_and_save
+    from .checkpoints import card_on_save, train_and_save
     from .synth import read_jsonl
 
     torch = _torch()
@@ -66,7 +70,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     n_tokens = sum(len(x) for x in dataset["input_ids"])
     log(f"sft: {len(dataset)} examples ({skipped} longer than max_length skipped), {n_tokens} tokens, model {path}")
     cuda = torch.cuda.is_available()
-    dtype = getattr(torch, cfg.model.dtype) if cfg.model.dtype else (torch.bfloat16 if cuda else torch.float32)
+    dtype, bf16 = training_precision(cfg.model.dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     peft_config = None
     if cfg.sft.lora:
@@ -83,7 +87,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
         weight_decay=cfg.sft.weight_decay, max_length=cfg.sft.max_length, logging_steps=cfg.sft.logging_steps,
         save_steps=cfg.sft.save_steps, save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed,
         report_to=["tensorboard"],
-        bf16=cuda and dtype == torch.bfloat16, use_cpu=not cuda, dataloader_num_workers=0,
+        bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", save_only_model=False,
     )
 
@@ -93,7 +97,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
                 store.log_metrics(state.global_step, {f"sft/{k}": v for k, v in logs.items() if isinstance(v, (int, float))})
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config, callbacks=[ToRunStore()])
+                         peft_config=peft_config, callbacks=[ToRunStore(), card_on_save(tokenizer)])
     final = final or store.path / "checkpoint-final"
     result, seconds = train_and_save(trainer, tokenizer, out_dir, final, cfg.sft.lora, cfg.sft.resume, log, "sft")
     epochs_done = trainer.state.epoch or 0.0
