@@ -216,3 +216,30 @@ def test_synth_with_an_api_teacher_and_llm_user_over_a_local_server(in_tmp):
     assert len(rows) >= len(write_tasks) > 0
     calls = [c for r in rows for m in r["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])]
     assert calls and all(isinstance(c["function"]["arguments"], dict) for c in calls)
+
+
+def test_resume_skips_a_checkpoint_cut_off_mid_save(tmp_path):
+    """kill -9 during a save leaves checkpoint-N without trainer_state.json (written last): resume from N-1."""
+    from muactl.train.checkpoints import last_checkpoint
+
+    assert last_checkpoint(tmp_path / "missing") is None
+    for n, state in ((2, '{"global_step": 2}'), (10, '{"global_step": 10}'), (11, None), (12, '{"global_')):
+        (tmp_path / f"checkpoint-{n}").mkdir()
+        (tmp_path / f"checkpoint-{n}" / "model.safetensors").write_text("x")
+        if state is not None:
+            (tmp_path / f"checkpoint-{n}" / "trainer_state.json").write_text(state)
+    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-10"
+
+
+def test_training_precision(monkeypatch):
+    """float32 weights with bf16 autocast on CPUs with native bf16; an explicit dtype is taken as given."""
+    import torch
+
+    from muactl.models import cpu_has_bf16, training_precision
+
+    assert training_precision("float32") == (torch.float32, False)
+    assert training_precision("bfloat16") == (torch.bfloat16, True)
+    if not torch.cuda.is_available():
+        assert training_precision(None) == (torch.float32, cpu_has_bf16())
+        monkeypatch.setenv("MUACTL_CPU_BF16", "0")
+        assert training_precision(None) == (torch.float32, False)

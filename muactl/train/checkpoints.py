@@ -3,17 +3,28 @@ model as a plain HF folder (LoRA merged) that hf: agents, vLLM and muactl chat l
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 
 def last_checkpoint(out_dir: Path) -> Path | None:
+    """The newest complete checkpoint-N. The trainer writes trainer_state.json last, so a folder without a
+    readable one is a save cut off by a crash or kill -9: skipped, and the run resumes from the one before."""
     if not out_dir.is_dir():
         return None
     cks = sorted((p for p in out_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
                  key=lambda p: int(p.name.split("-")[-1]))
-    return cks[-1] if cks else None
+    return next((p for p in reversed(cks) if _complete(p)), None)
+
+
+def _complete(folder: Path) -> bool:
+    try:
+        json.loads((folder / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def train_and_save(trainer, tokenizer, out_dir: Path, final: Path, lora: bool, resume: bool,
