@@ -57,7 +57,7 @@ def _torch():
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): there, bf16 autocast trains
-    2.8x faster than float32 (smollm2-135m on 2 EPYC cores, benchmarks/sft_models.py)."""
+    2.6x faster than float32 (smollm2-135m on 2 EPYC cores, benchmarks/precision.py)."""
     torch = _torch()
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -159,8 +159,13 @@ def read_tool_format(path: Path | str) -> str:
 
 
 def tool_format_of(tokenizer) -> str:
-    """The tool format of a tokenizer from load_tokenizer (json for one loaded some other way)."""
-    return getattr(tokenizer, "muactl_tools", "json")
+    """The tool format of a tokenizer: set by load_tokenizer, else read from the card in the folder it
+    was loaded from (verl loads tokenizers itself), else json."""
+    fmt = getattr(tokenizer, "muactl_tools", None)
+    if fmt is None:
+        origin = getattr(tokenizer, "name_or_path", None)
+        fmt = read_tool_format(origin) if origin else "json"
+    return fmt
 
 
 def save_tokenizer(tokenizer, out: Path | str) -> None:

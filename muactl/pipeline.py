@@ -95,7 +95,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
                               n=e.n, db=e.db, trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
                               max_new_tokens=cfg.model.max_new_tokens, trust=cfg.trust,
                               user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
-            log(f"== eval: {label} ({ref}) on {ids[0] if ids else f'the {split} split'}")
+            log(f"== eval: {label} ({ref}) on {', '.join(ids) if ids else f'the {split} split'}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
             _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",

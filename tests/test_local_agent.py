@@ -372,3 +372,21 @@ def test_vllm_missing_is_a_clear_error(monkeypatch):
         make_agent("vllm:Qwen/Qwen3-0.6B")
     assert "pip install 'muactl[vllm]'" in str(err.value)
     assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+def test_tool_format_follows_the_model_card(bank, tmp_path):
+    """Loaded by muactl or by someone else (verl), a model is prompted as its card says; no card: JSON."""
+    import shutil
+
+    from transformers import PreTrainedTokenizerFast
+
+    from muactl.models import MODEL_CARD, load_tokenizer, tiny_path, tool_format_of
+
+    path = tiny_path(bank.compiled)
+    assert tool_format_of(load_tokenizer(path)) == "compact"
+    assert tool_format_of(PreTrainedTokenizerFast.from_pretrained(path)) == "compact"
+    plain = tmp_path / "plain"
+    shutil.copytree(path, plain)
+    (plain / MODEL_CARD).unlink()
+    assert tool_format_of(load_tokenizer(plain)) == "json"
+    assert tool_format_of(PreTrainedTokenizerFast.from_pretrained(plain)) == "json"
