@@ -3,7 +3,11 @@ base / SFT only / GRPO only (no cold start) / SFT then GRPO, over several seeds,
 row. Also seconds per GRPO step split into generation and training, for tiny and (with --smollm2)
 smollm2-135m. Prints tables; asserts nothing.
 
-    .venv/bin/python benchmarks/ablation.py                 # 3 seeds, the quickstart's budget
+Each row is examples/quickstart.yaml with some stages; for tiny with the budget below (its SFT is
+cheap, so more epochs and a larger step), for --model smollm2-135m with the quickstart's own.
+
+    .venv/bin/python benchmarks/ablation.py                 # tiny, 3 seeds (~25 min)
+    .venv/bin/python benchmarks/ablation.py --model smollm2-135m --seeds 1     # ~35 min
     .venv/bin/python benchmarks/ablation.py --seeds 1 --quick
 """
 
@@ -20,6 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# a randomly initialised model needs more epochs and a larger step than the pretrained quickstart model
+TINY_BUDGET = ["model=tiny", "model.max_new_tokens=64", "sft.epochs=6", "sft.batch_size=4", "sft.lr=1e-3",
+               "sft.warmup_ratio=0.1", "sft.logging_steps=5", "sft.save_steps=50", "grpo.steps=8", "grpo.lr=1e-4",
+               "grpo.max_turns=10", "grpo.save_steps=4"]
 
 
 def cpu_minutes() -> float:
@@ -64,11 +72,15 @@ def grpo_step_split(model: str, env: dict, work: Path) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--model", default="tiny", choices=["tiny", "smollm2-135m"])
     ap.add_argument("--quick", action="store_true", help="a smaller budget, to check the script")
     ap.add_argument("--smollm2", action="store_true", help="also time GRPO steps for smollm2-135m")
     args = ap.parse_args()
-    sft_cfg = ["sft.epochs=2"] if args.quick else []
-    grpo_cfg = ["grpo.steps=2"] if args.quick else []
+    sft_cfg = list(TINY_BUDGET) if args.model == "tiny" else []
+    grpo_cfg = []
+    if args.quick:
+        sft_cfg.append("sft.epochs=2" if args.model == "tiny" else "sft.epochs=0.5")
+        grpo_cfg.append("grpo.steps=2")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         env = dict(os.environ, MUACTL_RUNS=str(work / "runs"), MUACTL_NO_PROGRESS="1")
@@ -76,7 +88,7 @@ def main() -> None:
         for kind in ("base", "sft", "grpo", "sft+grpo"):
             results = [run_row(kind, seed, work, sft_cfg, grpo_cfg, env) for seed in range(args.seeds)]
             rows[kind] = results
-            print(f"{kind:<10} pass^1 per seed {[round(r[0], 3) for r in results]}", flush=True)
+            print(f"{args.model} {kind:<10} pass^1 per seed {[round(r[0], 3) for r in results]}", flush=True)
         print(f"\n{'row':<10}{'pass^1 mean':>12}{'min':>8}{'max':>8}{'CPU min':>10}")
         for kind, results in rows.items():
             p = [r[0] for r in results]
