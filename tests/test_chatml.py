@@ -226,3 +226,13 @@ def test_assistant_mask_covers_exactly_the_assistant_turns(tokenizer, tools):
         else:
             assert not any(mask[a:b]), f"a {role} turn carries mask 1: {turn!r}"
     assert roles == ["system", "assistant", "user", "assistant", "user", "assistant", "user", "user", "assistant", "user"]
+
+
+def test_decode_arguments_shared_by_the_parser_and_api_agents():
+    from muactl.agents.base import decode_arguments
+
+    assert decode_arguments({"x": 1}) == {"x": 1}
+    assert decode_arguments('{"x": 1}') == {"x": 1}
+    assert decode_arguments("  ") == {}
+    assert decode_arguments("{not json") == "{not json"  # left for the caller to report
+    assert decode_arguments("[" * 5000) == "[" * 5000

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..llm import LLMConfig, complete
-from .base import Agent, AgentReply
+from .base import Agent, AgentReply, decode_arguments
 
 
 def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -42,15 +42,8 @@ class APIAgent(Agent):
 
     async def act(self, ctx) -> AgentReply:
         msg, usage = await complete(self.cfg, to_openai(ctx.messages), tools=ctx.tools, seed=ctx.seed)
-        calls = []
-        for c in msg["tool_calls"]:
-            args = c["arguments"]
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args) if args.strip() else {}
-                except json.JSONDecodeError:
-                    pass  # the sandbox reports invalid JSON to the agent as the tool's error
-            calls.append({"id": c["id"], "name": c["name"], "arguments": args})
+        # arguments that are not JSON stay text: the sandbox reports them to the agent as the tool's error
+        calls = [{"id": c["id"], "name": c["name"], "arguments": decode_arguments(c["arguments"])} for c in msg["tool_calls"]]
         return AgentReply(msg["content"] or "", calls, usage=usage)
 
     def describe(self) -> dict[str, Any]:

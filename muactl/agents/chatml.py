@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .base import decode_arguments
+
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [IM_START, IM_END, "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<|endoftext|>"]
 
@@ -97,12 +99,7 @@ def parse_assistant(text: str) -> Parsed:
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             errors.append('a tool call must be {"name": ..., "arguments": {...}}')
             continue
-        args = obj.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except (json.JSONDecodeError, RecursionError):
-                pass
+        args = decode_arguments(obj.get("arguments", {}))
         if not isinstance(args, dict):
             errors.append(f"the arguments of {obj['name']} must be a JSON object")
             continue
