@@ -51,6 +51,11 @@ class Agent(ABC):
     @abstractmethod
     async def act(self, ctx: EpisodeContext) -> AgentReply: ...
 
+    async def prepare(self, domain) -> None:
+        """Load what the first turn needs (a local model); agents with nothing to load do nothing.
+        `act` calls it; a UI may call it earlier to show loading as loading."""
+        return None
+
     async def close(self) -> None:
         return None
 

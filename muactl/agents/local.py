@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from abc import abstractmethod
 from typing import Any, Callable
 
 from .base import Agent, AgentError, AgentReply
@@ -73,22 +74,21 @@ class Batcher:
 
 
 class LocalAgent(Agent):
+    """A policy that samples token ids itself and keeps the token-exact trajectory. Subclasses say how
+    a turn's ids are generated (`_complete`); rendering, the trace and parsing are shared."""
+
     keeps_tokens = True
 
-    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 256, max_batch: int = 64):
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 256):
         self.model_ref = model_ref
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
-        self.max_batch = max_batch
         self.tokenizer = None
         self.eos_id: int | None = None
-        self.batcher: Batcher | None = None
-        self._loading: asyncio.Lock | None = None
 
-    def _load(self, domain) -> None:
-        """Load the model and tokenizer, then set self.tokenizer, self.eos_id and self.batcher. Backends that
-        use LocalAgent.act provide it (HFAgent, VLLMAgent); verl's policy overrides act instead."""
-        raise NotImplementedError(f"{type(self).__name__} does not load a model itself")
+    @abstractmethod
+    async def _complete(self, prompt: list[int], ctx) -> tuple[list[int], list[float] | None]:
+        """The next turn's ids (ending in <|im_end|> unless cut) and their sampling logprobs."""
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -114,13 +114,9 @@ class LocalAgent(Agent):
         return list(trace.ids)
 
     async def act(self, ctx) -> AgentReply:
-        if self.batcher is None:
-            self._loading = self._loading or asyncio.Lock()
-            async with self._loading:  # many episodes start at once; load the model only once
-                if self.batcher is None:
-                    await asyncio.to_thread(self._load, ctx.domain)
+        await self.prepare(ctx.domain)
         prompt = self.extend_trace(ctx)
-        ids, logprobs = await self.batcher.submit(prompt, self.max_new_tokens, self.temperature, ctx.seed)
+        ids, logprobs = await self._complete(prompt, ctx)
         trace = ctx.trace
         trace.add(ids, sampled=True, logprobs=logprobs)
         if not ids or ids[-1] != self.eos_id:  # cut at max_new_tokens: close the turn as the template would
@@ -135,7 +131,31 @@ class LocalAgent(Agent):
                 "max_new_tokens": self.max_new_tokens}
 
 
-class HFAgent(LocalAgent):
+class BatchedAgent(LocalAgent):
+    """A local model loaded on first use, whose concurrent episodes share generate calls (Batcher)."""
+
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 256, max_batch: int = 64):
+        super().__init__(model_ref, temperature=temperature, max_new_tokens=max_new_tokens)
+        self.max_batch = max_batch
+        self.batcher: Batcher | None = None
+        self._loading: asyncio.Lock | None = None
+
+    @abstractmethod
+    def _load(self, domain) -> None:
+        """Load the model and tokenizer, then set self.tokenizer, self.eos_id and self.batcher."""
+
+    async def prepare(self, domain) -> None:
+        if self.batcher is None:
+            self._loading = self._loading or asyncio.Lock()
+            async with self._loading:  # many episodes start at once; load the model only once
+                if self.batcher is None:
+                    await asyncio.to_thread(self._load, domain)
+
+    async def _complete(self, prompt: list[int], ctx) -> tuple[list[int], list[float] | None]:
+        return await self.batcher.submit(prompt, self.max_new_tokens, self.temperature, ctx.seed)
+
+
+class HFAgent(BatchedAgent):
     """transformers generate on CPU or GPU."""
 
     def __init__(self, model_ref: str, lm=None, **kw):
@@ -153,7 +173,7 @@ class HFAgent(LocalAgent):
         self.batcher = Batcher(self.lm.generate, self.max_batch)
 
 
-class VLLMAgent(LocalAgent):
+class VLLMAgent(BatchedAgent):
     """vLLM on GPUs (optional extra `muactl[vllm]`). Same trajectories as HFAgent, through vLLM's engine."""
 
     def __init__(self, model_ref: str, engine=None, gpu_memory_utilization: float = 0.5, **kw):

@@ -515,6 +515,8 @@ class ChatApp(App):
             status(f"Loading agent {self.cfg.agent}", "busy", timed=True)
             try:
                 await asyncio.to_thread(self._build_agent)
+                # local models load lazily on their first turn; loading here shows it as loading, not as a slow reply
+                await self.agent.prepare(self.opened.compiled)
                 self._loaded = True
             except Exception as e:
                 self._load_error = e
@@ -532,9 +534,6 @@ class ChatApp(App):
             cfg = self.cfg
             self.agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
                                     max_new_tokens=cfg.max_new_tokens)
-        # local models load lazily on their first turn; loading here shows it as loading, not as a slow reply
-        if getattr(self.agent, "batcher", object()) is None and hasattr(self.agent, "_load"):
-            self.agent._load(self.opened.compiled)
 
     def retry_load(self) -> bool:
         if self._load_retry is not None:

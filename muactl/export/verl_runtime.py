@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..agents.base import AgentError, AgentReply
-from ..agents.chatml import IM_END, parse_assistant
+from ..agents.base import AgentError
+from ..agents.chatml import IM_END
 from ..agents.local import LocalAgent
 
 
@@ -37,10 +37,8 @@ class VerlPolicy(LocalAgent):
         self.request_id = request_id or uuid.uuid4().hex  # one per episode: sticky routing, prefix cache hits
         self.generate_calls = 0
 
-    async def act(self, ctx) -> AgentReply:
-        prompt = self.extend_trace(ctx)
-        trace = ctx.trace
-        first = trace.prompt_len or len(prompt)
+    async def _complete(self, prompt: list[int], ctx) -> tuple[list[int], list[float] | None]:
+        first = ctx.trace.prompt_len or len(prompt)
         budget = self.response_length - (len(prompt) - first)
         if budget <= 1:
             # verl keeps only response_length tokens: a longer episode could not be trained on as played
@@ -51,18 +49,10 @@ class VerlPolicy(LocalAgent):
         self.generate_calls += 1
         ids = list(out.token_ids)
         lps = list(out.log_probs) if getattr(out, "log_probs", None) else None
-        if ids and ids[-1] == self.eos_id:
-            pass
-        elif self.eos_id in ids:  # a server that ran past the stop token: keep the turn only
+        if self.eos_id in ids[:-1]:  # a server that ran past the stop token: keep the turn only
             cut = ids.index(self.eos_id) + 1
             ids, lps = ids[:cut], (lps[:cut] if lps else None)
-        trace.add(ids, sampled=True, logprobs=lps)
-        if not ids or ids[-1] != self.eos_id:  # cut at max_tokens: close the turn as the template would
-            trace.add([self.eos_id], sampled=False)
-        trace.rendered_upto = len(ctx.messages) + 1
-        parsed = parse_assistant(self._decode(ids))
-        return AgentReply(parsed.content, parsed.tool_calls, parsed.error,
-                          usage={"prompt_tokens": len(prompt), "completion_tokens": len(ids)})
+        return ids, lps
 
 
 @dataclass
