@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# CPU torch first: this pin takes the CPU build from the machine's disk instead of a multi-GB CUDA build
+	# CPU torch first: on our CPU machines pip finds this pinned CPU build locally; an unpinned torch would pull a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,mcp]'
 	touch $(STAMP)

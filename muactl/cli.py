@@ -589,7 +589,10 @@ def runs_show(
     run_id: str = typer.Argument(..., help="Run id (a folder name under runs/) or a run folder."),
     episode: Optional[int] = typer.Option(None, "--episode", "-e", help="Show one episode's transcript (its number in the table)."),
 ) -> None:
-    """Show a run's per-task table, or one episode's transcript with its tool calls."""
+    """Show a run's per-task table, or one episode's transcript with its tool calls.
+
+    Example: [bold]muactl runs show RUN_ID --episode 3[/bold]
+    """
     try:
         _runs_show(run_id, episode)
     except MuactlError as e:
@@ -814,7 +817,7 @@ def export_verl_cmd(
     except MuactlError as e:
         _fail(str(e))
     typer.echo(f"wrote {info['output']}/: train.parquet ({info['rows']['train']} tasks), test.parquet ({info['rows']['test']}), "
-               f"muactl_agent_loop.py, agent_loop.yaml, launch.sh, README.md")
+               f"tools.json, muactl_agent_loop.py, agent_loop.yaml, launch.sh, README.md")
     typer.echo(f"Next: read {info['output']}/README.md, then run {info['output']}/launch.sh against your Ray cluster")
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from .runs import RunStore
 
 
-def _state(store: RunStore) -> dict[str, Any]:
+def stages_state(store: RunStore) -> dict[str, Any]:
     f = store.path / "stages.json"
     return json.loads(f.read_text()) if f.is_file() else {}
 
@@ -36,7 +36,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
     from .evaluate import EvalConfig, run_eval
     from .train.synth import SynthConfig, run_synth
 
-    state = _state(store)
+    state = stages_state(store)
     stages = list(cfg.stages)
     unknown = set(stages) - {"synth", "sft", "grpo", "eval"}
     if unknown:
@@ -91,9 +91,10 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
                 continue
             e = cfg.eval
             split, ids = _split_or_ids(e.tasks or e.split)
-            ecfg = EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=split, tasks=ids,
+            # template instances come from the eval split's seed stream (test: disjoint from what synth drew)
+            ecfg = EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=split or e.split, tasks=ids,
                               n=e.n, db=e.db, trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
-                              max_new_tokens=cfg.model.max_new_tokens, trust=cfg.trust,
+                              max_new_tokens=cfg.model.max_new_tokens, temperature=cfg.model.temperature, trust=cfg.trust,
                               user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
             log(f"== eval: {label} ({ref}) on {', '.join(ids) if ids else f'the {split} split'}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)

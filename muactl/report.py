@@ -96,11 +96,13 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
     out.mkdir(exist_ok=True)
     plots = write_plots(store, out)
     info = store.info()
-    stages = json.loads((store.path / "stages.json").read_text()) if (store.path / "stages.json").is_file() else {}
+    from .pipeline import before_after_table, stages_state
+
+    table = before_after_table(stages_state(store))
     parts = [f"<h1>muactl run {html.escape(store.id)}</h1>",
              f"<p>{html.escape(info['kind'])} on <b>{html.escape(info['domain'])}</b>, status {html.escape(info['status'])}</p>"]
-    if stages.get("eval"):
-        parts.append("<h2>Before / after</h2>" + _table([{"model": k, **v} for k, v in stages["eval"].items()]))
+    if table:
+        parts.append("<h2>Before / after</h2>" + _table(table))
     summary = {k: v for k, v in (info["summary"] or {}).items() if not isinstance(v, (dict, list))}
     if summary:
         parts.append("<h2>Summary</h2>" + _table([summary]))

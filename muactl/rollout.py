@@ -244,19 +244,20 @@ class Job:
 async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_user: Callable[[], UserSimulator],
                    cfg: RolloutConfig, concurrency: int = 8,
                    on_done: Callable[[Episode], None] | None = None) -> list[Episode]:
-    """Run jobs with at most `concurrency` episodes in flight. `on_done` sees each episode as it ends
-    (the run store saves it there, so an interrupted run keeps everything finished)."""
+    """Run jobs with at most `concurrency` episodes in flight; the episodes come back in the order of
+    `jobs` (GRPO's groups are consecutive jobs). `on_done` sees each episode as it ends (the run store
+    saves it there, so an interrupted run keeps everything finished)."""
     sem = asyncio.Semaphore(max(1, concurrency))
-    results: list[Episode] = []
+    results: list[Episode | None] = [None] * len(jobs)
 
-    async def one(job: Job) -> None:
+    async def one(i: int, job: Job) -> None:
         async with sem:
             ep = await run_episode(job.task, job.domain or domain, agent, make_user(), cfg, trial=job.trial)
-            results.append(ep)
+            results[i] = ep
             if on_done is not None:
                 on_done(ep)
 
-    tasks = [asyncio.ensure_future(one(j)) for j in jobs]
+    tasks = [asyncio.ensure_future(one(i, j)) for i, j in enumerate(jobs)]
     try:
         await asyncio.gather(*tasks)
     finally:

@@ -196,6 +196,10 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
     assert set(stages) == {"synth", "sft", "grpo", "eval"}
     assert set(stages["eval"]) == {"base", "sft", "grpo"}
     assert "before / after" in r.output
+    r = runner.invoke(app, ["report", "p1"])
+    assert r.exit_code == 0, r.output
+    page = (in_tmp / "runs" / "p1" / "report" / "index.html").read_text()
+    assert all(f"<td>{stage}</td>" in page for stage in ("base", "sft", "grpo"))  # each row keeps its stage
     # resuming a finished pipeline runs nothing again
     r = runner.invoke(app, ["train", str(cfg), "--resume", "p1"])
     assert r.exit_code == 0 and "== synth" not in r.output and "== sft" not in r.output
@@ -216,3 +220,41 @@ def test_pipeline_synth_and_eval_stages_draw_template_instances(in_tmp):
     assert templates == {"move", "move-all", "close", "balance", "refuse-overdraft", "refuse-close-nonempty", "human"}
     assert stages["eval"]["base"]["episodes"] == 3
     assert "on template:balance" in r.output
+    from muactl.runs import RunStore
+
+    # eval instances come from the test seed stream, never the train stream synth drew from
+    assert RunStore.open(str(in_tmp / "runs" / "p2" / "eval-base")).info()["config"]["split"] == "test"
+
+
+def test_run_many_returns_episodes_in_job_order_not_finishing_order():
+    """GRPO slices consecutive episodes into groups: a short episode finishing first must not move."""
+    import asyncio
+
+    from muactl.agents.oracle import OracleAgent
+    from muactl.env.user import ScriptedUser
+    from muactl.rollout import Job, RolloutConfig, run_many
+    from muactl.validate import open_domain
+
+    opened = open_domain("bank")
+    ids = ["move-ivy", "human-max", "move-zed", "human-max"]  # long, short, long, short
+    jobs = [Job(opened.task(t), trial=i) for i, t in enumerate(ids)]
+    finished = []
+    class SlowOnMoves(OracleAgent):  # a model answering long conversations more slowly
+        async def act(self, ctx):
+            await asyncio.sleep(0.01 if ctx.task.task.id.startswith("move") else 0)
+            return await super().act(ctx)
+
+    eps = asyncio.run(run_many(jobs, opened.compiled, SlowOnMoves(), ScriptedUser, RolloutConfig(), concurrency=4,
+                               on_done=lambda ep: finished.append(ep.task_id)))
+    assert finished != ids  # the short ones did finish first
+    assert [e.task_id for e in eps] == ids and [e.trial for e in eps] == [0, 1, 2, 3]
+
+
+def test_grpo_never_falls_back_to_the_test_split():
+    from muactl.train.grpo import _training_tasks
+    from muactl.validate import open_domain
+
+    opened = open_domain("bank")
+    for synth_tasks in ("train", "template:all", ["move-ivy"]):  # a template or id list: GRPO uses train
+        assert {t.split for t in _training_tasks(opened, synth_tasks)} == {"train"}
+    assert {t.split for t in _training_tasks(opened, "all")} == {"train", "test"}  # asked for explicitly

@@ -208,6 +208,20 @@ class Rollouts:
         return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs)))
 
 
+def _training_tasks(opened, synth_tasks) -> list:
+    """The task files GRPO draws from: the split the synth stage used (train unless it named another),
+    else every task outside the test split. Never the test split by accident."""
+    split = synth_tasks if isinstance(synth_tasks, str) and not synth_tasks.startswith("template:") else "train"
+    tasks = [t for t in opened.tasks if split == "all" or t.split == split]
+    tasks = tasks or [t for t in opened.tasks if t.split != "test"]
+    if not tasks:
+        from ..errors import UsageError
+
+        raise UsageError(f"{opened.ref.name} has no tasks to train on outside its test split; add tasks/{opened.ref.name}/train.yaml "
+                         "or train on templates (tasks=template:all)")
+    return tasks
+
+
 def _task_id(prompt: Any) -> str:
     if isinstance(prompt, list):
         return prompt[-1]["content"]
@@ -244,19 +258,17 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     g = cfg.grpo
     opened = open_domain(cfg.domain, trust=cfg.trust)
-    split = cfg.synth.tasks if isinstance(cfg.synth.tasks, str) else "train"
-    tasks = [t for t in opened.tasks if t.split == split] or opened.tasks
+    from ..templates import is_template_spec, select_templates
+
+    if is_template_spec(cfg.tasks):  # prompts name templates; Rollouts draws an instance per group
+        names = [f"template:{ts.id}" for ts in select_templates(opened, cfg.tasks)]
+    else:
+        names = [t.task.id for t in _training_tasks(opened, cfg.synth.tasks)]
     path = resolve(str(model_path), opened.compiled)
     tokenizer = load_tokenizer(path)
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    from ..templates import is_template_spec, select_templates
-
-    if is_template_spec(cfg.get("tasks")):  # prompts name templates; Rollouts draws an instance per group
-        names = [f"template:{ts.id}" for ts in select_templates(opened, cfg.tasks)]
-    else:
-        names = [t.task.id for t in tasks]
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": name}]} for name in names])
     out_dir = store.path / "grpo"
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "grpo")
