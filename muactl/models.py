@@ -164,14 +164,18 @@ def tool_format_of(tokenizer) -> str:
     fmt = getattr(tokenizer, "muactl_tools", None)
     if fmt is None:
         origin = getattr(tokenizer, "name_or_path", None)
-        fmt = read_tool_format(origin) if origin else "json"
+        fmt = tokenizer.muactl_tools = read_tool_format(origin) if origin else "json"  # read once
     return fmt
+
+
+def write_card(out: Path | str, tool_format: str) -> None:
+    (Path(out) / MODEL_CARD).write_text(json.dumps({"tools": tool_format}) + "\n")
 
 
 def save_tokenizer(tokenizer, out: Path | str) -> None:
     """tokenizer.save_pretrained plus the model card."""
     tokenizer.save_pretrained(out)
-    (Path(out) / MODEL_CARD).write_text(json.dumps({"tools": tool_format_of(tokenizer)}) + "\n")
+    write_card(out, tool_format_of(tokenizer))
 
 
 def save_atomically(model, tokenizer, out: Path) -> Path:
@@ -207,7 +211,7 @@ def smollm2_path() -> Path:
     out = cache_dir() / "models" / "smollm2-135m"
     if out.exists():
         if not (out / MODEL_CARD).exists():  # converted before model cards existed
-            (out / MODEL_CARD).write_text(json.dumps({"tools": "compact"}) + "\n")
+            write_card(out, "compact")
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     gguf = _fetch_smollm2_gguf(out.parent)

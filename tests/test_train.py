@@ -243,3 +243,14 @@ def test_training_precision(monkeypatch):
         assert training_precision(None) == (torch.float32, cpu_has_bf16())
         monkeypatch.setenv("MUACTL_CPU_BF16", "0")
         assert training_precision(None) == (torch.float32, False)
+
+
+def test_example_configs_compose():
+    """The recipes in examples/ compose against the config schema (what `muactl train FILE --cfg` does)."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    quick = compose(examples / "quickstart.yaml", [])
+    assert quick.model.name == "smollm2-135m" and list(quick.stages) == ["synth", "sft", "grpo", "eval"]
+    gpu = compose(examples / "gpu-qwen3.yaml", [])
+    assert "Qwen3" in gpu.model.name and gpu.user.kind == "litellm"

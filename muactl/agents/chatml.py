@@ -120,6 +120,8 @@ def to_template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
         if msg.get("tool_calls"):
             m["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                                for c in msg["tool_calls"]]
+        if msg["role"] == "tool" and msg.get("name"):  # which tool answered (OpenAI's shape; not rendered)
+            m["name"] = msg["name"]
         out.append(m)
     return out
 

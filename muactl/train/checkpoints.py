@@ -46,16 +46,16 @@ def train_and_save(trainer, tokenizer, out_dir: Path, final: Path, lora: bool, r
 
 
 def card_on_save(tokenizer):
-    """A TrainerCallback that writes the model card into every checkpoint-N TRL saves, so that an
-    intermediate checkpoint is prompted as the final one is."""
+    """A TrainerCallback that adds the model card to every checkpoint-N TRL saves (TRL has saved the
+    tokenizer there already), so that an intermediate checkpoint is prompted as the final one is."""
     from transformers import TrainerCallback
 
-    from ..models import save_tokenizer
+    from ..models import tool_format_of, write_card
 
     class CardOnSave(TrainerCallback):
         def on_save(self, args, state, control, **kw):
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
-                save_tokenizer(tokenizer, folder)
+                write_card(folder, tool_format_of(tokenizer))
 
     return CardOnSave()

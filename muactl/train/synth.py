@@ -28,19 +28,11 @@ class SynthConfig(EvalConfig):
 
 
 def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """An episode as one training example (the format TRL's SFTTrainer reads)."""
-    messages = []
-    for m in ep.messages:
-        out: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
-        if m.get("fixed"):  # the greeting: rendered, never trained on
-            out["fixed"] = True
-        if m.get("tool_calls"):
-            out["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                                 for c in m["tool_calls"]]
-        if m["role"] == "tool" and m.get("name"):
-            out["name"] = m["name"]
-        messages.append(out)
-    return {"messages": messages, "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
+    """An episode as one training example (the format TRL's SFTTrainer reads); the greeting keeps its
+    `fixed` mark: rendered, never trained on."""
+    from ..agents.chatml import to_template_messages
+
+    return {"messages": to_template_messages(ep.messages), "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
 
 
 def record_key(record: dict[str, Any]) -> str:
