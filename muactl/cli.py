@@ -803,17 +803,11 @@ def export_verl_cmd(
     Example: [bold]muactl export verl retail -o out/verl-retail && cat out/verl-retail/README.md[/bold]
     """
     try:
-        from omegaconf import OmegaConf
-
         from .export.verl import VerlExport, export_verl
 
-        bad = [g for g in grpo if "=" not in g]
-        if bad:
-            raise UsageError(f"--grpo wants KEY=VALUE, got {bad[0]!r}")
-        overrides = {k: OmegaConf.from_dotlist([f"x={v}"]).x for k, v in (g.split("=", 1) for g in grpo)}
         info = export_verl(VerlExport(domain, output, model=model, user=user, user_api_base=user_api_base, nnodes=nnodes,
                                       gpus_per_node=gpus_per_node, max_prompt_length=max_prompt_length,
-                                      max_response_length=max_response_length, overrides=overrides, force=force))
+                                      max_response_length=max_response_length, overrides=list(grpo), force=force))
     except MuactlError as e:
         _fail(str(e))
     typer.echo(f"wrote {info['output']}/: train.parquet ({info['rows']['train']} tasks), test.parquet ({info['rows']['test']}), "

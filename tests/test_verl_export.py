@@ -78,6 +78,8 @@ def test_export_refuses_what_it_cannot_mirror(project, exported):
     assert userrl.exit_code == 2 and "binary" in userrl.output
     unknown = runner.invoke(app, ["export", "verl", "clinic", "-o", str(project / "y"), "--grpo", "groupsize=3"])
     assert unknown.exit_code == 2 and "unknown grpo setting" in unknown.output
+    typed = runner.invoke(app, ["export", "verl", "clinic", "-o", str(project / "z"), "--grpo", "group_size=abc"])
+    assert typed.exit_code == 2 and "grpo.group_size" in typed.output and "Traceback" not in typed.output
 
 
 # ---------------------------------------------------------------- one episode through the loop

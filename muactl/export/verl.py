@@ -43,16 +43,25 @@ class VerlExport:
     gpus_per_node: int = 8
     max_prompt_length: int = 4096
     max_response_length: int = 8192
-    overrides: dict[str, Any] = field(default_factory=dict)  # grpo.* values replacing muactl's defaults
+    overrides: list[str] = field(default_factory=list)  # "key=value": grpo settings replacing muactl's defaults
     force: bool = False
 
 
-def grpo_defaults() -> dict[str, Any]:
-    """muactl's GRPO config (muactl/conf/grpo/default.yaml), the source of the launch script's settings."""
+def grpo_defaults(overrides: list[str] | None = None) -> dict[str, Any]:
+    """muactl's GRPO config (muactl/conf/grpo) with `key=value` overrides, checked like `muactl train`'s:
+    the source of the launch script's settings."""
     from omegaconf import OmegaConf
 
-    path = Path(__file__).resolve().parent.parent / "conf" / "grpo" / "default.yaml"
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    from ..config import compose
+
+    bad = [o for o in overrides or [] if "=" not in o]
+    if bad:
+        raise UsageError(f"--grpo wants KEY=VALUE, got {bad[0]!r}")
+    known = OmegaConf.to_container(compose(None, []).grpo)
+    unknown = sorted({o.split("=", 1)[0] for o in overrides or []} - set(known))
+    if unknown:
+        raise UsageError(f"unknown grpo setting(s): {', '.join(unknown)} (known: {', '.join(known)})")
+    return OmegaConf.to_container(compose(None, [f"grpo.{o}" for o in overrides or []]).grpo)
 
 
 def rows(opened, split: str, agent_name: str) -> list[dict[str, Any]]:
@@ -88,19 +97,17 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     from ..packs import _collect
     from ..validate import validate_domain
 
-    opened = validate_domain(cfg.domain)
-    name = opened.spec.domain.name
     out = Path(cfg.output)
     if out.exists() and any(out.iterdir()) and not cfg.force:
         raise UsageError(f"{out} exists and is not empty; pass --force to overwrite, or pick another -o")
-    grpo = grpo_defaults()
-    unknown = sorted(set(cfg.overrides) - set(grpo))
-    if unknown:
-        raise UsageError(f"unknown grpo setting(s): {', '.join(unknown)} (known: {', '.join(grpo)})")
-    grpo.update(cfg.overrides)
+    grpo = grpo_defaults(cfg.overrides)  # the cheap checks first: validating the domain replays every task
     if grpo.get("reward") != "binary":
         raise UsageError("the verl export trains on muactl's binary task reward (grpo.reward=binary); "
                          "turn-level credit (userrl) runs only in `muactl train grpo`")
+    opened = validate_domain(cfg.domain)
+    name = opened.spec.domain.name
+    if not any(t.split == "train" for t in opened.tasks):
+        raise UsageError(f"domain {name} has no train tasks to train on")
     agent_name = f"muactl_{name.replace('-', '_')}"
     out.mkdir(parents=True, exist_ok=True)
     # the domain travels with the job (ray's working_dir), laid out like an installed pack
@@ -123,8 +130,6 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
         data = rows(opened, split, agent_name)
         counts[split] = len(data)
         write_parquet(out / f"{split}.parquet", data)
-    if not counts["train"]:
-        raise UsageError(f"domain {name} has no train tasks to train on")
     if not counts["test"]:  # verl wants validation files: validate on the train tasks rather than fail
         shutil.copyfile(out / "train.parquet", out / "test.parquet")
     (out / f"{MODULE}.py").write_text(MODULE_TEMPLATE.format(domain=name, verl=VERL_TESTED))
