@@ -29,7 +29,7 @@ _CACHE_SIZE = 64
 
 
 class _Exhausted(Exception):
-    pass
+    """A declaration that cannot produce rows (reported as the domain's problem, never a traceback)."""
 
 
 class Drawer:
@@ -130,6 +130,9 @@ class Drawer:
             return "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in slot)
         if set(slot) == {"l"}:
             return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in slot)
+        if slot not in row:
+            raise _Exhausted(f"pattern slot {{{slot}}} names a column that is drawn after this one (or not at all); "
+                             "list it earlier among the columns")
         return str(row[slot])
 
 

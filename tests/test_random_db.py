@@ -118,3 +118,9 @@ def test_generator_unique_exhausted_is_reported(project):
     _with_generate(project, GEN.replace("rows: 5", "rows: 9"))
     probs = _problems()
     assert any("unique" in p.message for p in probs)
+
+
+def test_generator_pattern_naming_a_later_column_is_reported(project):
+    _with_generate(project, GEN.replace('pattern: "p{nn}"', 'pattern: "p-{name}"'))
+    probs = _problems()
+    assert any("{name}" in p.message and "drawn after" in p.message for p in probs), [p.message for p in probs]
