@@ -318,6 +318,8 @@ def eval_cmd(
         raise UsageError("--opening must be 'agent' or 'user'")
     if templates and not templates.startswith("template:"):
         raise UsageError("--tasks takes template:<id> or template:all (use --task ID for task ids)")
+    if templates and task:
+        raise UsageError("give either --task ID (task files) or --tasks template:... (drawn instances), not both")
     cfg = EvalConfig(domain=domain or "", agent=agent, user=user, split=split,
                      tasks=[templates] if templates else list(task), n=n, db=db, trials=trials,
                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
@@ -340,7 +342,7 @@ def synth(
     db: str = typer.Option("fixed", "--db", help="With --tasks template:...: fixed | random (a fresh database each)."),
     trials: int = typer.Option(8, "--trials", min=1, help="Episodes per task; only reward-1 ones are kept."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="JSONL to write (default runs/<id>/sft.jsonl)."),
-    tools_mode: str = typer.Option("real", "--tools", help="real (the sandbox) | simulated (an LLM plays every tool)."),
+    tools_mode: str = typer.Option("real", "--tools", help="real (the sandbox) | simulated (an LLM plays every SQL tool; the real database keeps score)."),
     tool_model: Optional[str] = typer.Option(None, "--tool-model", help="litellm model for simulated tools."),
     concurrency: int = typer.Option(8, "--concurrency", min=1),
     seed: int = typer.Option(0, "--seed"),

@@ -119,7 +119,7 @@ def build_parts(cfg: EvalConfig, opened):
 
         player = simulated_player(cfg.tool_model, cfg.api_base, cfg.llm_timeout_s, cfg.retries, cfg.backoff_s)
         opened.compiled.players["simulated"] = player
-        if getattr(cfg, "tools", "real") == "simulated":  # the LLM plays every tool; the real DB keeps score
+        if getattr(cfg, "tools", "real") == "simulated":  # the LLM plays every SQL tool; the real DB keeps score
             opened.compiled.players["sql"] = player
 
     def user_factory():

@@ -124,8 +124,9 @@ def pack_domain(name: str, output: Path | None = None) -> PackResult:
 
 def check_static(ref: DomainRef):
     """Load and check a domain and its tasks without running any of its code. Gold paths are replayed
-    on a sandbox unless a task would need a Python handler (those run only with --trust); MCP tools are
-    not started, so their arguments are not checked here. Returns (spec, tasks, manifest facts)."""
+    on a sandbox unless the domain declares Python tools (their handlers run only with --trust, so such
+    a domain's tasks are checked without replay); MCP tools are not started, so their arguments are not
+    checked here. Returns (spec, tasks, manifest facts)."""
     from .spec import models as m
     from .validate import check_tasks, open_domain
 

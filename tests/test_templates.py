@@ -222,3 +222,12 @@ def test_grpo_draws_a_fresh_instance_per_group(bank):
 def test_unknown_template_is_a_usage_error(bank):
     with pytest.raises(UsageError):
         draw_stream(bank, "template:nope", 1, 0)
+
+
+def test_eval_refuses_task_ids_and_templates_together(in_tmp):
+    from typer.testing import CliRunner
+
+    from muactl.cli import app
+
+    r = CliRunner().invoke(app, ["eval", "bank", "--task", "move-mia", "--tasks", "template:move"])
+    assert r.exit_code == 2 and "not both" in r.output
