@@ -35,7 +35,6 @@ class VerlPolicy(LocalAgent):
         self.sampling_params = dict(sampling_params)
         self.response_length = response_length
         self.request_id = request_id or uuid.uuid4().hex  # one per episode: sticky routing, prefix cache hits
-        self.generate_calls = 0
 
     async def _complete(self, prompt: list[int], ctx) -> tuple[list[int], list[float] | None]:
         first = ctx.trace.prompt_len or len(prompt)
@@ -46,7 +45,6 @@ class VerlPolicy(LocalAgent):
         params = dict(self.sampling_params, max_tokens=min(self.max_new_tokens, budget - 1))
         params["stop_token_ids"] = sorted(set(params.get("stop_token_ids") or []) | {self.eos_id})
         out = await self.server_manager.generate(request_id=self.request_id, prompt_ids=prompt, sampling_params=params)
-        self.generate_calls += 1
         ids = list(out.token_ids)
         lps = list(out.log_probs) if getattr(out, "log_probs", None) else None
         if self.eos_id in ids[:-1]:  # a server that ran past the stop token: keep the turn only

@@ -103,7 +103,6 @@ class Rollouts:
         self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.log = cfg, opened, store, tokenizer, make_user, log
         self.tasks = {t.task.id: t for t in opened.tasks}
         self.calls = 0
-        self.last_metrics: dict[str, float] = {}
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..agents.local import HFAgent
@@ -162,7 +161,7 @@ class Rollouts:
             self.store.save_episode(ep, step=step + 1, keep_trace=False)
         counted = [e for e in episodes if e.termination != "infra_error"]
         calls = sum(e.tool_calls for e in counted)
-        self.last_metrics = {
+        metrics = {
             "rollout/success": sum(e.reward for e in counted) / max(1, len(counted)),
             "rollout/turns": sum(e.turns for e in counted) / max(1, len(counted)),
             "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
@@ -173,7 +172,7 @@ class Rollouts:
             "rollout/sequence_tokens": sum(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])) / max(1, len(episodes)),
             "time/generation_s": gen_s,
         }
-        for k, v in self.last_metrics.items():  # TRL logs these with its own (reward, kl, entropy ...)
+        for k, v in metrics.items():  # TRL logs these with its own (reward, kl, entropy ...)
             trainer._metrics["train"][k].append(v)
         return out
 
