@@ -6,14 +6,14 @@ PY     := $(VENV)/bin/python
 MUACTL := $(VENV)/bin/muactl
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test test-all demo bench lint clean
+.PHONY: test test-all demo bench lint lock clean
 
-$(STAMP): pyproject.toml setup.py
+# constraints.txt pins every package to the versions CI tested (torch to the CPU build, which pip finds on
+# our machines' disk; an unpinned torch would pull a multi-GB CUDA build).
+$(STAMP): pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# CPU torch first: on our CPU machines pip finds this pinned CPU build locally; an unpinned torch would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,mcp]'
+	$(PY) -m pip install -q -c constraints.txt --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,mcp]'
 	touch $(STAMP)
 
 test: $(STAMP)  ## the default suite (under 10 minutes); slow tests are marked and skipped
@@ -31,5 +31,20 @@ bench: $(STAMP)  ## print the performance figures
 lint: $(STAMP)
 	$(VENV)/bin/ruff check muactl tests benchmarks
 
+# Refresh the pins on purpose: resolve the newest versions pyproject allows in a scratch venv, freeze them,
+# then rebuild .venv from the new pins and run the suite. Commit constraints.txt only if it passes.
+LOCKVENV := .lock-venv
+lock:
+	rm -rf $(LOCKVENV)
+	$(PYTHON) -m venv $(LOCKVENV)
+	$(LOCKVENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCKVENV)/bin/python -m pip install -q torch==2.13.0
+	$(LOCKVENV)/bin/python -m pip install -q '.[dev,mcp]'
+	head -n 3 constraints.txt > constraints.new
+	$(LOCKVENV)/bin/python -m pip freeze --all --exclude-editable | grep -iv '^muactl' >> constraints.new
+	mv constraints.new constraints.txt
+	rm -rf $(LOCKVENV) $(VENV)
+	$(MAKE) test
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache out
+	rm -rf $(VENV) $(LOCKVENV) build *.egg-info .pytest_cache out
