@@ -264,8 +264,9 @@ def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
         # text fields stay text even when they are one placeholder holding a number ("{balance}")
         body["user"] = {k: _text(v) if v is not None else v for k, v in body.get("user", {}).items()}
         expect = body.get("expect") or {}
-        if "outputs" in expect:
-            expect["outputs"] = [_text(o) for o in expect["outputs"]]
+        for key in ("outputs", "nl_assertions"):
+            if key in expect:
+                expect[key] = [_text(o) for o in expect[key]]
         body["origin"] = {"template": t.id, "bindings": b, "seed": seed, "db_seed": db_seed}
         try:
             task = m.Task.model_validate(body)

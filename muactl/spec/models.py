@@ -260,6 +260,9 @@ class Expect(Strict):
     outputs: list[str] = Field(default_factory=list, description="Strings the agent must say to the user.")
     assert_: list[Assertion] = Field(default_factory=list, alias="assert", description="SQL checks on the final state.")
     transfer: bool = Field(False, description="Whether the correct ending is a transfer to a human agent.")
+    nl_assertions: list[str] = Field(
+        default_factory=list, description="Statements about the conversation an LLM judge checks (--judge MODEL); "
+        "they join the reward only when a judge is given, else they are reported as not judged.")
 
 
 class TaskOrigin(Strict):
