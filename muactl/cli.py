@@ -8,6 +8,7 @@ import functools
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -249,12 +250,33 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
     for k in keys + ["avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
-                     "tasks", "avg_turns", "tool_error_rate", "avg_tool_errors",
+                     "user_errors", "tasks", "avg_turns", "tool_error_rate", "avg_tool_errors",
                      "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:
             table.add_row(k, _fmt(summary[k]))
+    if "outcomes" in summary:
+        table.add_row("outcomes", ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()))
     table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for line in excluded_lines(summary):
+        console.print(line, markup=False, highlight=False)
+
+
+def excluded_lines(summary: dict) -> list[str]:
+    """What was left out of pass^k and why: each excluded class with its top reasons, and the tasks
+    that have no scored trial at all."""
+    lines = []
+    for cls, info in (summary.get("excluded") or {}).items():
+        reasons = "; ".join(f"{reason} ({n})" for reason, n in info["reasons"])
+        lines.append(f"{info['count']} {cls} (not scored): {reasons}")
+    missing = summary.get("tasks_not_scored") or []
+    if missing:
+        why = Counter(cls for t in missing for cls in t["outcomes"])
+        ids = ", ".join(t["task_id"] for t in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        lines.append(f"{len(missing)} task{'s' if len(missing) != 1 else ''} not scored "
+                     f"({', '.join(f'{c} {n}' for c, n in why.items())}): {ids}")
+    return lines
 
 
 def with_progress(kind: str, label: str, run, on_interrupt: str):
@@ -300,9 +322,15 @@ def eval_cmd(
     tool_model: Optional[str] = typer.Option(None, "--tool-model", help="litellm model that plays simulated tools."),
     opening: Optional[str] = typer.Option(None, "--opening", help="Who speaks first: agent (greeting) or user."),
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run (skips finished episodes)."),
+    judge: Optional[str] = typer.Option(None, "--judge", help="litellm model id or hf:<model> that checks the tasks' "
+                                        "expect.nl_assertions (without it they are reported as not judged)."),
+    judge_api_base: Optional[str] = typer.Option(None, "--judge-api-base", help="OpenAI-compatible server for the judge."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run: skips finished episodes, "
+                                         "plays infra_error and user_error ones again."),
 ) -> None:
-    """Run episodes of a domain's tasks and report pass^k, rewards and termination reasons.
+    """Run episodes of a domain's tasks and report pass^k, rewards, outcome classes and termination reasons.
+
+    Exits with 1 when no episode could be scored (every one ended in infra_error or user_error).
 
     Examples:
       [bold]muactl eval retail --agent oracle --user scripted[/bold]
@@ -324,10 +352,14 @@ def eval_cmd(
                      tasks=[templates] if templates else list(task), n=n, db=db, trials=trials,
                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                      user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust)
+                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust,
+                     judge=judge, judge_api_base=judge_api_base)
     store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb),
                                    "finished episodes are saved. Continue with: muactl eval --resume {run_id}")
     print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
+    if summary["episodes"] and not summary["counted"]:
+        _fail(f"no episode was scored: every one ended in {' or '.join(summary['excluded'])} (reasons above). "
+              f"Fix the cause, then: muactl eval --resume {store.id}", 1)
     typer.echo(f"results: {store.path}/  (muactl runs show {store.id})")
 
 
@@ -615,14 +647,14 @@ def _runs_show(run_id: str, episode: Optional[int]) -> None:
         info = store.info()
         if info["summary"]:
             print_summary(info["summary"], f"{store.id} ({info['status']})")
-        table = Table("task", "trials", "successes", "infra errors", "terminations")
+        table = Table("task", "trials", "successes", "excluded", "terminations")
         for r in per_task(eps):
-            table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["infra"]),
+            table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["excluded"]),
                           ", ".join(f"{k} {v}" for k, v in r["terminations"].items()))
         console.print(table)
-        table = Table("#", "task", "trial", "reward", "termination", "turns", "tool calls", "tool errors")
+        table = Table("#", "task", "trial", "reward", "outcome", "termination", "turns", "tool calls", "tool errors")
         for i, e in enumerate(eps, 1):
-            table.add_row(str(i), e["task_id"], str(e["trial"]), _fmt(e["reward"]), e["termination"], str(e["turns"]),
+            table.add_row(str(i), e["task_id"], str(e["trial"]), _fmt(e["reward"]), e["outcome"], e["termination"], str(e["turns"]),
                           str(e["tool_calls"]), str(e["tool_errors"]))
         console.print(table)
         return
@@ -631,7 +663,8 @@ def _runs_show(run_id: str, episode: Optional[int]) -> None:
     e = eps[episode - 1]
     from rich.markup import escape
 
-    console.print(f"[bold]{e['task_id']}[/bold] trial {e['trial']}  reward {e['reward']}  ({e['termination']})")
+    console.print(f"[bold]{e['task_id']}[/bold] trial {e['trial']}  reward {e['reward']}  {e['outcome']} "
+                  f"({e['termination']}{': ' + escape(e['error']) if e.get('error') else ''})")
     for m in store.messages(e["id"]):
         role, content = m["role"], escape(m["content"] or "")
         if role == "system":
@@ -649,6 +682,9 @@ def _runs_show(run_id: str, episode: Optional[int]) -> None:
     b = e["breakdown"]
     console.print(f"[bold]reward breakdown:[/bold] ended_normally={b.get('ended_normally')} db_match={b.get('db_match')} "
                   f"outputs={b.get('outputs')} assertions={[a['ok'] for a in b.get('assertions', [])]}")
+    for v in b.get("nl_assertions") or []:
+        verdict = {True: "holds", False: "fails", None: "not judged"}[v["ok"]]
+        console.print(f"  nl assertion {verdict}: {escape(v['assertion'])}" + (f" ({escape(v['reason'])})" if v["reason"] else ""))
 
 
 # ---------------------------------------------------------------- sharing: packs

@@ -1,19 +1,22 @@
 """`muactl eval`: run every (task, trial) episode, store each as it ends, and report pass^k.
 
-pass^k is tau-bench's unbiased estimator: for a task with n counted trials of which c succeeded,
+pass^k is tau-bench's unbiased estimator: for a task with n scored trials of which c succeeded,
 C(c, k) / C(n, k) is the chance that k trials drawn without replacement all succeed; pass^k is its
-mean over tasks. Episodes ending in infra_error are excluded (they measure the API, not the agent).
+mean over tasks. Excluded episodes (infra_error, user_error: they measure the API or the simulator,
+not the agent) leave pass^k; the summary counts them with their top reasons, lists the tasks left with
+no scored trial, and `--resume` plays them again.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass, field
+from collections import Counter
 from math import comb
 from typing import Any, Callable
 
 from .errors import UsageError
-from .rollout import Job, RolloutConfig, run_many
+from .rollout import EXCLUDED, OUTCOMES, Job, RolloutConfig, outcome_of, run_many
 from .runs import RunStore
 
 
@@ -43,6 +46,8 @@ class EvalConfig:
     retries: int = 4
     llm_timeout_s: float = 60.0
     backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
+    judge: str | None = None  # litellm model id or hf:<model> that checks expect.nl_assertions
+    judge_api_base: str | None = None
 
 
 def select_tasks(opened, split: str | None, ids: list[str]):
@@ -64,21 +69,53 @@ def pass_hat_k(counts: dict[str, tuple[int, int]], k: int) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _outcome(e: dict[str, Any]) -> str:
+    return e.get("outcome") or outcome_of(e["termination"], bool(e["success"]))
+
+
+def _reason(e: dict[str, Any]) -> str:
+    """An excluded episode's error, short enough to group identical causes (model name first, cut)."""
+    text = (e.get("error") or "no error recorded").strip().splitlines()[0]
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def excluded_report(episodes: list[dict[str, Any]], top: int = 3) -> dict[str, Any]:
+    """Per excluded class: its count and its `top` most frequent reasons as [reason, count] pairs."""
+    out: dict[str, Any] = {}
+    for cls in EXCLUDED:
+        reasons = Counter(_reason(e) for e in episodes if _outcome(e) == cls)
+        if reasons:
+            out[cls] = {"count": sum(reasons.values()), "reasons": [list(r) for r in reasons.most_common(top)]}
+    return out
+
+
+def tasks_not_scored(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tasks that ran but have no scored trial, with the classes their trials ended in: they are not
+    in pass^k, and a summary must say so rather than shrink the denominator quietly."""
+    by_task: dict[str, Counter] = {}
+    for e in episodes:
+        by_task.setdefault(e["task_id"], Counter())[_outcome(e)] += 1
+    return [{"task_id": t, "outcomes": dict(c)} for t, c in by_task.items() if not any(c[o] for o in ("success", "failure"))]
+
+
 def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
-    counted = [e for e in episodes if e["termination"] != "infra_error"]
+    counted = [e for e in episodes if _outcome(e) not in EXCLUDED]
     counts: dict[str, tuple[int, int]] = {}
     for e in counted:
         n, c = counts.get(e["task_id"], (0, 0))
         counts[e["task_id"]] = (n + 1, c + int(e["success"]))
-    terms: dict[str, int] = {}
-    for e in episodes:
-        terms[e["termination"]] = terms.get(e["termination"], 0) + 1
+    terms = Counter(e["termination"] for e in episodes)
+    outcomes = Counter(_outcome(e) for e in episodes)
     calls = sum(e["tool_calls"] for e in counted)
     out: dict[str, Any] = {
-        "episodes": len(episodes), "counted": len(counted), "infra_errors": len(episodes) - len(counted),
+        "episodes": len(episodes), "counted": len(counted),
+        "infra_errors": outcomes["infra_error"], "user_errors": outcomes["user_error"],
         "tasks": len(counts),
         "avg_reward": sum(e["reward"] for e in counted) / len(counted) if counted else None,
+        "outcomes": {o: outcomes[o] for o in OUTCOMES if outcomes[o]},
         "terminations": dict(sorted(terms.items())),
+        "excluded": excluded_report(episodes),
+        "tasks_not_scored": tasks_not_scored(episodes),
         "tool_error_rate": sum(e["tool_errors"] for e in counted) / calls if calls else 0.0,
         # errors also count malformed replies, which make no call: per episode says more for weak models
         "avg_tool_errors": sum(e["tool_errors"] for e in counted) / len(counted) if counted else None,
@@ -98,10 +135,11 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
 def per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for e in episodes:
-        r = rows.setdefault(e["task_id"], {"task_id": e["task_id"], "trials": 0, "successes": 0, "infra": 0, "terminations": {}})
+        r = rows.setdefault(e["task_id"], {"task_id": e["task_id"], "trials": 0, "successes": 0, "excluded": 0,
+                                           "terminations": {}})
         r["trials"] += 1
         r["successes"] += int(e["success"])
-        r["infra"] += int(e["termination"] == "infra_error")
+        r["excluded"] += int(_outcome(e) in EXCLUDED)
         r["terminations"][e["termination"]] = r["terminations"].get(e["termination"], 0) + 1
     return list(rows.values())
 
@@ -129,6 +167,16 @@ def build_parts(cfg: EvalConfig, opened):
     return agent, user_factory
 
 
+def build_judge(cfg: EvalConfig):
+    """The judge of natural-language assertions, or None (they are then reported as not judged)."""
+    if not getattr(cfg, "judge", None):
+        return None
+    from .judge import Judge
+
+    return Judge(cfg.judge, api_base=cfg.judge_api_base, timeout_s=cfg.llm_timeout_s, retries=cfg.retries,
+                 backoff_s=cfg.backoff_s)
+
+
 def run_eval(cfg: EvalConfig, resume: str | None = None,
              on_progress: Callable[[dict[str, Any]], None] | None = None,
              opened=None, kind: str = "eval",
@@ -141,6 +189,7 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
         store = RunStore.open(resume)
         saved = store.info()["config"]
         cfg = type(cfg)(**{**saved, "concurrency": cfg.concurrency})
+        store.forget_excluded()  # infra and user errors said nothing about the agent: play them again
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     from .templates import domain_for, draw_stream, is_template_spec
 
@@ -174,7 +223,7 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
         on_progress(dict(state, last=None))
     store.update(status="running")
     try:
-        asyncio.run(_run(jobs, opened.compiled, agent, user_factory, rcfg, cfg.concurrency, on_done))
+        asyncio.run(_run(jobs, opened.compiled, agent, user_factory, rcfg, cfg.concurrency, on_done, build_judge(cfg)))
     except KeyboardInterrupt:
         store.update(status="interrupted", summary=summarize(store.episodes(), cfg.trials))
         raise
@@ -184,9 +233,9 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
     return store, summary
 
 
-async def _run(jobs, compiled, agent, user_factory, rcfg, concurrency, on_done):
+async def _run(jobs, compiled, agent, user_factory, rcfg, concurrency, on_done, judge=None):
     try:
-        await run_many(jobs, compiled, agent, user_factory, rcfg, concurrency=concurrency, on_done=on_done)
+        await run_many(jobs, compiled, agent, user_factory, rcfg, concurrency=concurrency, on_done=on_done, judge=judge)
     finally:
         await agent.close()
         mcp = compiled.players.get("mcp")

@@ -1,8 +1,12 @@
 """The one place muactl calls litellm: async chat completions with retries, backoff and a timeout.
 
-Used by API agents, LLM user simulators and simulated tools. Transient failures (rate limits, 5xx,
-timeouts, connection errors, malformed responses) are retried with exponential backoff; when retries
-run out the caller gets InfraError, which ends an episode as `infra_error` (excluded from pass^k).
+Used by API agents, LLM user simulators, simulated tools and the judge. Failures fall in three kinds:
+- transient (rate limits, 5xx, timeouts, connection errors, malformed responses): retried with
+  exponential backoff; when retries run out the caller gets InfraError (`infra_error`, excluded);
+- the service refuses to serve at all (bad credentials, unknown model, no permission): InfraError at
+  once, retrying cannot help;
+- the request itself is refused (400 bad request, context window exceeded, content policy, 422):
+  RequestRejected at once; whose fault that is depends on whose messages they were (the caller says).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from .agents.base import InfraError
+from .agents.base import InfraError, RequestRejected
 
 
 @dataclass
@@ -38,14 +42,22 @@ def litellm():
     return _litellm
 
 
-def _transient(exc: Exception) -> bool:
+def classify(exc: Exception) -> str:
+    """'transient' (retry), 'service' (the provider will not serve us: infra) or 'rejected' (the
+    request's content was refused)."""
     lt = litellm()
-    permanent = tuple(getattr(lt, n) for n in ("AuthenticationError", "NotFoundError", "BadRequestError",
-                                                  "PermissionDeniedError", "ContextWindowExceededError",
-                                                  "ContentPolicyViolationError") if hasattr(lt, n))
-    if isinstance(exc, permanent) and not isinstance(exc, getattr(lt, "APIConnectionError", ())):
-        return False
-    return True
+
+    def kinds(*names: str) -> tuple[type, ...]:
+        return tuple(getattr(lt, n) for n in names if hasattr(lt, n))
+
+    if isinstance(exc, kinds("APIConnectionError")):  # timeouts included
+        return "transient"
+    if isinstance(exc, kinds("AuthenticationError", "NotFoundError", "PermissionDeniedError")):
+        return "service"
+    # ContextWindowExceededError and ContentPolicyViolationError are BadRequestErrors
+    if isinstance(exc, kinds("BadRequestError", "UnprocessableEntityError")):
+        return "rejected"
+    return "transient"
 
 
 async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict] | None = None,
@@ -84,8 +96,10 @@ async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[d
             raise
         except Exception as e:  # classify below: permanent errors are not retried
             last = e
-            if not _transient(e) or attempt == cfg.retries:
+            kind = classify(e)
+            if kind != "transient" or attempt == cfg.retries:
                 break
             delay = cfg.backoff_s * (2 ** attempt) * (0.5 + random.random() / 2)
             await asyncio.sleep(delay)
-    raise InfraError(f"{cfg.model}: {type(last).__name__}: {str(last)[:300]}")
+    message = f"{cfg.model}: {type(last).__name__}: {str(last)[:300]}"
+    raise (RequestRejected if kind == "rejected" else InfraError)(message)

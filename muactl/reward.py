@@ -1,9 +1,15 @@
-"""Task success. Issue-2 scope: SQL assertions over a final state (used by validate's gold replay)."""
+"""What a task pays: SQL assertions over a final state (also used by validate's gold replay) and the
+episode reward with its breakdown (README, "Episodes and rewards")."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 import sqlite3
+from collections import OrderedDict
+from decimal import Decimal
 from typing import Any
 
 from .env.sandbox import decode_json_text
@@ -41,19 +47,35 @@ def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
 
 # ---------------------------------------------------------------- episode reward (DESIGN.md, "Reward")
 
-_GOLD: dict[tuple[str, str], str] = {}
+GOLD_CACHE_SIZE = 4096  # gold end states kept; a GRPO run draws fresh template tasks for hours
+_GOLD: OrderedDict[str, str] = OrderedDict()
+
+
+def _gold_key(task, domain) -> str:
+    """The gold state depends on the database the task runs on and on its setup and gold actions, not
+    on its id: two tasks (or two versions of one task) with one id but other actions differ."""
+    t = task.task
+    calls = json.dumps([t.setup, t.expect.actions], sort_keys=True, default=str)
+    return hashlib.sha256(f"{domain.content_hash}:{getattr(domain, 'instance_key', '')}:{calls}".encode()).hexdigest()
 
 
 def gold_hash(task, domain) -> str:
-    """State hash after the task's setup and gold actions on a fresh sandbox (cached per task)."""
-    key = (domain.content_hash + ":" + getattr(domain, "instance_key", ""), task.task.id)
-    if key not in _GOLD:
-        env = domain.environment()
+    """State hash after the task's setup and gold actions on a fresh sandbox (cached by content, LRU)."""
+    key = _gold_key(task, domain)
+    if key in _GOLD:
+        _GOLD.move_to_end(key)
+        return _GOLD[key]
+    env = domain.environment()
+    try:
         env.replay(task.task.setup)
         env.replay(task.task.expect.actions)
-        _GOLD[key] = env.state_hash()
+        value = env.state_hash()
+    finally:
         env.close()
-    return _GOLD[key]
+    _GOLD[key] = value
+    if len(_GOLD) > GOLD_CACHE_SIZE:
+        _GOLD.popitem(last=False)
+    return value
 
 
 def _row_set(env) -> set[tuple]:
@@ -74,37 +96,74 @@ class GoldDistance:
         return len(_row_set(env) ^ self.gold)
 
 
-def _norm(text: str) -> str:
-    import re
-
-    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
-    return " ".join(text.split())
+# A number stands alone: no letter or digit right before or after it, so "12" is not in "112" or in the
+# id "a12", and "$50" is not in "$500". Thousands separators are only commas between groups of three.
+_TOKEN = re.compile(r"(?<![^\W_])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![^\W_])|[^\W_]+")
 
 
-def output_said(required: str, agent_texts: list[str]) -> bool:
-    """A required output counts when it appears in an agent message (case, spacing and thousands
-    separators ignored)."""
-    want = _norm(required)
-    return any(want in _norm(t) for t in agent_texts)
+def tokens(text: str) -> list[str | Decimal]:
+    """Words (lower-cased) and numbers (as Decimals, so 1,000 = 1000 = 1000.00) of a text; punctuation,
+    symbols, underscores and spacing are separators."""
+    out: list[str | Decimal] = []
+    for mt in _TOKEN.finditer(text.lower()):
+        out.append(Decimal(mt["num"].replace(",", "")) if mt["num"] else mt[0])
+    return out
 
 
-def score(task, domain, env, episode) -> tuple[float, dict[str, Any]]:
-    """1.0 only if the episode ended normally, the final DB equals the gold replay's, every required
-    output was said and every assertion holds. Returns the value and its breakdown."""
+def _same(a: str | Decimal, b: str | Decimal) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def output_said(required: str, shown: list[str]) -> bool:
+    """A required output counts when its tokens appear, in order and contiguous, in one message the
+    user was shown (see `tokens`)."""
+    want = tokens(required)
+    if not want:  # nothing but punctuation: compare the bare text
+        bare = "".join(required.split())
+        return bool(bare) and any(bare in "".join(t.split()) for t in shown)
+    for text in shown:
+        got = tokens(text)
+        for i in range(len(got) - len(want) + 1):
+            if all(_same(g, w) for g, w in zip(got[i:i + len(want)], want)):
+                return True
+    return False
+
+
+def shown_texts(messages: list[dict[str, Any]]) -> list[str]:
+    """The agent's words the user saw: its text turns, not the domain's fixed greeting (see
+    `shown_to_user`)."""
+    from .env.user import shown_to_user
+
+    return [m["content"] for m in messages if shown_to_user(m) and not m.get("fixed")]
+
+
+def ended_as_expected(task, episode) -> bool:
+    """A transfer task ends with the agent's transfer tool call; every other task with the user's stop.
+    The user's own ###TRANSFER### (termination user_transfer) earns nothing."""
+    return episode.termination == ("transfer" if task.task.expect.transfer else "user_stop")
+
+
+def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
+    """1.0 only if the episode ended as expected, the final DB equals the gold replay's, every required
+    output was shown to the user, every SQL assertion holds and, when a judge was given
+    (`nl_verdicts`), every natural-language assertion holds. Returns the value and its breakdown."""
     expect = task.task.expect
-    allowed = {"user_stop"} | ({"transfer"} if expect.transfer else set())
-    ended = episode.termination in allowed and (not expect.transfer or episode.termination == "transfer")
+    ended = ended_as_expected(task, episode)
     db_match = episode.final_hash == gold_hash(task, domain)
-    texts = [m.get("content") or "" for m in episode.messages if m["role"] == "assistant" and not m.get("fixed")]
-    outputs = {o: output_said(o, texts) for o in expect.outputs}
+    shown = shown_texts(episode.messages)
+    outputs = {o: output_said(o, shown) for o in expect.outputs}
     asserts = []
     for a in expect.assert_:
         ok, why = assertion_result(env, a)
         asserts.append({"query": a.query, "ok": ok, "why": why})
-    success = ended and db_match and all(outputs.values()) and all(a["ok"] for a in asserts)
+    judged = nl_verdicts is not None and bool(expect.nl_assertions)
+    nl = nl_verdicts if judged else [{"assertion": s, "ok": None, "reason": "not judged (no --judge)"}
+                                     for s in expect.nl_assertions]
+    success = (ended and db_match and all(outputs.values()) and all(a["ok"] for a in asserts)
+               and (not judged or all(v["ok"] for v in nl)))
     breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match,
-                 "outputs": outputs, "assertions": asserts, "success": success,
-                 "partial": partial_credit(task, episode)}
+                 "outputs": outputs, "assertions": asserts, "nl_assertions": nl, "nl_judged": judged,
+                 "success": success, "partial": partial_credit(task, episode)}
     return (1.0 if success else 0.0), breakdown
 
 

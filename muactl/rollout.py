@@ -6,7 +6,8 @@ One state machine serves eval, SFT synthesis, GRPO and chat:
 
 Agent text goes to the user; agent tool calls go to the sandbox and the results back to the agent;
 user text goes to the agent. The user simulator never sees tool calls. An episode ends on a user stop
-token, a transfer, out-of-scope, max turns, too many tool errors, a timeout, or an agent/infra error.
+token, the agent's transfer, out-of-scope, max turns, too many tool errors, a timeout, or an
+agent/user/infra error, and falls in exactly one outcome class (`outcome_of`).
 Many episodes run at once (`run_many`): API calls overlap up to a concurrency limit, and local-model
 agents batch the turns of all waiting episodes into one generate call (see agents/local.py).
 """
@@ -19,17 +20,28 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from .agents.base import Agent, AgentError, InfraError
+from .agents.base import Agent, AgentError, InfraError, UserError
 from .spec.models import call_parts
 
 if TYPE_CHECKING:
     from .compile import CompiledDomain
     from .env.sandbox import Environment
     from .env.user import UserSimulator
+    from .judge import Judge
     from .spec.load import TaskSpec
 
-TERMINATIONS = ("user_stop", "transfer", "out_of_scope", "max_turns", "too_many_errors", "timeout",
-                "agent_error", "infra_error")
+TERMINATIONS = ("user_stop", "transfer", "user_transfer", "out_of_scope", "max_turns", "too_many_errors", "timeout",
+                "agent_error", "user_error", "infra_error")
+
+# Outcome classes. success and failure are the agent's (scored: its own API errors, context overflow and
+# malformed calls are failures). The excluded ones say nothing about the agent: they leave pass^k and
+# GRPO's baselines, are reported on their own, and are run again by --resume.
+EXCLUDED = ("infra_error", "user_error")
+OUTCOMES = ("success", "failure", *EXCLUDED)
+
+
+def outcome_of(termination: str, success: bool) -> str:
+    return termination if termination in EXCLUDED else ("success" if success else "failure")
 
 
 @dataclass
@@ -95,9 +107,13 @@ class Episode:
     trace: TokenTrace | None = None
 
     @property
+    def outcome(self) -> str:
+        return outcome_of(self.termination, bool(self.breakdown.get("success")))
+
+    @property
     def counted(self) -> bool:
-        """infra_error episodes say nothing about the agent: they are excluded from pass^k."""
-        return self.termination != "infra_error"
+        """Excluded episodes (infra_error, user_error) say nothing about the agent: not in pass^k."""
+        return self.termination not in EXCLUDED
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,8 +132,10 @@ def _add_usage(total: dict[str, float], usage: dict[str, float], prefix: str) ->
 
 async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user: UserSimulator,
                       cfg: RolloutConfig, trial: int = 0, env: Environment | None = None,
-                      on_message: Callable[[dict], Awaitable[None] | None] | None = None) -> Episode:
-    """Run one conversation to its end and score it. Never raises for agent, user or tool failures."""
+                      on_message: Callable[[dict], Awaitable[None] | None] | None = None,
+                      judge: Judge | None = None) -> Episode:
+    """Run one conversation to its end and score it (the judge, when given, checks the task's
+    natural-language assertions). Never raises for agent, user, tool or judge failures."""
     from .reward import score
 
     seed = episode_seed(cfg.seed, task.task.id, trial)
@@ -157,7 +175,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         while True:
             if next_is_user:
                 t0 = time.perf_counter()
-                reply = await user.respond(ctx)
+                reply = await _user_turn(user, ctx)
                 timing["user"] += time.perf_counter() - t0
                 _add_usage(ep.usage, reply.usage, "user")
                 if reply.content or not reply.stop:
@@ -217,6 +235,8 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         ep.termination = "timeout"
     except InfraError as e:
         ep.termination, ep.error = "infra_error", str(e)
+    except UserError as e:
+        ep.termination, ep.error = "user_error", str(e)
     except AgentError as e:
         ep.termination, ep.error = "agent_error", str(e)
     except asyncio.CancelledError:
@@ -226,12 +246,31 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     ep.trace = ctx.trace
     t0 = time.perf_counter()
     ep.final_hash = env.state_hash()
-    ep.reward, ep.breakdown = score(task, domain, env, ep)
+    verdicts = None
+    if judge is not None and task.task.expect.nl_assertions and ep.counted:
+        try:
+            verdicts = await judge.verdicts(task.task.expect.nl_assertions, messages, domain)
+        except InfraError as e:  # the judge failed, not the agent: the episode cannot be scored
+            ep.termination, ep.error = "infra_error", f"judge: {e}"
+    ep.reward, ep.breakdown = score(task, domain, env, ep, verdicts)
     timing["reward"] = time.perf_counter() - t0
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing
     env.close()
     return ep
+
+
+async def _user_turn(user: UserSimulator, ctx: EpisodeContext):
+    """The simulator's next message; whatever breaks in it is a user_error, not the agent's failure."""
+    try:
+        reply = await user.respond(ctx)
+    except (InfraError, UserError, asyncio.CancelledError):
+        raise
+    except Exception as e:  # a crash, or its model refusing the request (RequestRejected)
+        raise UserError(f"{type(e).__name__}: {e}") from e
+    if not reply.stop and not reply.content.strip():
+        raise UserError("the user simulator sent an empty message")
+    return reply
 
 
 @dataclass
@@ -243,7 +282,7 @@ class Job:
 
 async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_user: Callable[[], UserSimulator],
                    cfg: RolloutConfig, concurrency: int = 8,
-                   on_done: Callable[[Episode], None] | None = None) -> list[Episode]:
+                   on_done: Callable[[Episode], None] | None = None, judge: Judge | None = None) -> list[Episode]:
     """Run jobs with at most `concurrency` episodes in flight; the episodes come back in the order of
     `jobs` (GRPO's groups are consecutive jobs). `on_done` sees each episode as it ends (the run store
     saves it there, so an interrupted run keeps everything finished)."""
@@ -252,7 +291,7 @@ async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_u
 
     async def one(i: int, job: Job) -> None:
         async with sem:
-            ep = await run_episode(job.task, job.domain or domain, agent, make_user(), cfg, trial=job.trial)
+            ep = await run_episode(job.task, job.domain or domain, agent, make_user(), cfg, trial=job.trial, judge=judge)
             results[i] = ep
             if on_done is not None:
                 on_done(ep)

@@ -64,12 +64,14 @@ class RunStore:
     def _ensure_schema(self) -> None:
         db = self.db
         if "episodes" in db.table_names():
+            if "outcome" not in db["episodes"].columns_dict:  # a run written before outcome classes
+                db["episodes"].add_column("outcome", str)
             return
         db["runs"].create({"id": str, "kind": str, "domain": str, "status": str, "created": str, "updated": str,
                            "config": str, "summary": str}, pk="id", if_not_exists=True)
         db["episodes"].create({
             "id": int, "run_id": str, "task_id": str, "trial": int, "seed": int, "reward": float,
-            "termination": str, "success": int, "turns": int, "tool_calls": int, "tool_errors": int,
+            "termination": str, "outcome": str, "success": int, "turns": int, "tool_calls": int, "tool_errors": int,
             "prompt_tokens": int, "completion_tokens": int, "cost": float, "wall_s": float,
             "breakdown": str, "records": str, "usage": str, "timing": str, "final_hash": str, "error": str,
             "human": int, "rating": int, "note": str, "step": int, "created": str,
@@ -91,7 +93,8 @@ class RunStore:
         assert isinstance(ep, Episode)
         usage = ep.usage or {}
         row = {"run_id": self.id, "task_id": ep.task_id, "trial": ep.trial, "seed": ep.seed, "reward": ep.reward,
-               "termination": ep.termination, "success": int(bool(ep.breakdown.get("success"))), "turns": ep.turns,
+               "termination": ep.termination, "outcome": ep.outcome, "success": int(bool(ep.breakdown.get("success"))),
+               "turns": ep.turns,
                "tool_calls": ep.tool_calls, "tool_errors": ep.tool_errors,
                "prompt_tokens": int(usage.get("agent_prompt_tokens", 0)),
                "completion_tokens": int(usage.get("agent_completion_tokens", 0)), "cost": float(usage.get("cost", 0.0)),
@@ -118,11 +121,15 @@ class RunStore:
 
     def forget_step(self, step: int) -> None:
         """Drop a training step's episodes: after a crash the step is redone from the last checkpoint."""
+        self._delete_episodes("run_id = ? AND step = ?", [self.id, step])
+
+    def _delete_episodes(self, where: str, args: list) -> int:
         with self.db.conn:
-            ids = [r["id"] for r in self.db.query("SELECT id FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])]
+            ids = [r["id"] for r in self.db.query(f"SELECT id FROM episodes WHERE {where}", args)]
             for table in ("messages", "traces"):
                 self.db.conn.executemany(f"DELETE FROM {table} WHERE episode_id = ?", [(i,) for i in ids])
-            self.db.conn.execute("DELETE FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])
+            self.db.conn.execute(f"DELETE FROM episodes WHERE {where}", args)
+        return len(ids)
 
     def update(self, **fields: Any) -> None:
         fields["updated"] = _now()
@@ -143,15 +150,30 @@ class RunStore:
         return row
 
     def finished(self, step: int = 0) -> set[tuple[str, int]]:
+        """(task, trial) pairs done for good: excluded episodes (infra_error, user_error) are not."""
+        from .rollout import EXCLUDED
+
+        marks = ", ".join("?" * len(EXCLUDED))
         return {(r["task_id"], r["trial"]) for r in self.db.query(
-            "SELECT task_id, trial FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])}
+            f"SELECT task_id, trial FROM episodes WHERE run_id = ? AND step = ? AND termination NOT IN ({marks})",
+            [self.id, step, *EXCLUDED])}
+
+    def forget_excluded(self, step: int = 0) -> int:
+        """Drop the excluded episodes of a step, so that a resumed run plays them again; their count."""
+        from .rollout import EXCLUDED
+
+        marks = ", ".join("?" * len(EXCLUDED))
+        return self._delete_episodes(f"run_id = ? AND step = ? AND termination IN ({marks})", [self.id, step, *EXCLUDED])
 
     def episodes(self, step: int | None = None) -> list[dict[str, Any]]:
         where, args = ("run_id = ?", [self.id]) if step is None else ("run_id = ? AND step = ?", [self.id, step])
         rows = list(self.db["episodes"].rows_where(where, args, order_by="id"))
+        from .rollout import outcome_of
+
         for r in rows:
             for k in ("breakdown", "records", "usage", "timing"):
                 r[k] = json.loads(r[k] or "{}")
+            r["outcome"] = r.get("outcome") or outcome_of(r["termination"], bool(r["success"]))
         return rows
 
     def messages(self, episode_id: int) -> list[dict[str, Any]]:

@@ -151,7 +151,7 @@ def test_user_requests_carry_the_goal_and_never_the_tools(bank):
     assert [m["content"] for m in agent_reqs[-1]["messages"] if m["role"] == "tool"] == results
 
 
-@pytest.mark.parametrize("token,reason", [("###STOP###", "user_stop"), ("###TRANSFER###", "transfer"),
+@pytest.mark.parametrize("token,reason", [("###STOP###", "user_stop"), ("###TRANSFER###", "user_transfer"),
                                           ("###OUT-OF-SCOPE###", "out_of_scope")])
 def test_stop_tokens_end_the_episode(bank, token, reason):
     task = bank.task("move-mia")
@@ -215,14 +215,31 @@ def test_a_server_that_keeps_failing_ends_the_episode_as_infra_error(bank, side)
     assert faulty.injected == 3  # first try + 2 retries, then it gave up
 
 
-@pytest.mark.parametrize("status", [400, 401, 404])
-def test_permanent_errors_are_not_retried(bank, status):
+CONTEXT_OVERFLOW = Reply(status=400, raw=json.dumps({"error": {
+    "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9100 tokens.",
+    "type": "invalid_request_error", "code": "context_length_exceeded"}}))
+
+
+@pytest.mark.parametrize("side,fault,outcome,error", [
+    ("agent", Reply(status=400), "failure", "BadRequestError"),  # its own messages were refused: its failure
+    ("agent", CONTEXT_OVERFLOW, "failure", "ContextWindowExceededError"),
+    ("agent", Reply(status=401), "infra_error", "AuthenticationError"),  # bad key: says nothing about the agent
+    ("agent", Reply(status=404), "infra_error", "NotFoundError"),
+    ("user", Reply(status=400), "user_error", "BadRequestError"),  # the simulator broke, not the agent
+    ("user", CONTEXT_OVERFLOW, "user_error", "ContextWindowExceededError"),
+    ("user", Reply(status=401), "infra_error", "AuthenticationError"),
+    ("user", Reply(status=404), "infra_error", "NotFoundError"),
+])
+def test_permanent_errors_are_not_retried_and_land_in_their_class(bank, side, fault, outcome, error):
     task = bank.task("move-mia")
-    faulty = Faulty(two_sided(gold_agent([task.task])), fault=Reply(status=status), first=10**6, only=is_user_request)
+    only = is_user_request if side == "user" else (lambda b: not is_user_request(b))
+    faulty = Faulty(two_sided(gold_agent([task.task])), fault=fault, first=10**6, only=only)
     with FakeOpenAI(faulty) as server:
         ep, = run_jobs([task], bank, *api_parts(server))
-    assert ep.termination == "infra_error" and str(status) in ep.error
-    assert len(server.requests) == 1  # retrying a bad request or a bad key only burns time
+    assert ep.outcome == outcome and error in ep.error, (ep.outcome, ep.error)
+    assert ep.counted == (outcome == "failure") and ep.reward == 0.0
+    # retrying a bad request or a bad key only burns time: the user speaks first, then the agent
+    assert faulty.injected == 1 and len(server.requests) == (1 if side == "user" else 2)
 
 
 def test_infra_errors_are_reported_and_excluded_from_pass_k(bank):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .base import Agent, AgentError, AgentReply, InfraError
+from .base import Agent, AgentError, AgentReply, InfraError, RequestRejected, UserError
 
-__all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "make_agent"]
+__all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "RequestRejected", "UserError", "make_agent"]
 
 
 def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..llm import LLMConfig, complete
-from .base import Agent, AgentReply, decode_arguments
+from .base import Agent, AgentError, AgentReply, RequestRejected, decode_arguments
 
 
 def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -41,7 +41,10 @@ class APIAgent(Agent):
         self.name = cfg.model
 
     async def act(self, ctx) -> AgentReply:
-        msg, usage = await complete(self.cfg, to_openai(ctx.messages), tools=ctx.tools, seed=ctx.seed)
+        try:
+            msg, usage = await complete(self.cfg, to_openai(ctx.messages), tools=ctx.tools, seed=ctx.seed)
+        except RequestRejected as e:  # its own conversation was refused (too long, malformed): its failure
+            raise AgentError(str(e)) from e
         # arguments that are not JSON stay text: the sandbox reports them to the agent as the tool's error
         calls = [{"id": c["id"], "name": c["name"], "arguments": decode_arguments(c["arguments"])} for c in msg["tool_calls"]]
         return AgentReply(msg["content"] or "", calls, usage=usage)

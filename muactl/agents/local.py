@@ -17,7 +17,7 @@ import zlib
 from abc import abstractmethod
 from typing import Any, Callable
 
-from .base import Agent, AgentError, AgentReply
+from .base import Agent, AgentReply, InfraError
 from .chatml import AFTER_TURN, GENERATION_PROMPT, parse_assistant, prompt_tools, render
 
 Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[int], list[float]]]]
@@ -61,10 +61,10 @@ class Batcher:
                 self.batch_sizes.append(len(batch))
                 try:
                     results = await asyncio.to_thread(self.generate, [p for p, _, _ in batch], max_new, temperature, seed)
-                except Exception as e:  # every waiting episode ends as agent_error, none hangs
+                except Exception as e:  # the machine failed, not the policy: infra_error, and none hangs
                     for _, _, fut in batch:
                         if not fut.done():
-                            fut.set_exception(AgentError(f"generation failed: {type(e).__name__}: {e}"))
+                            fut.set_exception(InfraError(f"local generation failed: {type(e).__name__}: {e}"))
                     continue
                 for (_, _, fut), res in zip(batch, results):
                     if not fut.done():

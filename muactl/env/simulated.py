@@ -26,6 +26,7 @@ Earlier calls in this session:
 
 def simulated_player(model: str, api_base: str | None = None, timeout_s: float = 60.0, retries: int = 4,
                      backoff_s: float = 1.0):
+    from ..agents.base import RequestRejected
     from ..llm import LLMConfig, complete
 
     cfg = LLMConfig(model, api_base=api_base, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
@@ -42,7 +43,10 @@ def simulated_player(model: str, api_base: str | None = None, timeout_s: float =
         messages = [{"role": "system", "content": prompt},
                     {"role": "user", "content": f"{tool.name}({json.dumps(args, ensure_ascii=False)})"}]
         for _ in range(2):
-            msg, _usage = await complete(cfg, messages)
+            try:
+                msg, _usage = await complete(cfg, messages)
+            except RequestRejected as e:  # the agent's arguments made a request the model refused: data
+                return ToolResult(f"Error: {tool.name} could not answer: {e}", error=True)
             text = (msg["content"] or "").strip()
             if text.startswith("```"):
                 text = text.strip("`").removeprefix("json").strip()

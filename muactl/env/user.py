@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from ..rollout import EpisodeContext
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
-STOP_TOKENS = {STOP: "user_stop", TRANSFER: "transfer", OUT_OF_SCOPE: "out_of_scope"}
+# the user's ###TRANSFER### is `user_transfer`: only the agent's transfer tool call ends as `transfer`
+STOP_TOKENS = {STOP: "user_stop", TRANSFER: "user_transfer", OUT_OF_SCOPE: "out_of_scope"}
 
 DEFAULT_GUIDELINES = """\
 You play a customer who contacts a company's support agent. Stay in character for the whole conversation.
@@ -47,11 +48,18 @@ def user_system_prompt(ctx: EpisodeContext) -> str:
     return "\n".join(parts)
 
 
+def shown_to_user(m: dict[str, Any]) -> bool:
+    """Whether an agent message reaches the user: text turns only. A turn that carries tool calls, or
+    that failed to parse as one, goes to the tools, and its text with it. The reward reads the same."""
+    return (m["role"] == "assistant" and bool((m.get("content") or "").strip()) and not m.get("tool_calls")
+            and not m.get("malformed"))
+
+
 def flipped_history(ctx: EpisodeContext) -> list[dict[str, str]]:
     """The conversation as the simulator sees it: agent text as "user", its own as "assistant", no tools."""
     out = []
     for m in ctx.messages:
-        if m["role"] == "assistant" and (m.get("content") or "").strip() and not m.get("tool_calls"):
+        if shown_to_user(m):
             out.append({"role": "user", "content": m["content"]})
         elif m["role"] == "user":
             out.append({"role": "assistant", "content": m["content"]})

@@ -23,7 +23,7 @@ Rewards:
   Trajectory score: mean_t c_t, or r2g: c_1 (the discounted return from the first turn).
   TRL normalizes the scores within each group (mean and std), which gives the advantage.
 Departures from the paper: advantages are per sequence (TRL), so turn credit acts through the
-trajectory score rather than per-token advantages. Episodes that end in infra_error get reward None
+trajectory score rather than per-token advantages. Excluded episodes (infra_error, user_error) get reward None
 (TRL drops them from the group baseline, their advantage is 0) and an all-zero env_mask.
 Groups whose rewards are all equal carry no signal; they are counted, and with
 `resample_equal_groups` re-run once with a new seed (DAPO's dynamic sampling, simplified).
@@ -83,7 +83,7 @@ def trajectory_score(credits: list[float], mode: str) -> float:
 
 
 def episode_reward(ep, g) -> float | None:
-    if ep.termination == "infra_error":
+    if not ep.counted:
         return None
     if g.reward == "binary":
         return float(ep.reward)
@@ -154,12 +154,12 @@ class Rollouts:
                 out["prompt_ids"].append(list(ids[:plen]))
                 out["completion_ids"].append(list(ids[plen:]))
                 out["logprobs"].append(list(lps[plen:]))
-                out["env_mask"].append(list(mask[plen:]) if ep.termination != "infra_error" else [0] * (len(ids) - plen))
+                out["env_mask"].append(list(mask[plen:]) if ep.counted else [0] * (len(ids) - plen))
             out["episode_reward"].append(episode_reward(ep, g))
         self.store.forget_step(step + 1)  # left over from a run killed before this step's checkpoint
         for ep in episodes:
             self.store.save_episode(ep, step=step + 1, keep_trace=False)
-        counted = [e for e in episodes if e.termination != "infra_error"]
+        counted = [e for e in episodes if e.counted]
         calls = sum(e.tool_calls for e in counted)
         metrics = {
             "rollout/success": sum(e.reward for e in counted) / max(1, len(counted)),
@@ -167,7 +167,8 @@ class Rollouts:
             "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
             "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
             "rollout/all_equal_groups": float(len(equal)),
-            "rollout/infra_errors": float(len(episodes) - len(counted)),
+            "rollout/infra_errors": float(sum(e.termination == "infra_error" for e in episodes)),
+            "rollout/user_errors": float(sum(e.termination == "user_error" for e in episodes)),
             "rollout/policy_tokens": sum(sum(m) for m in out["env_mask"]) / max(1, len(episodes)),
             "rollout/sequence_tokens": sum(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])) / max(1, len(episodes)),
             "time/generation_s": gen_s,
