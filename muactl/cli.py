@@ -302,7 +302,8 @@ def with_progress(kind: str, label: str, run, on_interrupt: str):
 @command("eval")
 def eval_cmd(
     domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
-    agent: str = typer.Option("oracle", "--agent", help="oracle | hf:<model> | vllm:<model> | a litellm model id."),
+    agent: str = typer.Option("oracle", "--agent", help="oracle | hf:<model> | vllm:<model> | a litellm model id | "
+                              "adversary:<do-nothing|transfer-at-once|number-sprayer|id-echo> (reward loophole probes)."),
     user: str = typer.Option("scripted", "--user", help="scripted | hf:<model> | a litellm model id."),
     split: str = typer.Option("test", "--split", help="train | test | all."),
     task: list[str] = typer.Option([], "--task", help="Run only these task ids (repeatable)."),

@@ -78,6 +78,18 @@ def gold_hash(task, domain) -> str:
     return value
 
 
+def changes_nothing(task, domain) -> bool:
+    """Whether the task's correct outcome is "no change": its gold actions leave the database as the
+    setup left it (refusals, questions, transfers). An agent that never writes can pass only these."""
+    env = domain.environment()
+    try:
+        env.replay(task.task.setup)
+        start = env.state_hash()
+    finally:
+        env.close()
+    return start == gold_hash(task, domain)
+
+
 def _row_set(env) -> set[tuple]:
     return {(table, repr(tuple(sorted(row.items())))) for table in env.domain.tables for row in env.rows(table)}
 
@@ -114,9 +126,7 @@ def _same(a: str | Decimal, b: str | Decimal) -> bool:
     return type(a) is type(b) and a == b
 
 
-def output_said(required: str, shown: list[str]) -> bool:
-    """A required output counts when its tokens appear, in order and contiguous, in one message the
-    user was shown (see `tokens`)."""
+def _said(required: str, shown: list[str]) -> bool:
     want = tokens(required)
     if not want:  # nothing but punctuation: compare the bare text
         bare = "".join(required.split())
@@ -127,6 +137,27 @@ def output_said(required: str, shown: list[str]) -> bool:
             if all(_same(g, w) for g, w in zip(got[i:i + len(want)], want)):
                 return True
     return False
+
+
+def _leaves(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _leaves(v)]
+    return [] if value is None else [json.dumps(value) if isinstance(value, bool) else str(value)]
+
+
+def output_said(required: str, shown: list[str]) -> bool:
+    """A required output counts when its tokens appear, in order and contiguous, in one message the
+    user was shown (see `tokens`). A JSON list or object (a template's list value) counts when each of
+    its values does, in any message and order."""
+    try:
+        value = json.loads(required)
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, (list, dict)) and _leaves(value):
+        return all(_said(leaf, shown) for leaf in _leaves(value))
+    return _said(required, shown)
 
 
 def shown_texts(messages: list[dict[str, Any]]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Policy backends: oracle, hf:<model>, vllm:<model>, and any litellm model id."""
+"""Policy backends: oracle, adversary:<name>, hf:<model>, vllm:<model>, and any litellm model id."""
 
 from __future__ import annotations
 
@@ -9,11 +9,19 @@ __all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "RequestRejected",
 
 def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,
                timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64, backoff_s: float = 1.0) -> Agent:
-    """'oracle' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini, hosted_vllm/x ...)."""
+    """'oracle' | 'adversary:<name>' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini,
+    hosted_vllm/x ...)."""
     if spec == "oracle":
         from .oracle import OracleAgent
 
         return OracleAgent()
+    if spec.startswith("adversary:"):
+        from ..errors import UsageError
+        from .adversarial import ADVERSARIES
+
+        if spec[10:] not in ADVERSARIES:
+            raise UsageError(f"unknown adversary '{spec[10:]}' (one of: {', '.join(ADVERSARIES)})")
+        return ADVERSARIES[spec[10:]]()
     if spec.startswith("hf:"):
         from .local import HFAgent
 
