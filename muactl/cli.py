@@ -275,7 +275,7 @@ def excluded_lines(summary: dict) -> list[str]:
         why = Counter(cls for t in missing for cls in t["outcomes"])
         ids = ", ".join(t["task_id"] for t in missing[:10]) + (", ..." if len(missing) > 10 else "")
         lines.append(f"{len(missing)} task{'s' if len(missing) != 1 else ''} not scored "
-                     f"({', '.join(f'{c} {n}' for c, n in why.items())}): {ids}")
+                     f"({', '.join(f'{c} {n}' for c, n in sorted(why.items()))}): {ids}")
     return lines
 
 

@@ -95,7 +95,8 @@ def tasks_not_scored(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_task: dict[str, Counter] = {}
     for e in episodes:
         by_task.setdefault(e["task_id"], Counter())[_outcome(e)] += 1
-    return [{"task_id": t, "outcomes": dict(c)} for t, c in by_task.items() if not any(c[o] for o in ("success", "failure"))]
+    return [{"task_id": t, "outcomes": dict(sorted(c.items()))} for t, c in sorted(by_task.items())
+            if not c["success"] and not c["failure"]]
 
 
 def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:

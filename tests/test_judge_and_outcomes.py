@@ -1,0 +1,165 @@
+"""`muactl eval` end to end for what the reward and the summary say: natural-language assertions judged
+over the local OpenAI-compatible test server (only the judge model is fake: a Python function reading
+the transcript), and the excluded outcome classes (reported with reasons, retried on resume, exit 1
+when nothing could be scored)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl.cli import app
+from muactl.runs import RunStore
+from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, fake_user, gold_agent, is_user_request, two_sided
+
+ROOT = Path(__file__).resolve().parent.parent
+WIDE = {"COLUMNS": "200"}
+runner = CliRunner()
+
+NL_TASK = """
+- id: refuse-overdraft-judged
+  persona: brief
+  user:
+    reason: You want to move 5000 from your checking account to your savings account.
+    known: Your name is Ned.
+    instructions: If the agent says there is not enough money, accept that and end the conversation.
+  expect:
+    actions:
+      - find_customer: {name: Ned}
+    nl_assertions:
+      - The agent greets the user.
+      - The agent tells the user the request is complete.
+"""
+
+
+@pytest.fixture
+def bank_copy(tmp_path, monkeypatch) -> Path:
+    """The built-in bank domain copied into a project, with one task that has NL assertions."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
+    shutil.copytree(ROOT / "domains" / "bank", tmp_path / "domains" / "bank")
+    shutil.copytree(ROOT / "tasks" / "bank", tmp_path / "tasks" / "bank")
+    with open(tmp_path / "tasks" / "bank" / "test.yaml", "a") as f:
+        f.write(NL_TASK)
+    return tmp_path
+
+
+def is_judge(body) -> bool:
+    return "You check statements" in body["messages"][0]["content"]
+
+
+def fake_judge(body) -> Reply:
+    """Holds a statement when the transcript's agent lines contain its key word."""
+    text = body["messages"][1]["content"]
+    agent = " ".join(line for line in text.splitlines() if line.startswith("agent:")).lower()
+    statements = re.findall(r"^\d+\. (.*)$", text, re.M)
+    verdicts = [{"id": i, "met": ("greets" in s and "hello" in agent) or ("complete" in s and "complete" in agent),
+                 "reason": f"checked {s[:20]}"} for i, s in enumerate(statements, 1)]
+    return Reply(content=json.dumps({"verdicts": verdicts}))
+
+
+def last_episode(run_id: str) -> dict:
+    return RunStore.open(run_id).episodes()[-1]
+
+
+def run_id_of(output: str) -> str:
+    return re.search(r"(\d{8}-\d{6}-eval-bank-[0-9a-f]{4})", output).group(1)
+
+
+def test_nl_assertions_are_judged_only_with_a_judge(bank_copy):
+    base = ["eval", "bank", "--task", "refuse-overdraft-judged"]
+    r = runner.invoke(app, base, env=WIDE)
+    assert r.exit_code == 0, r.output
+    ep = last_episode(run_id_of(r.output))
+    assert ep["reward"] == 1.0 and ep["breakdown"]["nl_judged"] is False  # oracle: "Your request is complete."
+    assert [v["ok"] for v in ep["breakdown"]["nl_assertions"]] == [None, None]
+
+    with FakeOpenAI(fake_judge) as server:
+        r = runner.invoke(app, [*base, "--judge", "openai/judge", "--judge-api-base", server.base], env=WIDE)
+        assert r.exit_code == 0, r.output
+        judge_requests = [b for b in server.requests if is_judge(b)]
+    assert len(judge_requests) == 1
+    assert "agent: Your request is complete." in judge_requests[0]["messages"][1]["content"]
+    assert "tool" not in judge_requests[0]["messages"][1]["content"]  # what was said only, no tool calls
+    run_id = run_id_of(r.output)
+    ep = last_episode(run_id)
+    # the oracle never says hello: the first statement fails, so the episode pays 0 though the DB matches
+    assert ep["reward"] == 0.0 and ep["breakdown"]["db_match"] and ep["breakdown"]["nl_judged"]
+    assert [(v["ok"], v["reason"]) for v in ep["breakdown"]["nl_assertions"]] == [
+        (False, "checked The agent greets the"), (True, "checked The agent tells the ")]
+    out = runner.invoke(app, ["runs", "show", run_id, "--episode", "1"], env=WIDE).output
+    assert "nl assertion fails: The agent greets the user. (checked The agent greets the)" in out
+
+
+def test_a_judge_that_answers_nonsense_makes_the_episode_infra_error(bank_copy):
+    with FakeOpenAI(lambda body: Reply(content="I think it went well.")) as server:
+        r = runner.invoke(app, ["eval", "bank", "--task", "refuse-overdraft-judged", "--judge", "openai/judge",
+                                "--judge-api-base", server.base], env=WIDE)
+        assert len(server.requests) == 2  # one second chance, then it gives up
+    assert r.exit_code == 1, r.output  # the only episode could not be scored
+    ep = last_episode(run_id_of(r.output))
+    assert ep["outcome"] == "infra_error" and "judge: openai/judge gave no usable verdicts" in ep["error"]
+    assert "1 infra_error (not scored): judge: openai/judge gave no usable verdicts" in r.output
+
+
+def api_args(server) -> list[str]:
+    return ["--agent", "openai/fake", "--api-base", server.base, "--user", "openai/fake", "--user-api-base", server.base]
+
+
+def test_summary_reports_excluded_classes_and_tasks_not_scored_and_resume_retries_them(bank_copy):
+    tasks = ["move-mia", "move-quin", "balance-pia"]
+    from muactl.validate import open_domain
+
+    opened = open_domain("bank")
+    gold = two_sided(gold_agent([opened.task(t).task for t in tasks]))
+    quin = opened.task("move-quin").task.user.reason
+    pia = opened.task("balance-pia").task.user.reason
+    # move-quin: the user's model refuses every request (user_error); balance-pia: the key is bad (infra)
+    broken = Faulty(gold, fault=Reply(status=400), first=10**6, only=lambda b: is_user_request(b) and quin in json.dumps(b))
+    broken = Faulty(broken, fault=Reply(status=401), first=10**6, only=lambda b: pia in json.dumps(b))
+    with FakeOpenAI(broken) as server:
+        args = ["eval", "bank", *sum([["--task", t] for t in tasks], []), "--trials", "2", *api_args(server)]
+        r = runner.invoke(app, args, env=WIDE)
+        assert r.exit_code == 0, r.output
+        run_id = run_id_of(r.output)
+        summary = RunStore.open(run_id).info()["summary"]
+        assert summary["outcomes"] == {"success": 2, "user_error": 2, "infra_error": 2}
+        assert summary["counted"] == 2 and summary["tasks"] == 1 and summary["pass^1"] == 1.0
+        assert summary["excluded"]["user_error"]["count"] == 2
+        assert summary["excluded"]["user_error"]["reasons"][0][0].startswith("RequestRejected: openai/fake: BadRequestError")
+        assert summary["excluded"]["infra_error"]["reasons"][0][0].startswith("openai/fake: AuthenticationError")
+        assert summary["tasks_not_scored"] == [{"task_id": "balance-pia", "outcomes": {"infra_error": 2}},
+                                               {"task_id": "move-quin", "outcomes": {"user_error": 2}}]
+        assert re.search(r"2 user_error \(not scored\): RequestRejected: openai/fake: BadRequestError.*\(2\)", r.output)
+        assert re.search(r"2 infra_error \(not scored\): openai/fake: AuthenticationError.*\(2\)", r.output)
+        assert "2 tasks not scored (infra_error 1, user_error 1): balance-pia, move-quin" in r.output
+        shown = runner.invoke(app, ["runs", "show", run_id], env=WIDE).output
+        assert re.search(r"move-quin\s*│\s*2\s*│\s*0\s*│\s*2\s*│", shown) and "user_error" in shown
+
+        # the causes are fixed: --resume plays the excluded episodes again, and only those
+        server.responder = gold
+        server.requests.clear()
+        r = runner.invoke(app, ["eval", "--resume", run_id], env=WIDE)
+        assert r.exit_code == 0, r.output
+        users = [b for b in server.requests if is_user_request(b)]
+    assert {t for t in tasks if any(opened.task(t).task.user.reason in json.dumps(b) for b in users)} == {
+        "move-quin", "balance-pia"}
+    rows = RunStore.open(run_id).episodes()
+    assert len(rows) == 6 and all(e["outcome"] == "success" for e in rows)
+    summary = RunStore.open(run_id).info()["summary"]
+    assert summary["tasks"] == 3 and summary["tasks_not_scored"] == [] and summary["excluded"] == {}
+
+
+def test_eval_exits_1_when_every_episode_was_excluded(bank_copy):
+    with FakeOpenAI(lambda body: Reply(status=401)) as server:
+        r = runner.invoke(app, ["eval", "bank", "--task", "move-mia", "--task", "move-quin", *api_args(server)], env=WIDE)
+    assert r.exit_code == 1, r.output
+    assert "2 infra_error (not scored): openai/fake: AuthenticationError" in r.output
+    assert "no episode was scored: every one ended in infra_error" in r.output and "Traceback" not in r.output
+    assert "2 tasks not scored (infra_error 2): move-mia, move-quin" in r.output
