@@ -217,3 +217,16 @@ def test_gold_cache_is_bounded(bank, monkeypatch):
     for spec in bank.tasks[:5]:
         gold_hash(spec, bank.compiled)
     assert len(reward._GOLD) == 3
+
+
+def test_schema_states_what_is_paid():
+    import json
+
+    from typer.testing import CliRunner
+
+    from muactl.cli import app
+
+    expect = json.loads(CliRunner().invoke(app, ["schema"]).output)["$defs"]["Expect"]
+    assert "12 is not in 112" in expect["properties"]["outputs"]["description"]
+    assert "###TRANSFER### earns nothing" in expect["properties"]["transfer"]["description"]
+    assert "judge" in expect["properties"]["nl_assertions"]["description"] and "pays 1 only if" in expect["description"]

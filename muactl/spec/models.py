@@ -254,12 +254,23 @@ class Assertion(Strict):
 
 
 class Expect(Strict):
+    """How success is checked. An episode pays 1 only if all hold: it ended with the user's stop (or, with
+    transfer, the agent's transfer tool call); the final database equals the one the gold actions make;
+    every output was shown to the user; every SQL assertion holds; every NL assertion holds when a judge
+    is given. Else 0."""
+
     actions: list[ToolCall] = Field(
         default_factory=list, description="One gold path of tool calls; success compares end states, not paths."
     )
-    outputs: list[str] = Field(default_factory=list, description="Strings the agent must say to the user.")
+    outputs: list[str] = Field(
+        default_factory=list, description="What the agent must tell the user. Each counts when it appears as whole "
+        "tokens, in order, in one agent text message the user saw (not a turn carrying tool calls): case, spacing, "
+        "punctuation and underscores are ignored; numbers compare as numbers with nothing alphanumeric attached "
+        "(12 is not in 112 or a12, $50 is not in $500, 1,000 = 1000 = 1000.00); a JSON list or object counts when "
+        "each of its values does.")
     assert_: list[Assertion] = Field(default_factory=list, alias="assert", description="SQL checks on the final state.")
-    transfer: bool = Field(False, description="Whether the correct ending is a transfer to a human agent.")
+    transfer: bool = Field(False, description="Whether the correct ending is the agent's transfer tool call (the "
+                           "user's ###TRANSFER### earns nothing).")
     nl_assertions: list[str] = Field(
         default_factory=list, description="Statements about the conversation an LLM judge checks (--judge MODEL); "
         "they join the reward only when a judge is given, else they are reported as not judged.")
