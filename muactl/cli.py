@@ -299,6 +299,12 @@ def with_progress(kind: str, label: str, run, on_interrupt: str):
             _fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
 
 
+# shared by eval and synth (synth keeps only episodes whose reward, judged assertions included, is 1)
+JUDGE = typer.Option(None, "--judge", help="litellm model id or hf:<model> that checks the tasks' "
+                     "expect.nl_assertions (without it they are reported as not judged and do not count).")
+JUDGE_API_BASE = typer.Option(None, "--judge-api-base", help="OpenAI-compatible server for the judge.")
+
+
 @command("eval")
 def eval_cmd(
     domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
@@ -323,9 +329,8 @@ def eval_cmd(
     tool_model: Optional[str] = typer.Option(None, "--tool-model", help="litellm model that plays simulated tools."),
     opening: Optional[str] = typer.Option(None, "--opening", help="Who speaks first: agent (greeting) or user."),
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
-    judge: Optional[str] = typer.Option(None, "--judge", help="litellm model id or hf:<model> that checks the tasks' "
-                                        "expect.nl_assertions (without it they are reported as not judged)."),
-    judge_api_base: Optional[str] = typer.Option(None, "--judge-api-base", help="OpenAI-compatible server for the judge."),
+    judge: Optional[str] = JUDGE,
+    judge_api_base: Optional[str] = JUDGE_API_BASE,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run: skips finished episodes, "
                                          "plays infra_error and user_error ones again."),
 ) -> None:
@@ -385,6 +390,8 @@ def synth(
     user_temperature: float = typer.Option(0.0, "--user-temperature"),
     max_turns: int = typer.Option(24, "--max-turns", min=1),
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
+    judge: Optional[str] = JUDGE,
+    judge_api_base: Optional[str] = JUDGE_API_BASE,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted synth run."),
     from_chats: Optional[str] = typer.Option(None, "--from-chats", help="Export a `muactl chat` run's good chats instead."),
     min_rating: int = typer.Option(4, "--min-rating", min=1, max=5, help="With --from-chats: keep chats rated at least this "
@@ -422,7 +429,8 @@ def synth(
     cfg = SynthConfig(domain=domain or "", agent=agent, user=user, split=split, tasks=ids, n=n, db=db, trials=trials,
                       concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                       user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode)
+                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode,
+                      judge=judge, judge_api_base=judge_api_base)
     store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
                                  "continue with: muactl synth --resume {run_id}")
     typer.echo(f"kept {stats['kept']} of {stats['episodes']} episodes ({stats['successes']} with reward 1, "

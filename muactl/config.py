@@ -85,6 +85,8 @@ class GRPOConf:
     lora: bool = False
     grad_accum: int = 1
     save_steps: int = 10
+    judge: Optional[str] = None  # litellm id or hf:<model> for expect.nl_assertions; None: not judged
+    judge_api_base: Optional[str] = None
 
 
 @dataclass

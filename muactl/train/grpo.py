@@ -103,6 +103,11 @@ class Rollouts:
         self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.log = cfg, opened, store, tokenizer, make_user, log
         self.tasks = {t.task.id: t for t in opened.tasks}
         self.calls = 0
+        self.judge = None
+        if cfg.grpo.judge:
+            from ..judge import Judge
+
+            self.judge = Judge(cfg.grpo.judge, api_base=cfg.grpo.judge_api_base)
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..agents.local import HFAgent
@@ -205,7 +210,8 @@ class Rollouts:
         return jobs
 
     def _run(self, run_many, jobs, agent, rcfg):
-        return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs)))
+        return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs),
+                                    judge=self.judge))
 
 
 def _training_tasks(opened, synth_tasks) -> list:
