@@ -7,8 +7,8 @@ share of tasks whose correct outcome is "no change" and each agent's pass^1. Tar
 above the no-change share (an agent that never writes can pass nothing else), the oracle at 100%.
 Asserts nothing; the last column says whether the targets hold.
 
-    .venv/bin/python benchmarks/reward_audit.py            # template instances: --n 40 per domain
-    .venv/bin/python benchmarks/reward_audit.py --n 200 --db fixed
+    .venv/bin/python benchmarks/reward_audit.py            # --n 40 template instances per domain and database
+    .venv/bin/python benchmarks/reward_audit.py --n 200 --db random
 """
 
 from __future__ import annotations
@@ -26,14 +26,13 @@ AGENTS = ["adversary:do-nothing", "adversary:transfer-at-once", "adversary:numbe
           "oracle"]
 
 
-def task_sets(opened, n: int, db: str, seed: int) -> dict[str, list]:
+def task_sets(opened, n: int, dbs: list[str], seed: int) -> dict[str, list]:
     from muactl.templates import draw_stream
 
     sets = {"task files": list(opened.tasks)}
-    if db == "auto":  # fresh databases where the domain can make them
-        db = "random" if opened.spec.domain.database.generate else "fixed"
-    if n and opened.templates:
-        sets[f"templates ({db} db)"] = draw_stream(opened, "template:all", n, seed, db, "test").tasks
+    for db in dbs:
+        if n and opened.templates and (db == "fixed" or opened.spec.domain.database.generate):
+            sets[f"templates ({db} db)"] = draw_stream(opened, "template:all", n, seed, db, "test").tasks
     return sets
 
 
@@ -63,8 +62,8 @@ def audit(opened, tasks: list) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=40, help="template instances per domain (0: task files only)")
-    ap.add_argument("--db", default="auto", choices=["auto", "fixed", "random"],
-                    help="database of the template instances (auto: random where the domain declares a generator)")
+    ap.add_argument("--db", default="fixed,random", help="databases of the template instances (random only where the "
+                    "domain declares a generator)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -79,7 +78,7 @@ def main() -> None:
         if ref.origin != "builtin":
             continue
         opened = open_domain(ref.name)
-        for source, tasks in task_sets(opened, args.n, args.db, args.seed).items():
+        for source, tasks in task_sets(opened, args.n, args.db.split(","), args.seed).items():
             r = audit(opened, tasks)
             all_ok &= r["ok"]
             print(f"{ref.name:8} {source:22} {r['tasks']:>4} {r['no_change']:>9.3f} "

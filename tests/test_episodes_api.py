@@ -437,6 +437,16 @@ def test_simulated_tool_invalid_json_twice_is_an_error_the_agent_sees(wx):
     assert "returned invalid JSON" in [m["content"] for m in msgs if m["role"] == "assistant"][-1]
 
 
+def test_simulated_tool_whose_request_is_refused_is_an_error_the_agent_sees(wx):
+    """A 400 for the tool player's request (built from the agent's arguments) is tool data, not infra."""
+    ep, msgs, tool_reqs = run_wx([Reply(status=400)])
+    assert len(tool_reqs) == 1  # not retried
+    tool_msg, = [m for m in msgs if m["role"] == "tool"]
+    assert tool_msg["error"] and tool_msg["content"].startswith("Error: get_forecast could not answer: openai/fake: "
+                                                                "BadRequestError")
+    assert ep["termination"] == "user_stop" and ep["outcome"] == "failure"
+
+
 # ---------------------------------------------------------------- reproducibility
 
 

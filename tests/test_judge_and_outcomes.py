@@ -163,3 +163,50 @@ def test_eval_exits_1_when_every_episode_was_excluded(bank_copy):
     assert "2 infra_error (not scored): openai/fake: AuthenticationError" in r.output
     assert "no episode was scored: every one ended in infra_error" in r.output and "Traceback" not in r.output
     assert "2 tasks not scored (infra_error 2): move-mia, move-quin" in r.output
+
+
+# ---------------------------------------------------------------- who broke: the simulator, the machine
+
+
+class CrashingUser:
+    """A simulator that breaks on its second turn (a bug, or its reply being empty)."""
+
+    name = "crashing"
+
+    def __init__(self, failure):
+        self.failure, self.turns = failure, 0
+
+    async def respond(self, ctx):
+        from muactl.env.user import ScriptedUser, UserReply
+
+        self.turns += 1
+        if self.turns == 2:
+            if self.failure == "empty":
+                return UserReply("   ")
+            raise ValueError("the simulator's parser failed")
+        return await ScriptedUser().respond(ctx)
+
+
+@pytest.mark.parametrize("failure,error", [("crash", "ValueError: the simulator's parser failed"),
+                                           ("empty", "the user simulator sent an empty message")])
+def test_a_broken_user_simulator_is_a_user_error_not_the_agents_failure(bank, failure, error):
+    import asyncio
+
+    from muactl.agents.oracle import OracleAgent
+    from muactl.rollout import RolloutConfig, run_episode
+
+    ep = asyncio.run(run_episode(bank.task("move-mia"), bank.compiled, OracleAgent(), CrashingUser(failure), RolloutConfig()))
+    assert ep.outcome == "user_error" and ep.error == error and not ep.counted
+
+
+def test_a_local_generate_call_that_crashes_is_an_infra_error():
+    import asyncio
+
+    from muactl.agents.base import InfraError
+    from muactl.agents.local import Batcher
+
+    def out_of_memory(prompts, max_new_tokens, temperature, seed):
+        raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(InfraError, match="local generation failed: RuntimeError: CUDA out of memory"):
+        asyncio.run(Batcher(out_of_memory).submit([1, 2, 3], 4, 0.0, 0))
