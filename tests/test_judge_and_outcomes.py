@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from muactl.cli import app
 from muactl.runs import RunStore
-from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, fake_user, gold_agent, is_user_request, two_sided
+from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, gold_agent, is_user_request, two_sided
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDE = {"COLUMNS": "200"}
