@@ -45,7 +45,7 @@ def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
     return ok, "" if ok else f"got {got!r}, expected a true value"
 
 
-# ---------------------------------------------------------------- episode reward (DESIGN.md, "Reward")
+# ---------------------------------------------------------------- episode reward (README, "Episodes and rewards")
 
 GOLD_CACHE_SIZE = 4096  # gold end states kept; a GRPO run draws fresh template tasks for hours
 _GOLD: OrderedDict[str, str] = OrderedDict()
