@@ -208,7 +208,7 @@ def test_grpo_draws_a_fresh_instance_per_group(bank):
     from muactl.templates import TEST_BASE
     from muactl.train.grpo import Rollouts
 
-    cfg = SimpleNamespace(seed=0, db="random", grpo=SimpleNamespace(group_size=4))
+    cfg = SimpleNamespace(seed=0, db="random", grpo=SimpleNamespace(group_size=4, judge=None))
     r = Rollouts(cfg, bank, store=None, tokenizer=None, make_user=None)
     jobs = r._jobs(["template:move"] * 4 + ["template:balance"] * 4, step=3, Job=Job)
     assert len({id(j.task) for j in jobs[:4]}) == 1 and jobs[0].task is not jobs[4].task
