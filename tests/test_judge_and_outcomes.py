@@ -210,3 +210,29 @@ def test_a_local_generate_call_that_crashes_is_an_infra_error():
 
     with pytest.raises(InfraError, match="local generation failed: RuntimeError: CUDA out of memory"):
         asyncio.run(Batcher(out_of_memory).submit([1, 2, 3], 4, 0.0, 0))
+
+
+def test_a_run_written_before_outcome_classes_still_opens_and_reports_them(tmp_path, monkeypatch, bank):
+    import asyncio
+
+    from muactl.agents.oracle import OracleAgent
+    from muactl.env.user import ScriptedUser
+    from muactl.evaluate import summarize
+    from muactl.rollout import RolloutConfig, run_episode
+
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+
+    store = RunStore.create("eval", "bank", {})
+    store.db.conn.execute("ALTER TABLE episodes DROP COLUMN outcome")  # the old layout
+    ep = asyncio.run(run_episode(bank.task("move-mia"), bank.compiled, OracleAgent(), ScriptedUser(), RolloutConfig()))
+    assert "outcome" not in store.db["episodes"].columns_dict
+    store.db["episodes"].insert({"run_id": store.id, "task_id": "move-mia", "trial": 0, "seed": 0, "reward": 0.0,
+                                 "termination": "infra_error", "success": 0, "turns": 1, "tool_calls": 0,
+                                 "tool_errors": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0,
+                                 "error": "openai/x: Timeout", "step": 0})
+    reopened = RunStore.open(store.id)
+    assert "outcome" in reopened.db["episodes"].columns_dict
+    ep.trial = 1
+    reopened.save_episode(ep)
+    assert [e["outcome"] for e in reopened.episodes()] == ["infra_error", "success"]
+    assert summarize(reopened.episodes(), 1)["outcomes"] == {"success": 1, "infra_error": 1}
