@@ -96,18 +96,22 @@ def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
     assert sorted(e["task_id"] for e in saved) == sorted(ids)
 
 
-def test_infra_errors_are_dropped_not_scored_zero(tmp_path):
+@pytest.mark.parametrize("failure", ["infra", "user"])
+def test_excluded_episodes_are_dropped_not_scored_zero(tmp_path, failure):
     from muactl.agents.base import InfraError
     from muactl.env.user import UserSimulator
 
     class Down(UserSimulator):
         async def respond(self, ctx):
-            raise InfraError("user model unreachable")
+            if failure == "infra":
+                raise InfraError("user model unreachable")
+            raise KeyError("the simulator crashed")  # a user_error, not the policy's failure
 
     rollouts, lm = make_rollouts(tmp_path, user_factory=Down)
     out = rollouts([[{"role": "user", "content": "move-quin"}]] * 2, FakeTrainer(lm.model))
     assert out["episode_reward"] == [None, None]  # TRL leaves None out of the group baseline
     assert all(sum(m) == 0 for m in out["env_mask"])
+    assert {e["outcome"] for e in rollouts.store.episodes(step=1)} == {f"{failure}_error"}
 
 
 def test_all_equal_groups_are_counted(tmp_path):
