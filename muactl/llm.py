@@ -3,7 +3,8 @@
 Used by API agents, LLM user simulators, simulated tools and the judge. Failures fall in three kinds:
 - transient (rate limits, 5xx, timeouts, connection errors, malformed responses): retried with
   exponential backoff; when retries run out the caller gets InfraError (`infra_error`, excluded);
-- the service refuses to serve at all (bad credentials, unknown model, no permission): InfraError at
+- the service refuses to serve at all (bad credentials, unknown model or provider, no permission or
+  credit, a parameter it does not take): InfraError at
   once, retrying cannot help;
 - the request itself is refused (400 bad request, context window exceeded, content policy, 422):
   RequestRejected at once; whose fault that is depends on whose messages they were (the caller says).
@@ -52,7 +53,10 @@ def classify(exc: Exception) -> str:
 
     if isinstance(exc, kinds("APIConnectionError")):  # timeouts included
         return "transient"
-    if isinstance(exc, kinds("AuthenticationError", "NotFoundError", "PermissionDeniedError")):
+    # setup, not content: a key, a model name, a provider or a parameter the provider does not take
+    if isinstance(exc, kinds("AuthenticationError", "NotFoundError", "PermissionDeniedError", "PaymentRequiredError",
+                             "UnsupportedParamsError", "LiteLLMUnknownProvider", "UnsupportedEndpointError",
+                             "EndpointNotSupportedByModelError")):
         return "service"
     # ContextWindowExceededError and ContentPolicyViolationError are BadRequestErrors
     if isinstance(exc, kinds("BadRequestError", "UnprocessableEntityError")):

@@ -236,3 +236,22 @@ def test_a_run_written_before_outcome_classes_still_opens_and_reports_them(tmp_p
     reopened.save_episode(ep)
     assert [e["outcome"] for e in reopened.episodes()] == ["infra_error", "success"]
     assert summarize(reopened.episodes(), 1)["outcomes"] == {"success": 1, "infra_error": 1}
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("ContextWindowExceededError", "rejected"), ("ContentPolicyViolationError", "rejected"),
+    ("BadRequestError", "rejected"), ("UnprocessableEntityError", "rejected"),
+    ("AuthenticationError", "service"), ("NotFoundError", "service"), ("PermissionDeniedError", "service"),
+    ("UnsupportedParamsError", "service"),  # a parameter the provider does not take: setup, not the agent
+    ("RateLimitError", "transient"), ("InternalServerError", "transient"), ("ServiceUnavailableError", "transient"),
+    ("APIConnectionError", "transient"), ("Timeout", "transient"),
+])
+def test_litellm_errors_are_classified(name, kind):
+    from muactl.llm import classify, litellm
+
+    cls = getattr(litellm(), name)
+    try:
+        exc = cls(message="x", model="m", llm_provider="openai")
+    except TypeError:  # some take a response or no provider
+        exc = cls.__new__(cls)
+    assert classify(exc) == kind
