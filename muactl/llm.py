@@ -4,8 +4,7 @@ Used by API agents, LLM user simulators, simulated tools and the judge. Failures
 - transient (rate limits, 5xx, timeouts, connection errors, malformed responses): retried with
   exponential backoff; when retries run out the caller gets InfraError (`infra_error`, excluded);
 - the service refuses to serve at all (bad credentials, unknown model or provider, no permission or
-  credit, a parameter it does not take): InfraError at
-  once, retrying cannot help;
+  credit, a parameter it does not take): InfraError at once, retrying cannot help;
 - the request itself is refused (400 bad request, context window exceeded, content policy, 422):
   RequestRejected at once; whose fault that is depends on whose messages they were (the caller says).
 """
