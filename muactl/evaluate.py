@@ -45,6 +45,25 @@ class EvalConfig:
     backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
 
 
+def stored_config(cls, store: RunStore, **changes: Any):
+    """The config a run was started with (its runs.sqlite), as `cls`, with `changes` applied: what a
+    resume continues. A key this muactl does not know is an error naming it, not a TypeError."""
+    import dataclasses
+
+    saved = store.info()["config"]
+    known = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(saved, dict):
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config is not a mapping; this run cannot be resumed")
+    unknown = sorted(set(saved) - known)
+    if unknown:
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config has unknown key(s) {', '.join(unknown)} "
+                         f"(written by another muactl version?); this muactl cannot resume the run")
+    try:
+        return cls(**{**saved, **changes})
+    except TypeError as e:  # a required key is missing
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config is incomplete ({e})") from None
+
+
 def select_tasks(opened, split: str | None, ids: list[str]):
     if ids:
         return [opened.task(i) for i in ids]
@@ -139,8 +158,8 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
 
     if resume:
         store = RunStore.open(resume)
-        saved = store.info()["config"]
-        cfg = type(cfg)(**{**saved, "concurrency": cfg.concurrency})
+        store.lock()  # before anything is read for the resume: a second resume of this run stops here
+        cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     from .templates import domain_for, draw_stream, is_template_spec
 
@@ -152,6 +171,7 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
     if not resume:
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
+        store.lock()
     done = store.finished()
     jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
             if (t.task.id, trial) not in done]

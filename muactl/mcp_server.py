@@ -129,8 +129,8 @@ def parse_bind(value: str) -> tuple[str, int]:
     from .errors import UsageError
 
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise UsageError(f"--http wants HOST:PORT (e.g. 127.0.0.1:8765), got {value!r}")
+    if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
+        raise UsageError(f"--http wants HOST:PORT with a port in 1..65535 (e.g. 127.0.0.1:8765), got {value!r}")
     return host.strip("[]"), int(port)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sqlite3
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +24,14 @@ class RunNotFound(MuactlError):
     """No run with that id under the runs folder."""
 
 
+class RunUnreadable(MuactlError):
+    """A run folder whose runs.sqlite is damaged, truncated or not muactl's."""
+
+
+class RunBusy(MuactlError):
+    """Another muactl process is writing to this run (two --resume of one run at once)."""
+
+
 def runs_dir() -> Path:
     return Path(os.environ.get("MUACTL_RUNS", "runs"))
 
@@ -32,12 +41,13 @@ def new_run_id(kind: str, domain: str) -> str:
 
 
 class RunStore:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, create: bool = False):
         self.path = path
         self.id = path.name
         self.db = sqlite_utils.Database(path / "runs.sqlite")
         self.db.conn.execute("PRAGMA journal_mode = WAL")
-        self._ensure_schema()
+        if create:
+            self._ensure_schema()
 
     # ------------------------------------------------------------ create / open
 
@@ -48,7 +58,7 @@ class RunStore:
         path = path or runs_dir() / (run_id or new_run_id(kind, domain))
         path.mkdir(parents=True, exist_ok=False)
         (path / "config.yaml").write_text(_yaml(config))
-        store = cls(path)
+        store = cls(path, create=True)
         store.db["runs"].insert({"id": store.id, "kind": kind, "domain": domain, "status": "running",
                                  "created": _now(), "updated": _now(), "config": config, "summary": {}}, pk="id")
         return store
@@ -59,11 +69,33 @@ class RunStore:
         if not (path / "runs.sqlite").is_file():
             known = ", ".join(r["id"] for r in list_runs()[-5:]) or "none"
             raise RunNotFound(f"no run '{run_id}' in {runs_dir()}/ (recent: {known}); `muactl runs` lists them")
-        return cls(path)
+        return cls.read(path)
+
+    @classmethod
+    def read(cls, path: Path) -> RunStore:
+        """An existing run, checked before anything trusts it: a damaged, truncated or foreign
+        runs.sqlite is a RunUnreadable naming the file, never a driver error later on."""
+        file = path / "runs.sqlite"
+        try:
+            store = cls(path)
+            tables = set(store.db.table_names())
+            missing = sorted({"runs", "episodes", "messages"} - tables)
+            if missing:
+                raise RunUnreadable(f"{file} is not a muactl run (no table {', '.join(missing)})")
+            check = store.db.conn.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise RunUnreadable(f"{file} is damaged ({check}); its episodes cannot be read")
+            if store.db["runs"].count_where("id = ?", [store.id]) == 0:
+                raise RunUnreadable(f"{file} holds no record of run {store.id} (was the folder renamed? "
+                                    "give it back its original name)")
+            store._ensure_schema()  # tables added by later muactl versions (traces, metrics)
+            return store
+        except sqlite3.DatabaseError as e:
+            raise RunUnreadable(f"{file} is damaged or not a muactl run ({e})") from None
 
     def _ensure_schema(self) -> None:
         db = self.db
-        if "episodes" in db.table_names():
+        if {"traces", "metrics"} <= set(db.table_names()):
             return
         db["runs"].create({"id": str, "kind": str, "domain": str, "status": str, "created": str, "updated": str,
                            "config": str, "summary": str}, pk="id", if_not_exists=True)
@@ -82,6 +114,33 @@ class RunStore:
                             pk="episode_id", if_not_exists=True)
         db["metrics"].create({"step": int, "name": str, "value": float, "created": str}, pk=("step", "name"),
                              if_not_exists=True)
+
+    # ------------------------------------------------------------ exclusive use
+
+    def lock(self) -> None:
+        """Hold the run for this process until it exits: a second process that would write episodes
+        into it (two `--resume` of one run) gets RunBusy naming the holder. The OS drops the lock when
+        the holder dies, so a run killed with kill -9 resumes without any cleanup."""
+        key = str(self.path.resolve())
+        if key in _HELD:
+            return
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks here; the unique index still refuses double counting
+            return
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another muactl process"
+            os.close(fd)
+            raise RunBusy(f"run {self.id} is in use by {holder}; wait for it to finish (or stop it) before "
+                          f"resuming it") from None
+        import sys
+
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} (muactl {' '.join(sys.argv[1:])[:200]}) since {_now()}".encode())
+        _HELD[key] = fd  # kept open for the life of the process: closing it would release the lock
 
     # ------------------------------------------------------------ write
 
@@ -161,6 +220,10 @@ class RunStore:
         return rows
 
 
+LOCK_FILE = ".lock"
+_HELD: dict[str, int] = {}  # run folders this process holds: resolved path -> lock file descriptor
+
+
 def list_runs() -> list[dict[str, Any]]:
     out = []
     root = runs_dir()
@@ -169,7 +232,7 @@ def list_runs() -> list[dict[str, Any]]:
     for path in sorted(root.iterdir()):
         if (path / "runs.sqlite").is_file():
             try:
-                out.append(RunStore(path).info())
+                out.append(RunStore.read(path).info())
             except Exception:  # a foreign or broken folder is listed as such, not fatal
                 out.append({"id": path.name, "kind": "?", "domain": "?", "status": "unreadable", "summary": {}, "created": ""})
     return out
