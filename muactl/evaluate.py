@@ -153,12 +153,24 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
              opened=None, kind: str = "eval",
              on_episode: Callable[[Any, RunStore], None] | None = None) -> tuple[RunStore, dict[str, Any]]:
     """Run (or resume) every (task, trial) episode; returns the run store and its summary. Episodes are
-    saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode."""
-    from .validate import open_domain
-
+    saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode.
+    The run is locked while episodes are written into it (RunStore.lock)."""
+    store = None
     if resume:
         store = RunStore.open(resume)
         store.lock()  # before anything is read for the resume: a second resume of this run stops here
+    try:
+        return _run_locked(cfg, store, on_progress, opened, kind, on_episode)
+    finally:
+        if store is not None:
+            store.unlock()
+
+
+def _run_locked(cfg, store, on_progress, opened, kind, on_episode):
+    from .validate import open_domain
+
+    resume = store is not None
+    if resume:
         cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     from .templates import domain_for, draw_stream, is_template_spec
@@ -172,6 +184,14 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
     if not resume:
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
         store.lock()
+        try:
+            return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
+        finally:
+            store.unlock()
+    return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
+
+
+def _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode):
     done = store.finished()
     jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
             if (t.task.id, trial) not in done]

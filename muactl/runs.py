@@ -118,11 +118,13 @@ class RunStore:
     # ------------------------------------------------------------ exclusive use
 
     def lock(self) -> None:
-        """Hold the run for this process until it exits: a second process that would write episodes
-        into it (two `--resume` of one run) gets RunBusy naming the holder. The OS drops the lock when
-        the holder dies, so a run killed with kill -9 resumes without any cleanup."""
+        """Hold the run until unlock() (or until this process exits): a second process that would
+        write episodes into it (two `--resume` of one run) gets RunBusy naming the holder. The OS drops
+        the lock when the holder dies, so a run killed with kill -9 resumes without any cleanup.
+        Re-entrant within a process (a pipeline's stages resume their own runs)."""
         key = str(self.path.resolve())
         if key in _HELD:
+            _HELD[key][1] += 1
             return
         try:
             import fcntl
@@ -140,7 +142,17 @@ class RunStore:
 
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} (muactl {' '.join(sys.argv[1:])[:200]}) since {_now()}".encode())
-        _HELD[key] = fd  # kept open for the life of the process: closing it would release the lock
+        _HELD[key] = [fd, 1]
+
+    def unlock(self) -> None:
+        key = str(self.path.resolve())
+        held = _HELD.get(key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[key]
+            os.close(held[0])  # closing the descriptor releases the lock
 
     # ------------------------------------------------------------ write
 
@@ -221,7 +233,7 @@ class RunStore:
 
 
 LOCK_FILE = ".lock"
-_HELD: dict[str, int] = {}  # run folders this process holds: resolved path -> lock file descriptor
+_HELD: dict[str, list[int]] = {}  # run folders this process holds: resolved path -> [lock fd, depth]
 
 
 def list_runs() -> list[dict[str, Any]]:

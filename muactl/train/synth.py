@@ -98,9 +98,7 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     if resume:
         from ..evaluate import stored_config
 
-        store = RunStore.open(resume)
-        store.lock()
-        cfg = stored_config(SynthConfig, store, concurrency=cfg.concurrency)
+        cfg = stored_config(SynthConfig, RunStore.open(resume), concurrency=cfg.concurrency)
     opened = open_domain(cfg.domain, trust=cfg.trust)
     state["tools"] = [t.openai_schema() for t in opened.compiled.agent_tools()]
     store, summary = run_eval(cfg, resume=resume, on_progress=on_progress, opened=opened, kind="synth",
