@@ -93,7 +93,7 @@ def build_server(opened, trust: bool = False):
     async def call_tool(ctx, params) -> Any:
         env = sandbox(ctx)
         if params.name == STATE_TOOL:
-            digest = env.state_hash()
+            digest = await env.off_loop(env.state_hash)  # after this session's calls in flight
             return types.CallToolResult(content=[types.TextContent(type="text", text=digest)],
                                         structured_content={"state_hash": digest})
         if params.name not in tools:
