@@ -680,7 +680,8 @@ def pack(
 @command()
 def install(
     pack_file: Path = typer.Argument(..., help="A .muapack file made by `muactl pack`."),
-    force: bool = typer.Option(False, "--force", help="Replace an installed domain of the same name (another version)."),
+    force: bool = typer.Option(False, "--force", help="Replace an installed domain of the same name (another version), "
+                               "or install a pack named like a built-in domain (bank, retail), hiding it."),
 ) -> None:
     """Install a domain pack into your library (checksums and spec verified; nothing in it is run).
 
@@ -693,6 +694,8 @@ def install(
         typer.echo(f"{r.name} {r.version} is already installed from this pack at {r.root}; nothing to do")
         return
     typer.echo(f"installed {r.name} {r.version} -> {r.root}" + (f" (replaced {r.replaced})" if r.replaced else ""))
+    if r.shadows_builtin:
+        typer.echo(f"note: it hides the built-in domain {r.name}; `muactl uninstall {r.name}` brings the built-in back", err=True)
     if r.manifest.get("has_python"):
         tools = ", ".join(r.manifest.get("python_tools") or []) or "none declared"
         typer.echo(f"note: this pack holds Python code (tools: {tools}); those tools run only with --trust", err=True)

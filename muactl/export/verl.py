@@ -124,6 +124,11 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
         dst = dom / arc[2:]
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
+    if ref.untrusted:  # the copy stays someone else's code: its MCP commands still need trust to run
+        from ..library import INSTALLED_MANIFEST
+
+        record = ref.root / INSTALLED_MANIFEST
+        (dom / INSTALLED_MANIFEST).write_text(record.read_text() if record.is_file() else "{}")
     if ref.tasks_dir and ref.tasks_dir.is_dir():
         for arc, src in _collect(ref.tasks_dir, "t"):
             dst = dom / "tasks" / arc[2:]

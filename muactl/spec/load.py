@@ -203,10 +203,28 @@ def validate(doc: Located, model: type[BaseModel], data: Any = None, prefix: tup
 # ---------------------------------------------------------------- domain
 
 
+def _inside(root: Path, value: str, doc: Located, key: tuple, problems: list[Problem]) -> Path | None:
+    """`root / value` when it stays inside the domain's folder (after `..` and symbolic links are
+    followed), else a problem naming the key: a domain, and above all a pack from someone else, must
+    never read local files into prompts or databases (an absolute path, `../..`, a link out)."""
+    path = root / value
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        problems.append(doc.problem(key, f"'{value}' is outside the domain's folder; every file a domain uses "
+                                         f"must be inside {root} (copy the file in)"))
+        return None
+    return path
+
+
 def _text_or_file(root: Path, value: str, doc: Located, key: str, problems: list[Problem], files: list[Path]) -> str:
     """Policy and guidelines are either a file beside domain.yaml or inline text."""
     if "\n" not in value and value.strip().endswith((".md", ".txt")):
-        path = root / value.strip()
+        path = _inside(root, value.strip(), doc, (key,), problems)
+        if path is None:
+            return ""
         if not path.is_file():
             problems.append(doc.problem((key,), f"file '{value}' not found beside domain.yaml"))
             return ""
@@ -249,13 +267,17 @@ def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Probl
     if seed is None:
         return out
     if isinstance(seed, str):
-        folder = root / seed
+        folder = _inside(root, seed, doc, ("database", "seed"), problems)
+        if folder is None:
+            return out
         if not folder.is_dir():
             problems.append(doc.problem(("database", "seed"), f"folder '{seed}' not found beside domain.yaml"))
             return out
         for file in sorted(folder.iterdir()):
             if file.suffix not in (".jsonl", ".csv") or file.name.startswith("."):
                 continue
+            if _inside(root, str(file.relative_to(root)), doc, ("database", "seed"), problems) is None:
+                continue  # a link inside the seed folder that points out of the domain
             if file.stem not in tables:
                 close = difflib.get_close_matches(file.stem, list(tables), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else f"; declared tables: {', '.join(tables)}"
@@ -278,7 +300,9 @@ def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Probl
             problems.append(doc.problem(key, f"seed rows for undeclared table '{table}'{hint}"))
             continue
         if isinstance(value, str):
-            file = root / value
+            file = _inside(root, value, doc, key, problems)
+            if file is None:
+                continue
             if not file.is_file():
                 problems.append(doc.problem(key, f"seed file '{value}' not found beside domain.yaml"))
                 continue
