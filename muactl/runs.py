@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlite_utils
 
+from . import locks
 from .errors import MuactlError
 
 
@@ -126,22 +127,10 @@ class RunStore:
         if key in _HELD:
             _HELD[key][1] += 1
             return
-        try:
-            import fcntl
-        except ImportError:  # Windows: no advisory locks here; the unique index still refuses double counting
-            return
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another muactl process"
-            os.close(fd)
-            raise RunBusy(f"run {self.id} is in use by {holder}; wait for it to finish (or stop it) before "
-                          f"resuming it") from None
-        import sys
-
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} (muactl {' '.join(sys.argv[1:])[:200]}) since {_now()}".encode())
+        fd = locks.acquire(self.path / LOCK_FILE, wait=False)
+        if fd is None:
+            raise RunBusy(f"run {self.id} is in use by {locks.holder(self.path / LOCK_FILE)}; wait for it to finish "
+                          "(or stop it) before resuming it")
         _HELD[key] = [fd, 1]
 
     def unlock(self) -> None:
@@ -152,7 +141,7 @@ class RunStore:
         held[1] -= 1
         if held[1] == 0:
             del _HELD[key]
-            os.close(held[0])  # closing the descriptor releases the lock
+            locks.release(held[0])
 
     # ------------------------------------------------------------ write
 
