@@ -17,6 +17,7 @@ from . import models as m
 from .source import Located, load_yaml, read_text
 
 TASK_FILE_SPLITS = {"train", "test"}
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass
@@ -50,6 +51,8 @@ class TaskSpec:
 
     @property
     def split(self) -> str:
+        # task files not named after a split must say it per task (load_task_file checks); "train" is
+        # for tasks made in code (template instances, the free chat)
         return self.task.split or (self.file.stem if self.file.stem in TASK_FILE_SPLITS else "train")
 
     def problem(self, path: tuple, message: str) -> Problem:
@@ -371,16 +374,23 @@ def load_task_file(path: Path) -> list[TaskSpec]:
         task, found = validate(doc, m.Task, item, prefix=prefix + (i,))
         problems.extend(found)
         if task is not None:
-            out.append(TaskSpec(task, path, i, doc))
+            spec = TaskSpec(task, path, i, doc)
+            if task.split is None and path.stem not in TASK_FILE_SPLITS:
+                # a file's name is its tasks' split only for train and test: dev.yaml silently becoming
+                # train (or a split no command knows) would put held-out tasks into training
+                problems.append(spec.problem(("id",), f"{path.name} is not named after a split (train.yaml, "
+                                             "test.yaml), so each of its tasks needs `split: train` or `split: test`"))
+            out.append(spec)
     if problems:
         raise SpecError(problems)
     return out
 
 
 def task_files(tasks_dir: Path | None) -> list[Path]:
+    """Task files: every *.yaml and *.yml in the folder but the templates file."""
     if tasks_dir is None or not tasks_dir.is_dir():
         return []
-    return sorted(p for p in tasks_dir.glob("*.yaml") if p.name != "templates.yaml")
+    return sorted(p for p in tasks_dir.iterdir() if p.suffix in YAML_SUFFIXES and p.stem != "templates" and p.is_file())
 
 
 def load_tasks(tasks_dir: Path | None) -> list[TaskSpec]:
