@@ -502,9 +502,10 @@ def train(
         store = RunStore.open(cfg.run_id)  # naming an existing run continues it, like --resume
     if store is None:
         store = RunStore.create(kind, str(cfg.domain), resolved, run_id=cfg.run_id)
+        store.lock()
     else:
+        store.lock()  # one process at a time writes a run (two --resume of it would double its work)
         (store.path / "config.yaml").write_text(to_yaml(cfg))
-    store.lock()  # one process at a time writes a run (two --resume of it would double its work)
     typer.echo(f"run: {store.path}/")
     store.update(status="running")
     try:
@@ -535,6 +536,8 @@ def train(
     except BaseException:
         store.update(status="failed")
         raise
+    finally:
+        store.unlock()
 
 
 def print_before_after(state: dict) -> None:

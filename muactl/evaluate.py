@@ -155,22 +155,17 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
     """Run (or resume) every (task, trial) episode; returns the run store and its summary. Episodes are
     saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode.
     The run is locked while episodes are written into it (RunStore.lock)."""
-    store = None
     if resume:
         store = RunStore.open(resume)
-        store.lock()  # before anything is read for the resume: a second resume of this run stops here
-    try:
-        return _run_locked(cfg, store, on_progress, opened, kind, on_episode)
-    finally:
-        if store is not None:
-            store.unlock()
+        with store.held():  # before anything is read for the resume: a second resume of this run stops here
+            return _run_eval(cfg, store, on_progress, opened, kind, on_episode)
+    return _run_eval(cfg, None, on_progress, opened, kind, on_episode)
 
 
-def _run_locked(cfg, store, on_progress, opened, kind, on_episode):
+def _run_eval(cfg, store, on_progress, opened, kind, on_episode):
     from .validate import open_domain
 
-    resume = store is not None
-    if resume:
+    if store is not None:
         cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     from .templates import domain_for, draw_stream, is_template_spec
@@ -181,13 +176,10 @@ def _run_locked(cfg, store, on_progress, opened, kind, on_episode):
     else:
         tasks = select_tasks(opened, cfg.split, cfg.tasks)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
-    if not resume:
+    if store is None:  # made only now: a run that cannot start leaves no folder behind
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
-        store.lock()
-        try:
+        with store.held():
             return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
-        finally:
-            store.unlock()
     return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
 
 

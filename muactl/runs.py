@@ -13,7 +13,8 @@ import sqlite3
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import sqlite_utils
 
@@ -133,6 +134,15 @@ class RunStore:
                           "(or stop it) before resuming it")
         _HELD[key] = [fd, 1]
 
+    @contextmanager
+    def held(self) -> Iterator[RunStore]:
+        """lock() for the block."""
+        self.lock()
+        try:
+            yield self
+        finally:
+            self.unlock()
+
     def unlock(self) -> None:
         key = str(self.path.resolve())
         held = _HELD.get(key)
@@ -232,8 +242,8 @@ def list_runs() -> list[dict[str, Any]]:
         return out
     for path in sorted(root.iterdir()):
         if (path / "runs.sqlite").is_file():
-            try:
-                out.append(RunStore.read(path).info())
+            try:  # not RunStore.read: its integrity check reads every run whole, too slow for a listing
+                out.append(RunStore(path).info())
             except Exception:  # a foreign or broken folder is listed as such, not fatal
                 out.append({"id": path.name, "kind": "?", "domain": "?", "status": "unreadable", "summary": {}, "created": ""})
     return out
