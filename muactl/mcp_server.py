@@ -134,8 +134,25 @@ def parse_bind(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def check_bind(host: str, port: int) -> None:
+    """Fail with one clear line (not uvicorn's log and exit code 3) when HOST:PORT cannot be listened on."""
+    import socket
+
+    from .errors import UsageError
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            s.bind((host, port))
+    except OSError as e:
+        raise UsageError(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
+
+
 def serve_http(server, host: str, port: int, log=None) -> None:
     import uvicorn
+
+    check_bind(host, port)
 
     app = server.streamable_http_app(host=host)
     if log:

@@ -138,3 +138,15 @@ def test_synth_checks_its_output_path_before_making_a_run(in_tmp):
     r = runner.invoke(app, ["synth", "bank", "--trials", "1", "-o", str(in_tmp / "a-file" / "x.jsonl")])
     assert r.exit_code == 2 and "cannot write -o" in r.output and "a-file" in r.output, r.output
     assert not (in_tmp / "runs").exists()
+
+
+def test_mcp_serve_on_a_port_in_use_is_one_line(in_tmp):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = runner.invoke(app, ["mcp", "serve", "bank", "--http", f"127.0.0.1:{port}"])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert f"error: cannot serve on 127.0.0.1:{port}:" in r.output and "in use" in r.output
