@@ -6,11 +6,13 @@ version and spec version, and whether it carries Python handlers or MCP server c
 
 Install treats the archive as hostile. It never calls tarfile's extract functions: each member is
 checked (regular files and folders only; no absolute paths, `..`, links, devices or fifos; size limits
-per member, in total and in count), every file must be listed in the manifest with a matching sha256,
-and nothing else may be present. Files are written one by one into a staging folder, the domain is
+per member, in total and in count, and on PAX / GNU long-name headers before tarfile reads them), every
+file must be listed in the manifest with a matching sha256, and nothing else may be present. Files are written one by one into a staging folder, the domain is
 checked there without running any of its code (Python gold paths are not replayed, MCP servers are not
 started), and only then moved into the user library. Tools that run code (python, mcp) stay disabled
-until the user passes --trust.
+until the user passes --trust (library.py: trust follows the install record written beside domain.yaml).
+A pack named like a built-in domain installs only with --force. Staging folders are named NAME.PID.RANDOM,
+so an install can remove the ones a killed install left behind.
 """
 
 from __future__ import annotations
