@@ -59,6 +59,9 @@ TASKS = """\
 - id: runaway
   user: {reason: You want a very long count.}
   expect: {actions: []}
+- id: sleepy
+  user: {reason: You want the agent to rest for long.}
+  expect: {actions: []}
 """
 
 RUNAWAY = 2 * 10**7  # about 10 s of SQLite work here when nothing interrupts it
@@ -102,7 +105,8 @@ class Script(Agent):
             return AgentReply(tool_calls=[{"name": "count_to", "arguments": {"limit": RUNAWAY}}])
         if results:
             return AgentReply(content="Done.")
-        call = {"fast": ("get_item", {"id": "a"}), "slow": ("nap", {"seconds": 1.5})}[tid]
+        call = {"fast": ("get_item", {"id": "a"}), "slow": ("nap", {"seconds": 1.5}),
+                "sleepy": ("nap", {"seconds": 20})}[tid]
         return AgentReply(tool_calls=[{"name": call[0], "arguments": call[1]}])
 
 
@@ -114,6 +118,13 @@ def test_episode_timeout_holds_during_a_runaway_query(opened):
     assert ep.termination == "timeout"
     assert wall < 3.5, f"the episode ran {wall:.1f} s past a 2 s timeout"
     assert ep.reward == 0.0 and ep.final_hash  # scored after the statement was interrupted
+
+
+def test_episode_timeout_holds_during_a_slow_python_tool(opened):
+    start = time.perf_counter()
+    ep = asyncio.run(run_episode(opened.task("sleepy"), opened.compiled, Script(), ScriptedUser(), RolloutConfig(timeout_s=1)))
+    wall = time.perf_counter() - start
+    assert ep.termination == "timeout" and wall < 2.5, (ep.termination, wall)  # the handler was stopped, not awaited
 
 
 def test_a_slow_episode_does_not_delay_a_fast_one(opened):
