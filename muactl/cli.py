@@ -30,44 +30,61 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def command(*args, **kwargs):
-    """app.command that turns MuactlError into a clean message and exit code 2."""
+def guarded(fn):
+    """Wrap a command so bad input is one line and exit 2 (MuactlError, or an OSError on a path the
+    user named), Ctrl-C is exit 130, and a bug in muactl is one line with exit 1, never a traceback."""
+
+    @functools.wraps(fn)
+    def inner(*a, **kw):
+        import os
+
+        try:
+            return fn(*a, **kw)
+        except MuactlError as e:
+            _fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except (typer.Exit, typer.Abort):
+            raise
+        except BrokenPipeError:  # `muactl tools retail | head`: the reader left; exit quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0)
+        except OSError as e:
+            if os.environ.get("MUACTL_DEBUG"):
+                raise
+            if e.filename is None:
+                _fail(f"internal error: {type(e).__name__}: {e} (set MUACTL_DEBUG=1 for the traceback and please report it)", 1)
+            # a file the user named (an output path in an unwritable place, a missing folder...)
+            _fail(f"{e.filename}: {e.strerror or e}")
+        except Exception as e:  # a bug in muactl: one line for the user, the traceback on request
+            if os.environ.get("MUACTL_DEBUG"):
+                raise
+            _fail(f"internal error: {type(e).__name__}: {e} (set MUACTL_DEBUG=1 for the traceback and please report it)", 1)
+
+    return inner
+
+
+def command(*args, group: typer.Typer | None = None, **kwargs):
+    """`group.command` (the top-level app by default) with every command behind `guarded`."""
 
     def wrap(fn):
-        @functools.wraps(fn)
-        def inner(*a, **kw):
-            try:
-                return fn(*a, **kw)
-            except MuactlError as e:
-                _fail(str(e), e.exit_code)
-            except KeyboardInterrupt:
-                _fail("interrupted", 130)
-            except typer.Exit:
-                raise
-            except BrokenPipeError:  # `muactl tools retail | head`: the reader left; exit quietly
-                import os
-
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                raise typer.Exit(0)
-            except Exception as e:  # a bug in muactl: one line for the user, the traceback on request
-                import os
-
-                if os.environ.get("MUACTL_DEBUG"):
-                    raise
-                _fail(f"internal error: {type(e).__name__}: {e} (set MUACTL_DEBUG=1 for the traceback and please report it)", 1)
-
-        return app.command(*args, **kwargs)(inner)
+        return (group or app).command(*args, **kwargs)(guarded(fn))
 
     return wrap
 
 
-@app.callback()
-def main(version: bool = typer.Option(False, "--version", help="Print the version and exit.")) -> None:
-    if version:
+def _print_version(value: bool) -> None:
+    if value:
         from . import __version__
 
         typer.echo(f"muactl {__version__}")
         raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                      help="Print the version and exit.")) -> None:
+    pass
 
 
 # ---------------------------------------------------------------- domains
@@ -401,7 +418,7 @@ data_app = typer.Typer(help="Look at SFT data files.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
 
-@data_app.command("show")
+@command("show", group=data_app)
 def data_show(
     path: Path = typer.Argument(..., help="A JSONL file from muactl synth."),
     index: int = typer.Option(0, "--index", "-i", help="Which conversation (0-based)."),
@@ -411,13 +428,6 @@ def data_show(
 
     Example: [bold]muactl data show data/bank-sft.jsonl --index 3[/bold]
     """
-    try:
-        _data_show(path, index, system)
-    except MuactlError as e:
-        _fail(str(e))
-
-
-def _data_show(path: Path, index: int, system: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
 
@@ -492,7 +502,9 @@ def train(
         store = RunStore.open(cfg.run_id)  # naming an existing run continues it, like --resume
     if store is None:
         store = RunStore.create(kind, str(cfg.domain), resolved, run_id=cfg.run_id)
+        store.lock()
     else:
+        store.lock()  # one process at a time writes a run (two --resume of it would double its work)
         (store.path / "config.yaml").write_text(to_yaml(cfg))
     typer.echo(f"run: {store.path}/")
     store.update(status="running")
@@ -524,6 +536,8 @@ def train(
     except BaseException:
         store.update(status="failed")
         raise
+    finally:
+        store.unlock()
 
 
 def print_before_after(state: dict) -> None:
@@ -562,6 +576,7 @@ app.add_typer(runs_app, name="runs")
 
 
 @runs_app.callback()
+@guarded
 def runs_main(ctx: typer.Context) -> None:
     """List runs under ./runs with their headline numbers.
 
@@ -586,7 +601,7 @@ def runs_main(ctx: typer.Context) -> None:
     Console().print(table)
 
 
-@runs_app.command("show")
+@command("show", group=runs_app)
 def runs_show(
     run_id: str = typer.Argument(..., help="Run id (a folder name under runs/) or a run folder."),
     episode: Optional[int] = typer.Option(None, "--episode", "-e", help="Show one episode's transcript (its number in the table)."),
@@ -595,13 +610,6 @@ def runs_show(
 
     Example: [bold]muactl runs show RUN_ID --episode 3[/bold]
     """
-    try:
-        _runs_show(run_id, episode)
-    except MuactlError as e:
-        _fail(str(e))
-
-
-def _runs_show(run_id: str, episode: Optional[int]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -675,7 +683,8 @@ def pack(
 @command()
 def install(
     pack_file: Path = typer.Argument(..., help="A .muapack file made by `muactl pack`."),
-    force: bool = typer.Option(False, "--force", help="Replace an installed domain of the same name (another version)."),
+    force: bool = typer.Option(False, "--force", help="Replace an installed domain of the same name (another version), "
+                               "or install a pack named like a built-in domain (bank, retail), hiding it."),
 ) -> None:
     """Install a domain pack into your library (checksums and spec verified; nothing in it is run).
 
@@ -688,6 +697,8 @@ def install(
         typer.echo(f"{r.name} {r.version} is already installed from this pack at {r.root}; nothing to do")
         return
     typer.echo(f"installed {r.name} {r.version} -> {r.root}" + (f" (replaced {r.replaced})" if r.replaced else ""))
+    if r.shadows_builtin:
+        typer.echo(f"note: it hides the built-in domain {r.name}; `muactl uninstall {r.name}` brings the built-in back", err=True)
     if r.manifest.get("has_python"):
         tools = ", ".join(r.manifest.get("python_tools") or []) or "none declared"
         typer.echo(f"note: this pack holds Python code (tools: {tools}); those tools run only with --trust", err=True)
@@ -713,7 +724,7 @@ mcp_app = typer.Typer(help="Serve a domain's tools over MCP.", no_args_is_help=T
 app.add_typer(mcp_app, name="mcp")
 
 
-@mcp_app.command("serve")
+@command("serve", group=mcp_app)
 def mcp_serve(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     http: Optional[str] = typer.Option(None, "--http", help="Serve streamable HTTP on HOST:PORT instead of stdio."),
@@ -731,9 +742,7 @@ def mcp_serve(
     try:
         # stdout is the protocol channel on stdio: every human-readable line goes to stderr
         serve(domain, http=http, trust=trust, log=lambda line: typer.echo(line, err=True))
-    except MuactlError as e:
-        _fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the way to stop a server: not an error
         raise typer.Exit(0)
 
 
@@ -786,7 +795,7 @@ export_app = typer.Typer(help="Export a domain to another training stack.", no_a
 app.add_typer(export_app, name="export")
 
 
-@export_app.command("verl")
+@command("verl", group=export_app)
 def export_verl_cmd(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     output: Path = typer.Option(..., "-o", "--output", help="Folder to write (parquet, agent loop, config, launch script)."),
@@ -804,14 +813,11 @@ def export_verl_cmd(
 
     Example: [bold]muactl export verl retail -o out/verl-retail && cat out/verl-retail/README.md[/bold]
     """
-    try:
-        from .export.verl import VerlExport, export_verl
+    from .export.verl import VerlExport, export_verl
 
-        info = export_verl(VerlExport(domain, output, model=model, user=user, user_api_base=user_api_base, nnodes=nnodes,
-                                      gpus_per_node=gpus_per_node, max_prompt_length=max_prompt_length,
-                                      max_response_length=max_response_length, overrides=list(grpo), force=force))
-    except MuactlError as e:
-        _fail(str(e))
+    info = export_verl(VerlExport(domain, output, model=model, user=user, user_api_base=user_api_base, nnodes=nnodes,
+                                  gpus_per_node=gpus_per_node, max_prompt_length=max_prompt_length,
+                                  max_response_length=max_response_length, overrides=list(grpo), force=force))
     typer.echo(f"wrote {info['output']}/: train.parquet ({info['rows']['train']} tasks), test.parquet ({info['rows']['test']}), "
                f"tools.json, muactl_agent_loop.py, agent_loop.yaml, launch.sh, README.md")
     typer.echo(f"Next: read {info['output']}/README.md, then run {info['output']}/launch.sh against your Ray cluster")
@@ -821,7 +827,7 @@ tasks_app = typer.Typer(help="Task templates: generate concrete task files.", no
 app.add_typer(tasks_app, name="tasks")
 
 
-@tasks_app.command("generate")
+@command("generate", group=tasks_app)
 def tasks_generate(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     template: list[str] = typer.Option([], "--template", help="Template id (repeatable)."),
@@ -840,13 +846,6 @@ def tasks_generate(
       [bold]muactl tasks generate retail --template cancel-pending --n 500 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
       [bold]muactl tasks generate bank --all-templates --n 200 --seed 9000 --db-seed 9000 --split test -o tasks/bank/gen-test.yaml[/bold]
     """
-    try:
-        _tasks_generate(domain, template, all_templates, n, seed, db_seed, split, output)
-    except MuactlError as e:
-        _fail(str(e), e.exit_code)
-
-
-def _tasks_generate(domain, template, all_templates, n, seed, db_seed, split, output) -> None:
     from .templates import generate, write_tasks
     from .validate import open_domain
 
@@ -854,6 +853,9 @@ def _tasks_generate(domain, template, all_templates, n, seed, db_seed, split, ou
         raise UsageError("give --template ID (repeatable) or --all-templates")
     if split not in ("train", "test"):
         raise UsageError("--split must be train or test")
+    from .outputs import prepare_output
+
+    prepare_output(output)
     opened = open_domain(domain)
     drawn = generate(opened, None if all_templates else list(template), n, seed, db_seed, split)
     header = (f"Generated by: muactl tasks generate {opened.ref.name} "

@@ -45,6 +45,25 @@ class EvalConfig:
     backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
 
 
+def stored_config(cls, store: RunStore, **changes: Any):
+    """The config a run was started with (its runs.sqlite), as `cls`, with `changes` applied: what a
+    resume continues. A key this muactl does not know is an error naming it, not a TypeError."""
+    import dataclasses
+
+    saved = store.info()["config"]
+    known = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(saved, dict):
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config is not a mapping; this run cannot be resumed")
+    unknown = sorted(set(saved) - known)
+    if unknown:
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config has unknown key(s) {', '.join(unknown)} "
+                         f"(written by another muactl version?); this muactl cannot resume the run")
+    try:
+        return cls(**{**saved, **changes})
+    except TypeError as e:  # a required key is missing
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config is incomplete ({e})") from None
+
+
 def select_tasks(opened, split: str | None, ids: list[str]):
     if ids:
         return [opened.task(i) for i in ids]
@@ -134,13 +153,20 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
              opened=None, kind: str = "eval",
              on_episode: Callable[[Any, RunStore], None] | None = None) -> tuple[RunStore, dict[str, Any]]:
     """Run (or resume) every (task, trial) episode; returns the run store and its summary. Episodes are
-    saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode."""
-    from .validate import open_domain
-
+    saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode.
+    The run is locked while episodes are written into it (RunStore.lock)."""
     if resume:
         store = RunStore.open(resume)
-        saved = store.info()["config"]
-        cfg = type(cfg)(**{**saved, "concurrency": cfg.concurrency})
+        with store.held():  # before anything is read for the resume: a second resume of this run stops here
+            return _run_eval(cfg, store, on_progress, opened, kind, on_episode)
+    return _run_eval(cfg, None, on_progress, opened, kind, on_episode)
+
+
+def _run_eval(cfg, store, on_progress, opened, kind, on_episode):
+    from .validate import open_domain
+
+    if store is not None:
+        cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     from .templates import domain_for, draw_stream, is_template_spec
 
@@ -150,8 +176,14 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
     else:
         tasks = select_tasks(opened, cfg.split, cfg.tasks)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
-    if not resume:
+    if store is None:  # made only now: a run that cannot start leaves no folder behind
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
+        with store.held():
+            return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
+    return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
+
+
+def _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode):
     done = store.finished()
     jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
             if (t.task.id, trial) not in done]

@@ -1,7 +1,9 @@
 """Where domains live: ./domains (the working directory), the user's installed library, the built-ins.
 
 A name is looked up in that order, so a local copy shadows an installed or built-in domain of the
-same name. A path to a folder holding domain.yaml works too. Tasks sit in `<root>/tasks/` when the
+same name. A path to a folder holding domain.yaml works too. Trust follows where a domain came from,
+never how it was named: a folder that holds an install record (an installed pack, reached by its path,
+or copied elsewhere) is "installed", so its code runs only with --trust however it is named. Tasks sit in `<root>/tasks/` when the
 domain carries them (installed packs), else in `tasks/<name>/` next to the `domains/` folder.
 """
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from .errors import DomainNotFound
 
 ORIGIN_ORDER = ("local", "installed", "builtin")
+INSTALLED_MANIFEST = ".muapack.json"  # beside domain.yaml in the library: what was installed, from where
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,11 @@ class DomainRef:
     root: Path  # the folder holding domain.yaml
     tasks_dir: Path | None
     origin: str  # local | installed | builtin | path
+
+    @property
+    def untrusted(self) -> bool:
+        """Someone else's domain (an installed pack): its MCP commands and Python run only with --trust."""
+        return self.origin == "installed"
 
 
 def builtin_root() -> Path:
@@ -56,18 +64,22 @@ def _roots() -> list[tuple[str, Path, Path | None]]:
     return [o for i, o in enumerate(out) if not (o[0] == "local" and o[1].resolve() == out[2][1].resolve())]
 
 
+def _by_path(candidate: Path) -> DomainRef:
+    root = candidate.resolve()
+    installed = (root / INSTALLED_MANIFEST).is_file() or root.parent == user_library().resolve()
+    return DomainRef(root.name, root, _tasks_for(root, None), "installed" if installed else "path")
+
+
 def find_domain(name: str) -> DomainRef:
     candidate = Path(name)
     if (candidate / "domain.yaml").is_file() and (os.sep in name or name.startswith(".") or not _named(name)):
-        root = candidate.resolve()
-        return DomainRef(root.name, root, _tasks_for(root, None), "path")
+        return _by_path(candidate)
     for origin, folder, project in _roots():
         root = folder / name
         if (root / "domain.yaml").is_file():
             return DomainRef(name, root, _tasks_for(root, project), origin)
     if (candidate / "domain.yaml").is_file():
-        root = candidate.resolve()
-        return DomainRef(root.name, root, _tasks_for(root, None), "path")
+        return _by_path(candidate)
     known = ", ".join(sorted({d.name for d in list_domains()})) or "none"
     raise DomainNotFound(
         f"no domain named '{name}' in ./domains, {user_library()} or the built-ins (known: {known}). "

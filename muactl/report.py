@@ -53,7 +53,7 @@ def write_plots(store: RunStore, out: Path) -> list[Path]:
 
 
 def _substores(store: RunStore) -> list[RunStore]:
-    return [RunStore(p.parent) for p in sorted(store.path.glob("*/runs.sqlite"))]
+    return [RunStore.read(p.parent) for p in sorted(store.path.glob("*/runs.sqlite"))]
 
 
 def _transcript(store: RunStore, episode: dict[str, Any]) -> str:

@@ -122,7 +122,6 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
 
     seed = episode_seed(cfg.seed, task.task.id, trial)
     env = env or domain.environment()
-    setup = env.replay(task.task.setup)
     messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt}]
     ctx = EpisodeContext(task, domain, env, messages,
                          [t.openai_schema() for t in domain.agent_tools()],
@@ -146,6 +145,9 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 await res
 
     async def loop() -> str:
+        # tool work runs on the environment's thread (Environment.acall): a slow call never stalls the
+        # loop, so other episodes go on and this one's timeout fires on time
+        setup = await env.off_loop(env.replay, task.task.setup)
         if any(r.error for r in setup):
             ep.error = "task setup failed: " + "; ".join(r.content for r in setup if r.error)
             return "infra_error"
@@ -220,13 +222,15 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     except AgentError as e:
         ep.termination, ep.error = "agent_error", str(e)
     except asyncio.CancelledError:
+        env.interrupt()
         raise
     except Exception as e:  # a bug in a backend must not take the whole run down
         ep.termination, ep.error = "agent_error", f"{type(e).__name__}: {e}"
+    await env.settle()  # a call cut off by the timeout is interrupted, and done with, before scoring
     ep.trace = ctx.trace
     t0 = time.perf_counter()
-    ep.final_hash = env.state_hash()
-    ep.reward, ep.breakdown = score(task, domain, env, ep)
+    ep.final_hash = await env.off_loop(env.state_hash)
+    ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep)
     timing["reward"] = time.perf_counter() - t0
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing

@@ -9,18 +9,29 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sqlite3
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import sqlite_utils
 
+from . import locks
 from .errors import MuactlError
 
 
 class RunNotFound(MuactlError):
     """No run with that id under the runs folder."""
+
+
+class RunUnreadable(MuactlError):
+    """A run folder whose runs.sqlite is damaged, truncated or not muactl's."""
+
+
+class RunBusy(MuactlError):
+    """Another muactl process is writing to this run (two --resume of one run at once)."""
 
 
 def runs_dir() -> Path:
@@ -32,12 +43,13 @@ def new_run_id(kind: str, domain: str) -> str:
 
 
 class RunStore:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, create: bool = False):
         self.path = path
         self.id = path.name
         self.db = sqlite_utils.Database(path / "runs.sqlite")
         self.db.conn.execute("PRAGMA journal_mode = WAL")
-        self._ensure_schema()
+        if create:
+            self._ensure_schema()
 
     # ------------------------------------------------------------ create / open
 
@@ -48,7 +60,7 @@ class RunStore:
         path = path or runs_dir() / (run_id or new_run_id(kind, domain))
         path.mkdir(parents=True, exist_ok=False)
         (path / "config.yaml").write_text(_yaml(config))
-        store = cls(path)
+        store = cls(path, create=True)
         store.db["runs"].insert({"id": store.id, "kind": kind, "domain": domain, "status": "running",
                                  "created": _now(), "updated": _now(), "config": config, "summary": {}}, pk="id")
         return store
@@ -59,11 +71,33 @@ class RunStore:
         if not (path / "runs.sqlite").is_file():
             known = ", ".join(r["id"] for r in list_runs()[-5:]) or "none"
             raise RunNotFound(f"no run '{run_id}' in {runs_dir()}/ (recent: {known}); `muactl runs` lists them")
-        return cls(path)
+        return cls.read(path)
+
+    @classmethod
+    def read(cls, path: Path) -> RunStore:
+        """An existing run, checked before anything trusts it: a damaged, truncated or foreign
+        runs.sqlite is a RunUnreadable naming the file, never a driver error later on."""
+        file = path / "runs.sqlite"
+        try:
+            store = cls(path)
+            tables = set(store.db.table_names())
+            missing = sorted({"runs", "episodes", "messages"} - tables)
+            if missing:
+                raise RunUnreadable(f"{file} is not a muactl run (no table {', '.join(missing)})")
+            check = store.db.conn.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise RunUnreadable(f"{file} is damaged ({check}); its episodes cannot be read")
+            if store.db["runs"].count_where("id = ?", [store.id]) == 0:
+                raise RunUnreadable(f"{file} holds no record of run {store.id} (was the folder renamed? "
+                                    "give it back its original name)")
+            store._ensure_schema()  # tables added by later muactl versions (traces, metrics)
+            return store
+        except sqlite3.DatabaseError as e:
+            raise RunUnreadable(f"{file} is damaged or not a muactl run ({e})") from None
 
     def _ensure_schema(self) -> None:
         db = self.db
-        if "episodes" in db.table_names():
+        if {"traces", "metrics"} <= set(db.table_names()):
             return
         db["runs"].create({"id": str, "kind": str, "domain": str, "status": str, "created": str, "updated": str,
                            "config": str, "summary": str}, pk="id", if_not_exists=True)
@@ -82,6 +116,42 @@ class RunStore:
                             pk="episode_id", if_not_exists=True)
         db["metrics"].create({"step": int, "name": str, "value": float, "created": str}, pk=("step", "name"),
                              if_not_exists=True)
+
+    # ------------------------------------------------------------ exclusive use
+
+    def lock(self) -> None:
+        """Hold the run until unlock() (or until this process exits): a second process that would
+        write episodes into it (two `--resume` of one run) gets RunBusy naming the holder. The OS drops
+        the lock when the holder dies, so a run killed with kill -9 resumes without any cleanup.
+        Re-entrant within a process (a pipeline's stages resume their own runs)."""
+        key = str(self.path.resolve())
+        if key in _HELD:
+            _HELD[key][1] += 1
+            return
+        fd = locks.acquire(self.path / LOCK_FILE, wait=False)
+        if fd is None:
+            raise RunBusy(f"run {self.id} is in use by {locks.holder(self.path / LOCK_FILE)}; wait for it to finish "
+                          "(or stop it) before resuming it")
+        _HELD[key] = [fd, 1]
+
+    @contextmanager
+    def held(self) -> Iterator[RunStore]:
+        """lock() for the block."""
+        self.lock()
+        try:
+            yield self
+        finally:
+            self.unlock()
+
+    def unlock(self) -> None:
+        key = str(self.path.resolve())
+        held = _HELD.get(key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[key]
+            locks.release(held[0])
 
     # ------------------------------------------------------------ write
 
@@ -161,6 +231,10 @@ class RunStore:
         return rows
 
 
+LOCK_FILE = ".lock"
+_HELD: dict[str, list[int]] = {}  # run folders this process holds: resolved path -> [lock fd, depth]
+
+
 def list_runs() -> list[dict[str, Any]]:
     out = []
     root = runs_dir()
@@ -168,7 +242,7 @@ def list_runs() -> list[dict[str, Any]]:
         return out
     for path in sorted(root.iterdir()):
         if (path / "runs.sqlite").is_file():
-            try:
+            try:  # not RunStore.read: its integrity check reads every run whole, too slow for a listing
                 out.append(RunStore(path).info())
             except Exception:  # a foreign or broken folder is listed as such, not fatal
                 out.append({"id": path.name, "kind": "?", "domain": "?", "status": "unreadable", "summary": {}, "created": ""})

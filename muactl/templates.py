@@ -59,9 +59,13 @@ class TemplateSpec:
 
 def load_templates(tasks_dir: Path | None) -> list[TemplateSpec]:
     """The domain's templates ([] when it has no templates.yaml); problems raised together."""
-    if tasks_dir is None or not (tasks_dir / TEMPLATES_FILE).is_file():
+    found = [tasks_dir / name for name in (TEMPLATES_FILE, "templates.yml")] if tasks_dir is not None else []
+    found = [p for p in found if p.is_file()]
+    if not found:
         return []
-    path = tasks_dir / TEMPLATES_FILE
+    if len(found) > 1:
+        raise SpecError.single(found[1], f"both {found[0].name} and {found[1].name} exist; keep one templates file")
+    path = found[0]
     doc = load_yaml(path)
     data, prefix = doc.data, ()
     if isinstance(data, dict) and set(data) == {"templates"}:

@@ -222,7 +222,7 @@ def open_domain(name: str | DomainRef, with_tasks: bool = True, trust: bool = Fa
                 from .mcp_client import attach
 
                 # a command from an installed pack is someone else's code: start it only with --trust
-                problems += attach(spec, compiled, allowed=trust or ref.origin != "installed")
+                problems += attach(spec, compiled, allowed=trust or not ref.untrusted)
     except SpecError as e:
         problems += e.problems
     if with_tasks:  # task files are checked even when the domain is broken: report everything at once

@@ -250,3 +250,67 @@ def test_partial_credit_moves_before_success(tmp_path, monkeypatch):
     monkeypatch.setattr(ev, "build_parts", lambda cfg, opened: (Quits(), orig(cfg, opened)[1]))
     _, summary = run_eval(EvalConfig(domain="bank", split="test"))
     assert summary["first_call_right"] == 0.0 and summary["gold_calls_made"] == 0.0
+
+
+# ---------------------------------------------------------------- damaged runs, stored configs, two resumes
+
+
+def _damaged(runs_root, how: str) -> str:
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    db = store.path / "runs.sqlite"
+    store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.db.conn.close()
+    data = db.read_bytes()
+    if how == "truncated":
+        db.write_bytes(data[: len(data) // 2])
+    elif how == "corrupt":
+        db.write_bytes(b"\x13" * 5000)
+    else:  # a SQLite file that is not a run
+        import sqlite3
+
+        db.unlink()
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE notes (x)")
+        conn.commit()
+        conn.close()
+    return store.id
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupt", "no-tables"])
+@pytest.mark.parametrize("command", [["runs", "show"], ["eval", "--resume"], ["report"]])
+def test_damaged_runs_sqlite_is_a_clean_error(runs_root, how, command):
+    run_id = _damaged(runs_root, how)
+    r = runner.invoke(app, command + [run_id], env=WIDE)
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (r.output, r.exception)
+    assert "runs.sqlite" in r.output and "internal error" not in r.output
+    assert len(r.output.strip().splitlines()) == 1  # one line
+    r = runner.invoke(app, ["runs"], env=WIDE)  # the listing shows it as unreadable and goes on
+    assert r.exit_code == 0 and "unreadable" in r.output
+
+
+def test_resume_with_an_unknown_stored_config_key_names_it(runs_root):
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    config = store.info()["config"]
+    store.db["runs"].update(store.id, {"config": json.dumps({**config, "warp_factor": 9})})
+    r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)
+    assert r.exit_code == 2 and "unknown key(s) warp_factor" in r.output and "internal error" not in r.output
+
+
+def test_two_resumes_of_one_run_the_second_is_told_who_holds_it(runs_root):
+    import subprocess
+    import sys
+
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from muactl.runs import RunStore; RunStore.open(sys.argv[1]).lock(); "
+        "print('held', flush=True); time.sleep(60)"), store.id], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)
+        assert r.exit_code == 2, r.output
+        assert f"run {store.id} is in use by pid {holder.pid}" in r.output
+    finally:
+        holder.kill()
+        holder.wait()
+    r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)  # the holder died: the lock went with it
+    assert r.exit_code == 0, r.output

@@ -7,16 +7,22 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
 - reads run with `query_only` on and the authorizer in read mode;
 - checks and writes run in one transaction that rolls back on any failure;
 - a failure is data: call() returns ToolResult(error=True) and the episode goes on;
-- python handlers run only with trust, in a child process with a timeout.
+- python handlers run only with trust, in a child process with a timeout;
+- acall() does the tool's work (argument validation, SQL, Python) on a worker thread, one call at a time
+  per environment, so a slow call never stalls the event loop that runs every other episode or MCP
+  session; interrupt() stops the statement in flight (an episode past its timeout).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import hashlib
 import json
 import re
 import sqlite3
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -57,6 +63,20 @@ def fill(template: str, args: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+TOOL_THREADS = 64  # calls in flight at once across all environments; more wait their turn
+
+
+def tool_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads tool work runs on (created on first use; threads start as calls need them)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = concurrent.futures.ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="muactl-tool")
+        return _POOL
+
+
 def decode_json_text(value: Any) -> Any:
     """JSON columns are stored as text; give them back as values (other text is left alone)."""
     if isinstance(value, str) and value[:1] in "[{":
@@ -75,6 +95,9 @@ class Environment:
         self.trust = trust
         self.players: dict[str, ToolPlayer] = dict(players or {})
         self.guard = Guard(set(domain.tables))
+        self._busy = threading.Lock()  # one call at a time touches the connection (and the guard's mode)
+        self._pending: set[concurrent.futures.Future] = set()
+        self._stop = threading.Event()  # set by interrupt(): a running python handler gives up too
         conn.isolation_level = None  # transactions are explicit
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA query_only = ON")
@@ -137,19 +160,46 @@ class Environment:
             return self._call_python(tool, args)
         raise AssertionError(f"unknown tool kind {tool.kind}")
 
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Await fn(*args) run on a tool thread, after any earlier call on this environment."""
+
+        def locked():
+            with self._busy:
+                return fn(*args)
+
+        future = tool_pool().submit(locked)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return await asyncio.wrap_future(future)
+
+    def interrupt(self) -> None:
+        """Stop the work in flight: the running SQL statement fails with 'interrupted' (its
+        transaction rolls back) and a python handler is abandoned. Safe from any thread."""
+        self._stop.set()
+        self.conn.interrupt()
+
+    async def settle(self) -> None:
+        """Interrupt what is in flight and wait until no thread uses the connection any more."""
+        if self._pending:
+            self.interrupt()
+            await asyncio.wait([asyncio.wrap_future(f) for f in list(self._pending)])
+        self._stop.clear()
+
     async def acall(self, name: str, args: Any) -> ToolResult:
-        """Run any tool; simulated and mcp tools are awaited through their players."""
-        prepared = self._prepare(name, args)
+        """Run any tool without blocking the event loop: database tools (and every argument check) on a
+        tool thread; simulated and mcp tools are awaited through their players."""
+        tool = self.domain.tools.get(name)
+        if tool is None or (tool.kind not in OUTSIDE_KINDS and tool.kind not in self.players):
+            return await self.off_loop(self.call, name, args)
+        prepared = await self.off_loop(self._prepare, name, args)
         if isinstance(prepared, ToolResult):
             return prepared
         tool, args = prepared
         player = self.players.get(tool.kind)
         if tool.kind not in OUTSIDE_KINDS:
-            if player is None:
-                return self.call(name, args)
             # an LLM plays a database tool (synthesis with simulated tools): the agent sees the
             # simulated text, while the real call keeps the sandbox's state for scoring
-            real = self.call(name, args)
+            real = await self.off_loop(self.call, name, args)
             try:
                 sim = await player(tool, args, self)
             except Exception as e:
@@ -246,7 +296,8 @@ class Environment:
             data = self.conn.serialize()
         finally:
             self.guard.mode = "read"
-        ok, content, new_data = run_handler(self.domain.spec.root, tool.spec.python, args, data, tool.spec.timeout)
+        ok, content, new_data = run_handler(self.domain.spec.root, tool.spec.python, args, data, tool.spec.timeout,
+                                            stop=self._stop)
         if not ok:
             return ToolResult(f"Error: {tool.name} failed: {content}", error=True)
         changed = new_data != data

@@ -97,7 +97,11 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     from ..packs import _collect
     from ..validate import validate_domain
 
-    out = Path(cfg.output)
+    from ..outputs import prepare_output
+
+    out = prepare_output(cfg.output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out} is a file; give a folder to write the export into")
     if out.exists() and any(out.iterdir()) and not cfg.force:
         raise UsageError(f"{out} exists and is not empty; pass --force to overwrite, or pick another -o")
     grpo = grpo_defaults(cfg.overrides)  # the cheap checks first: validating the domain replays every task
@@ -120,6 +124,11 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
         dst = dom / arc[2:]
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
+    if ref.untrusted:  # the copy stays someone else's code: its MCP commands still need trust to run
+        from ..library import INSTALLED_MANIFEST
+
+        record = ref.root / INSTALLED_MANIFEST
+        (dom / INSTALLED_MANIFEST).write_text(record.read_text() if record.is_file() else "{}")
     if ref.tasks_dir and ref.tasks_dir.is_dir():
         for arc, src in _collect(ref.tasks_dir, "t"):
             dst = dom / "tasks" / arc[2:]

@@ -17,6 +17,7 @@ from . import models as m
 from .source import Located, load_yaml, read_text
 
 TASK_FILE_SPLITS = {"train", "test"}
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass
@@ -50,6 +51,8 @@ class TaskSpec:
 
     @property
     def split(self) -> str:
+        # task files not named after a split must say it per task (load_task_file checks); "train" is
+        # for tasks made in code (template instances, the free chat)
         return self.task.split or (self.file.stem if self.file.stem in TASK_FILE_SPLITS else "train")
 
     def problem(self, path: tuple, message: str) -> Problem:
@@ -203,10 +206,28 @@ def validate(doc: Located, model: type[BaseModel], data: Any = None, prefix: tup
 # ---------------------------------------------------------------- domain
 
 
+def _inside(root: Path, value: str, doc: Located, key: tuple, problems: list[Problem]) -> Path | None:
+    """`root / value` when it stays inside the domain's folder (after `..` and symbolic links are
+    followed), else a problem naming the key: a domain, and above all a pack from someone else, must
+    never read local files into prompts or databases (an absolute path, `../..`, a link out)."""
+    path = root / value
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        problems.append(doc.problem(key, f"'{value}' is outside the domain's folder; every file a domain uses "
+                                         f"must be inside {root} (copy the file in)"))
+        return None
+    return path
+
+
 def _text_or_file(root: Path, value: str, doc: Located, key: str, problems: list[Problem], files: list[Path]) -> str:
     """Policy and guidelines are either a file beside domain.yaml or inline text."""
     if "\n" not in value and value.strip().endswith((".md", ".txt")):
-        path = root / value.strip()
+        path = _inside(root, value.strip(), doc, (key,), problems)
+        if path is None:
+            return ""
         if not path.is_file():
             problems.append(doc.problem((key,), f"file '{value}' not found beside domain.yaml"))
             return ""
@@ -249,13 +270,17 @@ def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Probl
     if seed is None:
         return out
     if isinstance(seed, str):
-        folder = root / seed
+        folder = _inside(root, seed, doc, ("database", "seed"), problems)
+        if folder is None:
+            return out
         if not folder.is_dir():
             problems.append(doc.problem(("database", "seed"), f"folder '{seed}' not found beside domain.yaml"))
             return out
         for file in sorted(folder.iterdir()):
             if file.suffix not in (".jsonl", ".csv") or file.name.startswith("."):
                 continue
+            if _inside(root, str(file.relative_to(root)), doc, ("database", "seed"), problems) is None:
+                continue  # a link inside the seed folder that points out of the domain
             if file.stem not in tables:
                 close = difflib.get_close_matches(file.stem, list(tables), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else f"; declared tables: {', '.join(tables)}"
@@ -278,7 +303,9 @@ def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Probl
             problems.append(doc.problem(key, f"seed rows for undeclared table '{table}'{hint}"))
             continue
         if isinstance(value, str):
-            file = root / value
+            file = _inside(root, value, doc, key, problems)
+            if file is None:
+                continue
             if not file.is_file():
                 problems.append(doc.problem(key, f"seed file '{value}' not found beside domain.yaml"))
                 continue
@@ -347,16 +374,23 @@ def load_task_file(path: Path) -> list[TaskSpec]:
         task, found = validate(doc, m.Task, item, prefix=prefix + (i,))
         problems.extend(found)
         if task is not None:
-            out.append(TaskSpec(task, path, i, doc))
+            spec = TaskSpec(task, path, i, doc)
+            if task.split is None and path.stem not in TASK_FILE_SPLITS:
+                # a file's name is its tasks' split only for train and test: dev.yaml silently becoming
+                # train (or a split no command knows) would put held-out tasks into training
+                problems.append(spec.problem(("id",), f"{path.name} is not named after a split (train.yaml, "
+                                             "test.yaml), so each of its tasks needs `split: train` or `split: test`"))
+            out.append(spec)
     if problems:
         raise SpecError(problems)
     return out
 
 
 def task_files(tasks_dir: Path | None) -> list[Path]:
+    """Task files: every *.yaml and *.yml in the folder but the templates file."""
     if tasks_dir is None or not tasks_dir.is_dir():
         return []
-    return sorted(p for p in tasks_dir.glob("*.yaml") if p.name != "templates.yaml")
+    return sorted(p for p in tasks_dir.iterdir() if p.suffix in YAML_SUFFIXES and p.stem != "templates" and p.is_file())
 
 
 def load_tasks(tasks_dir: Path | None) -> list[TaskSpec]:

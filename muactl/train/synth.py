@@ -66,6 +66,10 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
         raise UsageError("--tools must be 'real' or 'simulated'")
     if cfg.tools == "simulated" and not cfg.tool_model:
         raise UsageError("--tools simulated needs --tool-model MODEL (the LLM that plays the tools)")
+    if cfg.output:
+        from ..outputs import prepare_output
+
+        prepare_output(cfg.output)  # before the run folder exists: a bad -o leaves nothing behind
     state: dict[str, Any] = {"keys": None, "path": None, "tools": None}
 
     def on_episode(ep, store: RunStore) -> None:
@@ -92,8 +96,9 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     from ..validate import open_domain
 
     if resume:
-        saved = RunStore.open(resume).info()["config"]
-        cfg = SynthConfig(**{**saved, "concurrency": cfg.concurrency})
+        from ..evaluate import stored_config
+
+        cfg = stored_config(SynthConfig, RunStore.open(resume), concurrency=cfg.concurrency)
     opened = open_domain(cfg.domain, trust=cfg.trust)
     state["tools"] = [t.openai_schema() for t in opened.compiled.agent_tools()]
     store, summary = run_eval(cfg, resume=resume, on_progress=on_progress, opened=opened, kind="synth",
