@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ScaffoldExists
+from ..library import refuse_builtin_write
 
 HERE = Path(__file__).parent
 
 
 def scaffold(name: str, project: Path, force: bool = False) -> list[Path]:
     """Write domains/NAME/ and tasks/NAME/ under `project`. Refuses to overwrite unless force."""
+    refuse_builtin_write(project / "domains" / name)
+    refuse_builtin_write(project / "tasks" / name)
     plan: list[tuple[Path, Path]] = []
     for src in sorted((HERE / "domain").rglob("*")):
         if src.is_file():
