@@ -142,7 +142,10 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
         saved = store.info()["config"]
         cfg = type(cfg)(**{**saved, "concurrency": cfg.concurrency})
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
+    from .preflight import check_episode_parts
     from .templates import domain_for, draw_stream, is_template_spec
+
+    check_episode_parts(cfg.agent, cfg.user, cfg.api_base, cfg.user_api_base, cfg.tool_model)
 
     if is_template_spec(cfg.tasks):  # fresh instances; the same config draws the same ones, so resume works
         tasks = draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db,

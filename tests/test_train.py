@@ -171,6 +171,7 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
             "sft.logging_steps=1", "run_id=sft-test"]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
+    assert "sft: precision: " in r.output and "batch 2 x grad_accum 1" in r.output
     run = in_tmp / "runs" / "sft-test"
     final = run / "checkpoint-final"
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()
@@ -254,3 +255,25 @@ def test_example_configs_compose():
     assert quick.model.name == "smollm2-135m" and list(quick.stages) == ["synth", "sft", "grpo", "eval"]
     gpu = compose(examples / "gpu-qwen3.yaml", [])
     assert "Qwen3" in gpu.model.name and gpu.user.kind == "litellm"
+
+
+def test_precision_note_says_which_and_why(monkeypatch):
+    import torch
+
+    from muactl.models import precision_note
+
+    assert precision_note("float32") == "precision: float32 weights (model.dtype=float32)"
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("MUACTL_CPU_BF16", "0")
+        assert precision_note(None) == "precision: float32 weights (MUACTL_CPU_BF16=0)"
+
+
+def test_sft_batch_defaults_fit_the_model():
+    from muactl.models import sft_batch
+
+    assert sft_batch("smollm2-135m", None, None, cuda=False) == (2, 4)  # 8 examples per update, 2 at a time
+    assert sft_batch("tiny", None, None, cuda=False) == (8, 1)
+    assert sft_batch("Qwen/Qwen3-8B", None, None, cuda=False) == (1, 8)
+    assert sft_batch("Qwen/Qwen3-8B", None, None, cuda=True) == (8, 1)
+    assert sft_batch("smollm2-135m", 4, None, cuda=False) == (4, 1)  # explicit settings are taken as given
+    assert sft_batch("smollm2-135m", 2, 3, cuda=False) == (2, 3)
