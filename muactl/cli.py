@@ -764,6 +764,9 @@ def chat(
     opened = open_domain(domain, trust=trust)
     if task:
         opened.task(task)  # an unknown id fails here, with suggestions, before the screen opens
+    from .preflight import check_episode_parts
+
+    check_episode_parts(agent, user if watch else "scripted", api_base, api_base)  # a missing key or model folder too
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         raise UsageError("muactl chat needs an interactive terminal (stdin and stdout must be a TTY)")
     from .chat import ChatConfig, run_chat  # imports textual: only this command pays for it
