@@ -81,6 +81,8 @@ def init(
 ) -> None:
     """Scaffold a small working domain: 2 tables, 3 tools, 2 personas, 4 tasks.
 
+    [bold]init clinic[/bold] writes the README's clinic front desk; any other name a neutral starter
+    (a small help desk) under that name, to edit into your own domain.
     Example: [bold]muactl init clinic && muactl validate clinic[/bold]
     """
     if not re.match(r"^[a-z][a-z0-9_-]*$", name):
