@@ -586,6 +586,9 @@ def runs_main(ctx: typer.Context) -> None:
         table.add_row(r["id"], r["kind"], r["domain"], r["status"], str(c.get("agent", "-")),
                       _fmt(s.get("episodes")), _fmt(s.get("pass^1")), _fmt(s.get("avg_reward")))
     Console().print(table)
+    for r in rows:
+        if r.get("resume"):
+            typer.echo(f"{r['status']}: {r['id']}; continue with: {r['resume']}")
 
 
 @runs_app.command("show")
@@ -617,6 +620,8 @@ def _runs_show(run_id: str, episode: Optional[int]) -> None:
         info = store.info()
         if info["summary"]:
             print_summary(info["summary"], f"{store.id} ({info['status']})")
+        if info.get("resume"):
+            console.print(f"{info['status']}; continue with: {info['resume']}")
         table = Table("task", "trials", "successes", "infra errors", "terminations")
         for r in per_task(eps):
             table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["infra"]),

@@ -31,10 +31,38 @@ def new_run_id(kind: str, domain: str) -> str:
     return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{kind}-{domain}-{secrets.token_hex(2)}"
 
 
+def _flock(path: Path):
+    """An exclusive lock on `path`, or None if another process (or open file) holds it. The OS drops it
+    when its holder exits, however it exits (kill -9 included): that is how a stopped run is told apart."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: runs are never shown as interrupted
+        return None
+    f = open(path, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+RESUME = {"eval": "muactl eval --resume {id}", "synth": "muactl synth --resume {id}",
+          "sft": "muactl train sft --resume {id}", "grpo": "muactl train grpo --resume {id}",
+          "train": "muactl train {path}/config.yaml --resume {id}"}
+
+
+def resume_command(info: dict[str, Any], path: Path) -> str | None:
+    """How to continue a run that stopped, for the kinds that resume."""
+    template = RESUME.get(info.get("kind", ""))
+    return template.format(id=info["id"], path=path) if template else None
+
+
 class RunStore:
     def __init__(self, path: Path):
         self.path = path
         self.id = path.name
+        self._lock = None  # held while this process runs the run (status "running")
         self.db = sqlite_utils.Database(path / "runs.sqlite")
         self.db.conn.execute("PRAGMA journal_mode = WAL")
         self._ensure_schema()
@@ -49,6 +77,7 @@ class RunStore:
         path.mkdir(parents=True, exist_ok=False)
         (path / "config.yaml").write_text(_yaml(config))
         store = cls(path)
+        store._lock = _flock(path / ".lock")
         store.db["runs"].insert({"id": store.id, "kind": kind, "domain": domain, "status": "running",
                                  "created": _now(), "updated": _now(), "config": config, "summary": {}}, pk="id")
         return store
@@ -125,6 +154,11 @@ class RunStore:
             self.db.conn.execute("DELETE FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])
 
     def update(self, **fields: Any) -> None:
+        if fields.get("status") == "running" and self._lock is None:
+            self._lock = _flock(self.path / ".lock")
+        elif "status" in fields and fields["status"] != "running" and self._lock is not None:
+            self._lock.close()
+            self._lock = None
         fields["updated"] = _now()
         self.db["runs"].update(self.id, fields)
         if "summary" in fields:
@@ -137,9 +171,18 @@ class RunStore:
     # ------------------------------------------------------------ read
 
     def info(self) -> dict[str, Any]:
+        """The run's row; a run saved as running whose process is gone (killed, crashed, terminal closed)
+        is reported as interrupted, with `resume` saying how to continue it."""
         row = self.db["runs"].get(self.id)
         row["config"] = json.loads(row["config"] or "{}")
         row["summary"] = json.loads(row["summary"] or "{}")
+        if row["status"] == "running" and self._lock is None and (self.path / ".lock").is_file():
+            probe = _flock(self.path / ".lock")
+            if probe is not None:  # nobody holds the lock: the process that ran it is gone
+                probe.close()
+                row["status"] = "interrupted"
+        if row["status"] in ("interrupted", "failed"):
+            row["resume"] = resume_command(row, self.path)
         return row
 
     def finished(self, step: int = 0) -> set[tuple[str, int]]:

@@ -250,3 +250,23 @@ def test_partial_credit_moves_before_success(tmp_path, monkeypatch):
     monkeypatch.setattr(ev, "build_parts", lambda cfg, opened: (Quits(), orig(cfg, opened)[1]))
     _, summary = run_eval(EvalConfig(domain="bank", split="test"))
     assert summary["first_call_right"] == 0.0 and summary["gold_calls_made"] == 0.0
+
+
+def test_a_run_whose_process_died_shows_as_interrupted_with_its_resume_command(runs_root):
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys; from muactl.runs import RunStore; s = RunStore.create('eval', 'bank', {}, run_id=sys.argv[1]); "
+            "s.update(status='running'); print('up', flush=True); sys.stdin.readline(); os.kill(os.getpid(), signal.SIGKILL)")
+    env = dict(os.environ, MUACTL_RUNS=str(runs_root))
+    proc = subprocess.Popen([sys.executable, "-c", code, "r1"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    assert RunStore.open("r1").info()["status"] == "running"  # its process is alive: still running
+    proc.communicate("go\n")  # now it dies by SIGKILL, without a word to the run store
+    info = RunStore.open("r1").info()
+    assert info["status"] == "interrupted" and info["resume"] == "muactl eval --resume r1"
+    r = runner.invoke(app, ["runs"], env=WIDE)
+    assert "interrupted" in r.output and "continue with: muactl eval --resume r1" in r.output, r.output
+    r = runner.invoke(app, ["runs", "show", "r1"], env=WIDE)
+    assert "continue with: muactl eval --resume r1" in r.output, r.output
