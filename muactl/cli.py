@@ -394,8 +394,9 @@ def synth(
                       tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode)
     store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
                                  "continue with: muactl synth --resume {run_id}")
-    typer.echo(f"kept {stats['kept']} of {stats['episodes']} episodes ({stats['successes']} with reward 1, "
-               f"{stats['duplicates_dropped']} duplicates dropped) -> {stats['output']}")
+    from .train.synth import describe
+
+    typer.echo(describe(stats))
     typer.echo(f"run: {store.path}/  (inspect with: muactl data show {stats['output']})")
 
 

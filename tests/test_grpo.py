@@ -226,6 +226,7 @@ def test_pipeline_synth_and_eval_stages_draw_template_instances(in_tmp):
     assert r.exit_code == 0, r.output
     stages = json.loads((in_tmp / "runs" / "p2" / "stages.json").read_text())
     assert stages["synth"]["kept"] == 7
+    assert "synth: kept 7 of 7 episodes: 0 duplicates dropped, 0 failed (reward 0)" in r.output
     records = [json.loads(line) for line in open(stages["synth"]["data"])]
     templates = {rec["task_id"].rsplit("-", 1)[0] for rec in records}
     assert templates == {"move", "move-all", "close", "balance", "refuse-overdraft", "refuse-close-nonempty", "human"}

@@ -73,6 +73,7 @@ def test_synth_keeps_successes_drops_duplicates_and_writes_trl_format(in_tmp):
     assert stats["episodes"] == 88 and stats["successes"] == 88
     # oracle + scripted user is deterministic: the second trial of each task is an exact duplicate
     assert stats["kept"] == len(rows) and stats["duplicates_dropped"] >= 44
+    assert f"kept {len(rows)} of 88 episodes: {stats['duplicates_dropped']} duplicates dropped, 0 failed" in r.output
     assert len({json.dumps(r["messages"]) for r in rows}) == len(rows)
     calls = [c for r in rows for m in r["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])]
     assert calls and all(c["type"] == "function" and isinstance(c["function"]["arguments"], dict) for c in calls)
@@ -106,6 +107,7 @@ def test_synth_rejects_failed_episodes(in_tmp):
     # a do-nothing agent still "succeeds" on refusal tasks (no change is the right outcome) and nowhere else
     refuse = {t for t, row in stats["per_task"].items() if row["successes"]}
     assert stats["kept"] + stats["duplicates_dropped"] == len(refuse) < stats["episodes"]
+    assert stats["failed"] == stats["episodes"] - len(refuse) and stats["infra_errors"] == 0
     assert all(r["reward"] == 1 for r in map(json.loads, (in_tmp / "x.jsonl").read_text().splitlines()))
 
 
