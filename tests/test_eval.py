@@ -270,3 +270,28 @@ def test_a_run_whose_process_died_shows_as_interrupted_with_its_resume_command(r
     assert "interrupted" in r.output and "continue with: muactl eval --resume r1" in r.output, r.output
     r = runner.invoke(app, ["runs", "show", "r1"], env=WIDE)
     assert "continue with: muactl eval --resume r1" in r.output, r.output
+
+
+def test_report_plots_have_integer_steps_readable_labels_honest_ranges_and_a_kl_note(runs_root):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from muactl.report import figure, write_report
+
+    store = RunStore.create("grpo", "bank", {"grpo": {"beta": 0.0}}, run_id="g")
+    for step in (1, 2, 3):
+        store.log_metrics(step, {"reward": 0.5 + 0.001 * step, "rollout/turns": 4.0})
+    store.update(status="finished")
+    page = write_report("g").read_text()
+    assert "grpo.beta is 0" in page and "no KL" in page
+    assert (runs_root / "g" / "report" / "reward.png").is_file() and not (runs_root / "g" / "report" / "kl.png").exists()
+    fig = figure(plt, [1, 2, 3], [0.501, 0.502, 0.503], "Mean reward per GRPO step", "mean reward", "unit")
+    ax = fig.axes[0]
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert ax.get_ylim() == (-0.05, 1.05)  # a flat reward looks flat, not like noise
+    assert ax.get_ylabel() == "mean reward" and ax.get_xlabel() == "training step"
+    turns = figure(plt, [1, 2], [4.0, 4.0], "Agent turns per episode", "turns", "zero").axes[0]
+    assert turns.get_ylim()[0] == 0.0
+    plt.close("all")
