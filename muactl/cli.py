@@ -185,7 +185,7 @@ def call(
     """Run one tool on a fresh sandbox of the domain's database and print the result.
 
     Nothing is saved: every call starts from the seed data.
-    Example: [bold]muactl call retail find_user_id_by_email '{"email": "ava.lee@example.com"}'[/bold]
+    Example: [bold]muactl call retail find_user_id_by_email '{"email": "maya.novak34@example.com"}'[/bold]
     """
     from .errors import ToolNotFound
     from .validate import open_domain
@@ -764,7 +764,7 @@ def chat(
     agent turn, ctrl+t takes over / gives back the user's seat in --watch, ctrl+q quits.
     Examples:
       [bold]muactl chat retail --agent hf:runs/<id>/checkpoint-final[/bold]
-      [bold]muactl chat retail --agent openai/gpt-4o-mini --task cancel-unneeded-order --show-goal[/bold]
+      [bold]muactl chat retail --agent openai/gpt-4o-mini --task cancel-gift-card-order --show-goal[/bold]
       [bold]muactl chat bank --agent hf:tiny --watch --user scripted[/bold]
     """
     from .validate import open_domain
