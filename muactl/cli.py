@@ -848,7 +848,7 @@ def tasks_generate(
     and reported, duplicate bindings are written once.
 
     Examples:
-      [bold]muactl tasks generate retail --template cancel-pending --n 500 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
+      [bold]muactl tasks generate retail --template cancel-pending --n 100 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
       [bold]muactl tasks generate bank --all-templates --n 200 --seed 9000 --db-seed 9000 --split test -o tasks/bank/gen-test.yaml[/bold]
     """
     try:
