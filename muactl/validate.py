@@ -68,7 +68,7 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
     from .randomdb import check_generators
 
     problems += check_generators(spec)
-    conn = _schema_or_none(d, problems)
+    conn = _schema_or_none(d, tolerate=bool(problems))
     if conn is None:
         return problems
     guard = Guard(set(tables))
@@ -82,13 +82,13 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
     return problems
 
 
-def _schema_or_none(d: m.Domain, problems: list) -> sqlite3.Connection | None:
-    """The empty schema to compile SQL against; None when the table declarations have problems (already
-    reported) that keep it from being built (a key naming an undeclared column or table)."""
+def _schema_or_none(d: m.Domain, tolerate: bool) -> sqlite3.Connection | None:
+    """The empty schema to compile SQL against; with `tolerate`, None when the table declarations have
+    problems (reported elsewhere) that keep it from being built (a key naming an undeclared column)."""
     try:
         return schema_connection(d)
     except Exception:
-        if not problems:
+        if not tolerate:
             raise
         return None
 
@@ -164,7 +164,7 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
     tools = compiled.tools if compiled is not None else dict.fromkeys(d.tools)
     problems: list[Problem] = []
     tables_dropped = any(u[:2] == ("database", "tables") for u in dropped)
-    conn = None if tables_dropped else _schema_or_none(d, [None])
+    conn = None if tables_dropped else _schema_or_none(d, tolerate=compiled is None)
     guard = Guard(set(d.database.tables))
     if conn is not None:
         guard.install(conn)
@@ -299,7 +299,7 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
         tasks, _ = load_tasks_partial(ref.tasks_dir)
         return check_tasks(Opened(ref, spec, None, tasks), replay=False, dropped=dropped)
     problems = check_domain(spec)
-    broken = {p.key.split(".")[1] for p in problems if p.key.startswith("tools.") and p.key.count(".") >= 1}
+    broken = {p.key.split(".")[1] for p in problems if p.key.startswith("tools.")}
     dropped |= {("tools", t) for t in broken}
     tables_ok = not any(p.key.startswith("database.") for p in problems) and not any(u[:1] == ("database",) for u in dropped)
     spec = dataclasses.replace(spec, domain=spec.domain.model_copy(

@@ -102,7 +102,9 @@ class Rollouts:
     def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, log=print):
         self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.log = cfg, opened, store, tokenizer, make_user, log
         self.tasks = {t.task.id: t for t in opened.tasks}
-        self.calls = 0
+        # rollout calls so far in the current step: seeds derive from (step, call), so a run resumed from a
+        # checkpoint draws what the uninterrupted run drew
+        self.step, self.calls = None, 0
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..agents.local import HFAgent
@@ -116,6 +118,8 @@ class Rollouts:
         lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # sample as the update computes: bf16 matmuls
         task_ids = [_task_id(p) for p in prompts]
         step = trainer.state.global_step
+        if step != self.step:
+            self.step, self.calls = step, 0
         rcfg = RolloutConfig(max_turns=g.max_turns, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls,
                              track_progress=g.reward == "userrl")
         self.calls += 1
