@@ -92,9 +92,9 @@ def precision_note(dtype: str | None) -> str:
     elif os.environ.get("MUACTL_CPU_BF16", "1") == "0":
         why = "MUACTL_CPU_BF16=0"
     elif autocast:
-        why = "this CPU multiplies bf16 natively (AVX512-BF16/AMX); MUACTL_CPU_BF16=0 turns it off"
+        why = "this CPU multiplies bf16 natively: AVX512-BF16 or AMX; MUACTL_CPU_BF16=0 turns it off"
     else:
-        why = "this CPU has no native bf16 (no AVX512-BF16/AMX), so training is slower than on one that has"
+        why = "this CPU has no native bf16, neither AVX512-BF16 nor AMX, so training is slower than on one that has"
     return f"precision: {what} ({why})"
 
 
