@@ -489,6 +489,13 @@ def train(
     typer.echo(to_yaml(cfg))
     if show_config:
         return
+    from .preflight import check_backend
+
+    # an LLM user or teacher that cannot answer fails here, before a run folder exists, not as infra errors
+    if cfg.user.kind != "scripted":
+        check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
+    if stage is None and "synth" in cfg.stages:
+        check_backend(str(cfg.synth.agent), None, "synth.agent")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     kind = stage or "train"
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():

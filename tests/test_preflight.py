@@ -72,3 +72,13 @@ def test_synth_checks_its_teacher_too(no_keys):
     r = runner.invoke(app, ["synth", "bank", "--agent", "openai/gpt-4o", "--tasks", "move-quin", "-o", "d.jsonl"])
     assert r.exit_code == 2 and "OPENAI_API_KEY" in r.output
     assert not (no_keys / "d.jsonl").exists()
+
+
+def test_training_with_an_llm_user_checks_it_before_the_run_folder(no_keys):
+    r = runner.invoke(app, ["train", "grpo", "domain=bank", "user=openai/gpt-4o-mini", "grpo.steps=1"])
+    assert r.exit_code == 2 and "user.model openai/gpt-4o-mini: OPENAI_API_KEY is not set" in r.output, r.output
+    cfg = no_keys / "exp.yaml"
+    cfg.write_text("domain: bank\nstages: [synth]\nsynth: {agent: anthropic/claude-3-5-haiku-latest}\n")
+    r = runner.invoke(app, ["train", str(cfg)])
+    assert r.exit_code == 2 and "synth.agent anthropic/claude-3-5-haiku-latest: ANTHROPIC_API_KEY" in r.output, r.output
+    assert _no_run_written(no_keys)

@@ -283,10 +283,6 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     g = cfg.grpo
     opened = open_domain(cfg.domain, trust=cfg.trust)
-    if cfg.user.kind != "scripted":  # a missing key or a dead server fails here, not as a step of infra errors
-        from ..preflight import check_backend
-
-        check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
     from ..templates import is_template_spec, select_templates
 
     if is_template_spec(cfg.tasks):  # prompts name templates; Rollouts draws an instance per group
