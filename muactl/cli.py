@@ -98,6 +98,8 @@ def init(
 ) -> None:
     """Scaffold a small working domain: 2 tables, 3 tools, 2 personas, 4 tasks.
 
+    [bold]init clinic[/bold] writes the README's clinic front desk; any other name a neutral starter
+    (a small help desk) under that name, to edit into your own domain.
     Example: [bold]muactl init clinic && muactl validate clinic[/bold]
     """
     if not re.match(r"^[a-z][a-z0-9_-]*$", name):
@@ -200,7 +202,7 @@ def call(
     """Run one tool on a fresh sandbox of the domain's database and print the result.
 
     Nothing is saved: every call starts from the seed data.
-    Example: [bold]muactl call retail find_user_id_by_email '{"email": "ava.lee@example.com"}'[/bold]
+    Example: [bold]muactl call retail find_user_id_by_email '{"email": "maya.novak34@example.com"}'[/bold]
     """
     from .errors import ToolNotFound
     from .validate import open_domain
@@ -409,8 +411,9 @@ def synth(
                       tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode)
     store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
                                  "continue with: muactl synth --resume {run_id}")
-    typer.echo(f"kept {stats['kept']} of {stats['episodes']} episodes ({stats['successes']} with reward 1, "
-               f"{stats['duplicates_dropped']} duplicates dropped) -> {stats['output']}")
+    from .train.synth import describe
+
+    typer.echo(describe(stats))
     typer.echo(f"run: {store.path}/  (inspect with: muactl data show {stats['output']})")
 
 
@@ -496,6 +499,13 @@ def train(
     typer.echo(to_yaml(cfg))
     if show_config:
         return
+    from .preflight import check_backend
+
+    # an LLM user or teacher that cannot answer fails here, before a run folder exists, not as infra errors
+    if cfg.user.kind != "scripted":
+        check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
+    if stage is None and "synth" in cfg.stages:
+        check_backend(str(cfg.synth.agent), None, "synth.agent")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     kind = stage or "train"
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():
@@ -599,6 +609,9 @@ def runs_main(ctx: typer.Context) -> None:
         table.add_row(r["id"], r["kind"], r["domain"], r["status"], str(c.get("agent", "-")),
                       _fmt(s.get("episodes")), _fmt(s.get("pass^1")), _fmt(s.get("avg_reward")))
     Console().print(table)
+    for r in rows:
+        if r.get("resume"):
+            typer.echo(f"{r['status']}: {r['id']}; continue with: {r['resume']}")
 
 
 @command("show", group=runs_app)
@@ -623,6 +636,8 @@ def runs_show(
         info = store.info()
         if info["summary"]:
             print_summary(info["summary"], f"{store.id} ({info['status']})")
+        if info.get("resume"):
+            console.print(f"{info['status']}; continue with: {info['resume']}")
         table = Table("task", "trials", "successes", "infra errors", "terminations")
         for r in per_task(eps):
             table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["infra"]),
@@ -765,7 +780,7 @@ def chat(
     agent turn, ctrl+t takes over / gives back the user's seat in --watch, ctrl+q quits.
     Examples:
       [bold]muactl chat retail --agent hf:runs/<id>/checkpoint-final[/bold]
-      [bold]muactl chat retail --agent openai/gpt-4o-mini --task cancel-unneeded-order --show-goal[/bold]
+      [bold]muactl chat retail --agent openai/gpt-4o-mini --task cancel-gift-card-order --show-goal[/bold]
       [bold]muactl chat bank --agent hf:tiny --watch --user scripted[/bold]
     """
     from .validate import open_domain
@@ -773,6 +788,9 @@ def chat(
     opened = open_domain(domain, trust=trust)
     if task:
         opened.task(task)  # an unknown id fails here, with suggestions, before the screen opens
+    from .preflight import check_episode_parts
+
+    check_episode_parts(agent, user if watch else "scripted", api_base, api_base)  # a missing key or model folder too
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         raise UsageError("muactl chat needs an interactive terminal (stdin and stdout must be a TTY)")
     from .chat import ChatConfig, run_chat  # imports textual: only this command pays for it
@@ -843,9 +861,10 @@ def tasks_generate(
     and reported, duplicate bindings are written once.
 
     Examples:
-      [bold]muactl tasks generate retail --template cancel-pending --n 500 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
+      [bold]muactl tasks generate retail --template cancel-pending --n 100 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
       [bold]muactl tasks generate bank --all-templates --n 200 --seed 9000 --db-seed 9000 --split test -o tasks/bank/gen-test.yaml[/bold]
     """
+    from .library import refuse_builtin_write
     from .templates import generate, write_tasks
     from .validate import open_domain
 
@@ -855,6 +874,7 @@ def tasks_generate(
         raise UsageError("--split must be train or test")
     from .outputs import prepare_output
 
+    refuse_builtin_write(output)
     prepare_output(output)
     opened = open_domain(domain)
     drawn = generate(opened, None if all_templates else list(template), n, seed, db_seed, split)

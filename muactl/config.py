@@ -50,8 +50,8 @@ class SynthConf:
 class SFTConf:
     epochs: float = 3
     max_steps: int = -1
-    batch_size: int = 8
-    grad_accum: int = 1
+    batch_size: Optional[int] = None  # null: what fits the model on this device (models.sft_batch)
+    grad_accum: Optional[int] = None  # null: with batch_size null, 8 examples per optimizer step; else 1
     lr: float = 2e-4
     scheduler: str = "cosine"
     warmup_ratio: float = 0.05
@@ -81,7 +81,7 @@ class GRPOConf:
     turn_credit: str = "equalized"
     gamma: float = 0.9
     trajectory_score: str = "mean"
-    resample_equal_groups: bool = False
+    resample_equal_groups: bool = True
     lora: bool = False
     grad_accum: int = 1
     save_steps: int = 10

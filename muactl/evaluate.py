@@ -168,7 +168,10 @@ def _run_eval(cfg, store, on_progress, opened, kind, on_episode):
     if store is not None:
         cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
+    from .preflight import check_episode_parts
     from .templates import domain_for, draw_stream, is_template_spec
+
+    check_episode_parts(cfg.agent, cfg.user, cfg.api_base, cfg.user_api_base, cfg.tool_model)
 
     if is_template_spec(cfg.tasks):  # fresh instances; the same config draws the same ones, so resume works
         tasks = draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db,

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DomainNotFound
+from .errors import DomainNotFound, UsageError
 
 ORIGIN_ORDER = ("local", "installed", "builtin")
 INSTALLED_MANIFEST = ".muapack.json"  # beside domain.yaml in the library: what was installed, from where
@@ -40,6 +40,20 @@ def builtin_root() -> Path:
     if (repo / "domains").is_dir() and (repo / "pyproject.toml").is_file():
         return repo
     return here / "_builtin"
+
+
+def refuse_builtin_write(path: Path) -> None:
+    """The built-in domains and tasks are muactl's own, never a user's project: no command writes into them.
+    Run from the source checkout, `./domains` and `./tasks` *are* the built-ins, so a scaffold or a generated
+    task file there would silently become (or grow) a built-in; the user is sent to a project folder instead."""
+    target = path.resolve()
+    for folder in (builtin_root() / "domains", builtin_root() / "tasks"):
+        folder = folder.resolve()
+        if target == folder or folder in target.parents:
+            raise UsageError(
+                f"{path} is inside muactl's built-in {folder.name}/ folder ({folder}), which muactl never writes to "
+                f"(run from the source checkout, ./domains and ./tasks are the built-ins, not a project); work in a "
+                f"project folder of your own: mkdir my-project && cd my-project && muactl init NAME")
 
 
 def user_library() -> Path:

@@ -80,6 +80,41 @@ def training_precision(dtype: str | None) -> tuple[Any, bool]:
     return torch.float32, os.environ.get("MUACTL_CPU_BF16", "1") != "0" and cpu_has_bf16()
 
 
+def precision_note(dtype: str | None) -> str:
+    """One line for the start of training: which precision, and why (a 2.6x difference on CPUs)."""
+    torch = _torch()
+    weights, autocast = training_precision(dtype)
+    name = str(weights).removeprefix("torch.")
+    what = f"{name} weights" + (" with bf16 autocast" if autocast and weights != torch.bfloat16 else "")
+    if dtype:
+        why = f"model.dtype={dtype}"
+    elif torch.cuda.is_available():
+        why = "a GPU"
+    elif os.environ.get("MUACTL_CPU_BF16", "1") == "0":
+        why = "MUACTL_CPU_BF16=0"
+    elif autocast:
+        why = "this CPU multiplies bf16 natively: AVX512-BF16 or AMX; MUACTL_CPU_BF16=0 turns it off"
+    else:
+        why = "this CPU has no native bf16, neither AVX512-BF16 nor AMX, so training is slower than on one that has"
+    return f"precision: {what} ({why})"
+
+
+# Per-device SFT batch on a CPU when sft.batch_size is null: the examples of one step are padded to the
+# longest, and a 135M model's activations for 8 conversations of ~1,000 tokens fill several GB.
+CPU_SFT_BATCH = {"tiny": 8, "smollm2-135m": 2, "smollm2": 2}
+SFT_EXAMPLES_PER_STEP = 8
+
+
+def sft_batch(model: str, batch_size: int | None, grad_accum: int | None, cuda: bool) -> tuple[int, int]:
+    """(per-device batch, gradient accumulation) for SFT: what the config says; with no batch size, one that
+    fits the model on this device, accumulated to 8 examples per optimizer step (an explicit batch size
+    without grad_accum accumulates nothing, as before)."""
+    if batch_size is None:
+        batch_size = SFT_EXAMPLES_PER_STEP if cuda else CPU_SFT_BATCH.get(model, 1)
+        return batch_size, grad_accum or max(1, SFT_EXAMPLES_PER_STEP // batch_size)
+    return batch_size, grad_accum or 1
+
+
 # ---------------------------------------------------------------- tiny
 
 

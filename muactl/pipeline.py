@@ -55,6 +55,9 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         log("== synth: cold-start data from the teacher")
         sub = _substore(store, "synth", cfg, asdict_cfg=scfg)
         _, stats = run_synth(scfg, resume=sub, on_progress=on_progress)
+        from .train.synth import describe
+
+        log(f"synth: {describe(stats)}")
         state["synth"] = {"data": stats["output"], "kept": stats["kept"], "episodes": stats["episodes"]}
         _save_state(store, state)
 

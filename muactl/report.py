@@ -10,12 +10,14 @@ from typing import Any
 
 from .runs import RunStore
 
-PLOTS = [  # (file, title, metric names tried in order)
-    ("reward.png", "reward per step", ["reward", "rewards/reward_from_episode/mean"]),
-    ("success.png", "success rate per step", ["rollout/success"]),
-    ("turns.png", "agent turns per episode", ["rollout/turns"]),
-    ("kl.png", "KL to the reference per step", ["kl"]),
-    ("sft_loss.png", "SFT loss per step", ["sft/loss"]),
+# (file, title, y label, metric names tried in order, y range: "unit" for [0, 1] rates and binary rewards,
+# "zero" for counts and losses: the axis starts at 0, so a flat series looks flat and not like noise)
+PLOTS = [
+    ("reward.png", "Mean reward per GRPO step", "mean reward", ["reward", "rewards/reward_from_episode/mean"], "unit"),
+    ("success.png", "Task success per GRPO step", "episodes succeeded (share)", ["rollout/success"], "unit"),
+    ("turns.png", "Agent turns per episode", "turns", ["rollout/turns"], "zero"),
+    ("kl.png", "KL divergence to the reference model", "KL", ["kl"], "zero"),
+    ("sft_loss.png", "SFT training loss", "loss", ["sft/loss"], "zero"),
 ]
 
 
@@ -34,22 +36,43 @@ def write_plots(store: RunStore, out: Path) -> list[Path]:
 
     series = metric_series(store)
     written = []
-    for name, title, keys in PLOTS:
+    for name, title, label, keys, yrange in PLOTS:
         key = next((k for k in keys if k in series), None)
         if key is None:
             continue
         xs, ys = zip(*series[key])
-        fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
-        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.5)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.set_ylabel(key)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
+        fig = figure(plt, xs, ys, title, label, yrange)
         fig.savefig(out / name)
         plt.close(fig)
         written.append(out / name)
     return written
+
+
+def figure(plt, xs, ys, title: str, label: str, yrange: str):
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+    ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.5)
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    top = max(ys)
+    if yrange == "unit" and min(ys) >= 0 and top <= 1:
+        ax.set_ylim(-0.05, 1.05)
+    else:
+        ax.set_ylim(min(0.0, min(ys)), max(top * 1.1, 1e-3))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def kl_note(config: dict[str, Any], plots: list[Path]) -> str | None:
+    """Why a GRPO run has no KL plot: with beta 0 there is no reference model, so no KL is computed."""
+    grpo = config.get("grpo") or {}
+    if any(p.name == "kl.png" for p in plots) or "beta" not in grpo or grpo["beta"]:
+        return None
+    return "No KL plot: grpo.beta is 0, so training keeps no reference model and computes no KL (set grpo.beta > 0 for it)."
 
 
 def _substores(store: RunStore) -> list[RunStore]:
@@ -108,6 +131,9 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
         parts.append("<h2>Summary</h2>" + _table([summary]))
     if plots:
         parts.append("<h2>Training</h2>" + "".join(f"<img src='{p.name}' alt='{p.stem}'>" for p in plots))
+        note = kl_note(info["config"], plots)
+        if note:
+            parts.append(f"<p>{html.escape(note)}</p>")
     for sub in [store, *_substores(store)]:
         eps = sub.episodes()
         if not eps:

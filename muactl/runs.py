@@ -42,6 +42,17 @@ def new_run_id(kind: str, domain: str) -> str:
     return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{kind}-{domain}-{secrets.token_hex(2)}"
 
 
+RESUME = {"eval": "muactl eval --resume {id}", "synth": "muactl synth --resume {id}",
+          "sft": "muactl train sft --resume {id}", "grpo": "muactl train grpo --resume {id}",
+          "train": "muactl train {path}/config.yaml --resume {id}"}
+
+
+def resume_command(info: dict[str, Any], path: Path) -> str | None:
+    """How to continue a run that stopped, for the kinds that resume."""
+    template = RESUME.get(info.get("kind", ""))
+    return template.format(id=info["id"], path=path) if template else None
+
+
 class RunStore:
     def __init__(self, path: Path, create: bool = False):
         self.path = path
@@ -61,6 +72,7 @@ class RunStore:
         path.mkdir(parents=True, exist_ok=False)
         (path / "config.yaml").write_text(_yaml(config))
         store = cls(path, create=True)
+        store.lock()  # held while this process writes the run: a run whose holder died shows as interrupted
         store.db["runs"].insert({"id": store.id, "kind": kind, "domain": domain, "status": "running",
                                  "created": _now(), "updated": _now(), "config": config, "summary": {}}, pk="id")
         return store
@@ -143,6 +155,14 @@ class RunStore:
         finally:
             self.unlock()
 
+    def _holds(self) -> bool:
+        return str(self.path.resolve()) in _HELD
+
+    def _release(self) -> None:
+        held = _HELD.pop(str(self.path.resolve()), None)
+        if held is not None:
+            locks.release(held[0])
+
     def unlock(self) -> None:
         key = str(self.path.resolve())
         held = _HELD.get(key)
@@ -195,10 +215,14 @@ class RunStore:
             self.db.conn.execute("DELETE FROM episodes WHERE run_id = ? AND step = ?", [self.id, step])
 
     def update(self, **fields: Any) -> None:
+        if fields.get("status") == "running" and not self._holds():
+            self.lock()
         fields["updated"] = _now()
         self.db["runs"].update(self.id, fields)
         if "summary" in fields:
             (self.path / "summary.json").write_text(json.dumps(fields["summary"], indent=2))
+        if fields.get("status") not in (None, "running"):
+            self._release()  # done writing: another process may resume or extend it
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         self.db["metrics"].upsert_all([{"step": step, "name": k, "value": float(v), "created": _now()}
@@ -207,9 +231,18 @@ class RunStore:
     # ------------------------------------------------------------ read
 
     def info(self) -> dict[str, Any]:
+        """The run's row; a run saved as running whose process is gone (killed, crashed, terminal closed)
+        is reported as interrupted, with `resume` saying how to continue it."""
         row = self.db["runs"].get(self.id)
         row["config"] = json.loads(row["config"] or "{}")
         row["summary"] = json.loads(row["summary"] or "{}")
+        if row["status"] == "running" and not self._holds() and (self.path / LOCK_FILE).is_file():
+            probe = locks.acquire(self.path / LOCK_FILE, wait=False)
+            if probe is not None:  # nobody holds the lock: the process that ran it is gone
+                locks.release(probe)
+                row["status"] = "interrupted"
+        if row["status"] in ("interrupted", "failed"):
+            row["resume"] = resume_command(row, self.path)
         return row
 
     def finished(self, step: int = 0) -> set[tuple[str, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sqlite3
 from dataclasses import dataclass, field
 
 import jsonschema
@@ -64,12 +65,12 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
                 problems.append(doc.problem(base + ("foreign_keys", col), f"references undefined table '{other}'{_hint(other, tables)}"))
             elif other_col not in tables[other].columns:
                 problems.append(doc.problem(base + ("foreign_keys", col), f"references undefined column '{ref}'{_hint(other_col, tables[other].columns)}"))
-    if problems:
-        return problems  # SQL checks need a sound schema
     from .randomdb import check_generators
 
     problems += check_generators(spec)
-    conn = schema_connection(d)
+    conn = _schema_or_none(d, tolerate=bool(problems))
+    if conn is None:
+        return problems
     guard = Guard(set(tables))
     guard.install(conn)
     for name, tool in d.tools.items():
@@ -79,6 +80,17 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
             problems.extend(_check_param_specs(spec, name, tool))
     conn.close()
     return problems
+
+
+def _schema_or_none(d: m.Domain, tolerate: bool) -> sqlite3.Connection | None:
+    """The empty schema to compile SQL against; with `tolerate`, None when the table declarations have
+    problems (reported elsewhere) that keep it from being built (a key naming an undeclared column)."""
+    try:
+        return schema_connection(d)
+    except Exception:
+        if not tolerate:
+            raise
+        return None
 
 
 def _check_param_specs(spec: DomainSpec, name: str, tool) -> list[Problem]:
@@ -143,31 +155,38 @@ def _check_sql_tool(spec: DomainSpec, name: str, tool: m.SqlTool, conn, guard: G
     return problems
 
 
-def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
+def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = frozenset()) -> list[Problem]:
+    """Task references, arguments, assertion SQL and (with `replay`) every gold path. Without a compiled
+    domain (it has problems of its own) the checks that need none still run; references to entries that
+    were left out of a broken domain.yaml (`dropped`) are not reported twice."""
     d = opened.spec.domain
     compiled = opened.compiled
+    tools = compiled.tools if compiled is not None else dict.fromkeys(d.tools)
     problems: list[Problem] = []
-    conn = schema_connection(d)
+    tables_dropped = any(u[:2] == ("database", "tables") for u in dropped)
+    conn = None if tables_dropped else _schema_or_none(d, tolerate=compiled is None)
     guard = Guard(set(d.database.tables))
-    guard.install(conn)
+    if conn is not None:
+        guard.install(conn)
     for t in opened.tasks:
         task = t.task
         bad = False
-        if task.persona is not None and task.persona not in d.personas:
+        if task.persona is not None and task.persona not in d.personas and ("personas", task.persona) not in dropped:
             problems.append(t.problem(("persona",), f"undefined persona '{task.persona}'{_hint(task.persona, d.personas)}"))
         for group, calls in (("setup", task.setup), ("actions", task.expect.actions)):
             path0 = ("setup",) if group == "setup" else ("expect", "actions")
             for i, call in enumerate(calls):
                 tool_name, args = m.call_parts(call)
-                tool = compiled.tools.get(tool_name)
-                if tool is None:
-                    problems.append(t.problem(path0 + (i, tool_name), f"undefined tool '{tool_name}'{_hint(tool_name, compiled.tools)}"))
+                if tool_name not in tools:
+                    if ("tools", tool_name) not in dropped:
+                        problems.append(t.problem(path0 + (i, tool_name), f"undefined tool '{tool_name}'{_hint(tool_name, tools)}"))
                     bad = True
                     continue
-                for err in tool.argument_errors(args):
+                tool = tools[tool_name]
+                for err in tool.argument_errors(args) if tool is not None else ():
                     problems.append(t.problem(path0 + (i, tool_name), f"arguments break {tool_name}'s schema: {err}"))
                     bad = True
-        for i, a in enumerate(task.expect.assert_):
+        for i, a in enumerate(task.expect.assert_ if conn is not None else ()):
             error = explain(conn, guard, a.query, "read")
             if not error and param_names(a.query):  # nothing binds them: replay would fail with a driver error
                 error = f"assertions take no parameters (:{param_names(a.query)[0]}); write the value into the SQL"
@@ -176,7 +195,8 @@ def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
                 bad = True
         if replay and not bad:
             problems.extend(_replay(opened, t))
-    conn.close()
+    if conn is not None:
+        conn.close()
     return problems
 
 
@@ -243,8 +263,13 @@ def open_domain(name: str | DomainRef, with_tasks: bool = True, trust: bool = Fa
 
 def validate_domain(name: str, trust: bool = False) -> Opened:
     """Everything `muactl validate` checks; raises SpecError listing every problem. Gold paths that call
-    python tools are replayed only with trust (otherwise they are reported as needing --trust)."""
-    opened = open_domain(name, trust=trust)
+    python tools are replayed only with trust (otherwise they are reported as needing --trust).
+    When the domain or some tasks have problems, the later checks still run on what parsed, so one run
+    reports everything it can."""
+    try:
+        opened = open_domain(name, trust=trust)
+    except SpecError as e:
+        raise SpecError(e.problems + _checks_on_what_parsed(name, trust)) from None
     problems = check_tasks(opened)
     if opened.templates:
         from .templates import check_templates
@@ -253,3 +278,39 @@ def validate_domain(name: str, trust: bool = False) -> Opened:
     if problems:
         raise SpecError(problems)
     return opened
+
+
+def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
+    """The checks open_domain stopped short of, on what parsed: the domain's own checks on the entries
+    that loaded; then, with the broken tools left out, the seed rows (compiling) and the tasks
+    (references, arguments, assertion SQL, and the gold paths that avoid the broken tools)."""
+    import dataclasses
+
+    from .spec.load import load_domain_salvaged, load_tasks_partial
+
+    ref = find_domain(name)
+    salvaged = load_domain_salvaged(ref.root)
+    if salvaged.spec is None:
+        return []
+    spec, dropped = salvaged.spec, set(salvaged.dropped)
+    if any(u[:2] == ("database", "tables") for u in dropped):
+        # a table left out would make every statement and task that uses it a second, false problem:
+        # only the task checks that need no schema run
+        tasks, _ = load_tasks_partial(ref.tasks_dir)
+        return check_tasks(Opened(ref, spec, None, tasks), replay=False, dropped=dropped)
+    problems = check_domain(spec)
+    broken = {p.key.split(".")[1] for p in problems if p.key.startswith("tools.")}
+    dropped |= {("tools", t) for t in broken}
+    tables_ok = not any(p.key.startswith("database.") for p in problems) and not any(u[:1] == ("database",) for u in dropped)
+    spec = dataclasses.replace(spec, domain=spec.domain.model_copy(
+        update={"tools": {k: v for k, v in spec.domain.tools.items() if k not in broken}}))
+    compiled = None
+    if tables_ok and not any(isinstance(t, m.McpTool) for t in spec.domain.tools.values()):
+        try:
+            compiled = compile_domain(spec)
+            compiled.trust = trust
+        except SpecError as e:  # seed rows that do not fit the schema
+            problems += e.problems
+    tasks, _ = load_tasks_partial(ref.tasks_dir)  # their own parse problems were reported by open_domain
+    problems += check_tasks(Opened(ref, spec, compiled, tasks), replay=compiled is not None, dropped=dropped)
+    return problems

@@ -34,6 +34,19 @@ def test_init_validate_tools_call(project):
     assert r.exit_code == 0 and r.output.strip() == "p1"
 
 
+def test_init_other_names_get_a_neutral_starter(in_tmp):
+    r = runner.invoke(app, ["init", "library"])
+    assert r.exit_code == 0, r.output
+    written = [p for p in (in_tmp / "domains" / "library").rglob("*") if p.is_file()]
+    written += [p for p in (in_tmp / "tasks" / "library").rglob("*") if p.is_file()]
+    assert not [p for p in written if "clinic" in p.read_text().lower() or "appointment" in p.read_text().lower()]
+    assert "library:" in (in_tmp / "domains" / "library" / "domain.yaml").read_text()  # the description names it
+    r = runner.invoke(app, ["validate", "library"])
+    assert r.exit_code == 0 and "3 tools, 4 tasks" in r.output, r.output
+    r = runner.invoke(app, ["eval", "library", "--agent", "oracle", "--split", "all"])
+    assert r.exit_code == 0 and "1.000" in r.output, r.output
+
+
 def test_init_refuses_to_overwrite(project):
     r = runner.invoke(app, ["init", "clinic"])
     assert r.exit_code == 2 and "--force" in r.output

@@ -314,3 +314,48 @@ def test_two_resumes_of_one_run_the_second_is_told_who_holds_it(runs_root):
         holder.wait()
     r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)  # the holder died: the lock went with it
     assert r.exit_code == 0, r.output
+
+
+def test_a_run_whose_process_died_shows_as_interrupted_with_its_resume_command(runs_root):
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys; from muactl.runs import RunStore; s = RunStore.create('eval', 'bank', {}, run_id=sys.argv[1]); "
+            "s.update(status='running'); print('up', flush=True); sys.stdin.readline(); os.kill(os.getpid(), signal.SIGKILL)")
+    env = dict(os.environ, MUACTL_RUNS=str(runs_root))
+    proc = subprocess.Popen([sys.executable, "-c", code, "r1"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    assert RunStore.open("r1").info()["status"] == "running"  # its process is alive: still running
+    proc.communicate("go\n")  # now it dies by SIGKILL, without a word to the run store
+    info = RunStore.open("r1").info()
+    assert info["status"] == "interrupted" and info["resume"] == "muactl eval --resume r1"
+    r = runner.invoke(app, ["runs"], env=WIDE)
+    assert "interrupted" in r.output and "continue with: muactl eval --resume r1" in r.output, r.output
+    r = runner.invoke(app, ["runs", "show", "r1"], env=WIDE)
+    assert "continue with: muactl eval --resume r1" in r.output, r.output
+
+
+def test_report_plots_have_integer_steps_readable_labels_honest_ranges_and_a_kl_note(runs_root):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from muactl.report import figure, write_report
+
+    store = RunStore.create("grpo", "bank", {"grpo": {"beta": 0.0}}, run_id="g")
+    for step in (1, 2, 3):
+        store.log_metrics(step, {"reward": 0.5 + 0.001 * step, "rollout/turns": 4.0})
+    store.update(status="finished")
+    page = write_report("g").read_text()
+    assert "grpo.beta is 0" in page and "no KL" in page
+    assert (runs_root / "g" / "report" / "reward.png").is_file() and not (runs_root / "g" / "report" / "kl.png").exists()
+    fig = figure(plt, [1, 2, 3], [0.501, 0.502, 0.503], "Mean reward per GRPO step", "mean reward", "unit")
+    ax = fig.axes[0]
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert ax.get_ylim() == (-0.05, 1.05)  # a flat reward looks flat, not like noise
+    assert ax.get_ylabel() == "mean reward" and ax.get_xlabel() == "training step"
+    turns = figure(plt, [1, 2], [4.0, 4.0], "Agent turns per episode", "turns", "zero").axes[0]
+    assert turns.get_ylim()[0] == 0.0
+    plt.close("all")

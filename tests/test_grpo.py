@@ -74,7 +74,7 @@ def make_rollouts(tmp_path, user_factory=None, **grpo):
 
 
 def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
-    rollouts, lm = make_rollouts(tmp_path)
+    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=False)
     ids = ["move-quin", "move-quin", "close-ned", "close-ned"]
     trainer = FakeTrainer(lm.model)
     out = rollouts([[{"role": "user", "content": t}] for t in ids], trainer)
@@ -111,11 +111,22 @@ def test_infra_errors_are_dropped_not_scored_zero(tmp_path):
 
 
 def test_all_equal_groups_are_counted(tmp_path):
-    rollouts, lm = make_rollouts(tmp_path)
+    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=False)
     trainer = FakeTrainer(lm.model)
     # a refusal task: the untrained policy never acts, so both rollouts succeed: no signal in the group
     rollouts([[{"role": "user", "content": "refuse-overdraft-fay"}]] * 2, trainer)
     assert trainer._metrics["train"]["rollout/all_equal_groups"] == [1.0]
+
+
+def test_groups_without_signal_are_rerun_on_another_training_task(tmp_path):
+    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=True)
+    trainer = FakeTrainer(lm.model)
+    out = rollouts([[{"role": "user", "content": "refuse-overdraft-fay"}]] * 2, trainer)
+    assert len(out["episode_reward"]) == 2
+    saved = {e["task_id"] for e in rollouts.store.episodes(step=1)}
+    train_ids = {t.task.id for t in rollouts.opened.tasks if t.split == "train"}
+    assert len(saved) == 1 and saved != {"refuse-overdraft-fay"} and saved <= train_ids  # never a test task
+    assert trainer._metrics["train"]["rollout/equal_after_resample"][0] in (0.0, 1.0)
 
 
 # ---------------------------------------------------------------- real runs
@@ -215,6 +226,7 @@ def test_pipeline_synth_and_eval_stages_draw_template_instances(in_tmp):
     assert r.exit_code == 0, r.output
     stages = json.loads((in_tmp / "runs" / "p2" / "stages.json").read_text())
     assert stages["synth"]["kept"] == 7
+    assert "synth: kept 7 of 7 episodes: 0 duplicates dropped, 0 failed (reward 0)" in r.output
     records = [json.loads(line) for line in open(stages["synth"]["data"])]
     templates = {rec["task_id"].rsplit("-", 1)[0] for rec in records}
     assert templates == {"move", "move-all", "close", "balance", "refuse-overdraft", "refuse-close-nonempty", "human"}

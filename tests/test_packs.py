@@ -340,3 +340,17 @@ def test_install_cleans_staging_folders_an_interrupted_install_left(project):
         (folder / "clinic").mkdir(parents=True)
     packs.install_pack(_pack(project))
     assert not any(f.exists() for f in stale) and live.exists()
+
+
+def test_shadowing_order_is_local_then_installed_then_builtin(project, tmp_path):
+    """The order the README documents: ./domains beats the installed library, which beats the built-ins."""
+    packs.install_pack(_pack(project))  # clinic: local and installed
+    bank = project / "bank-pack.muapack"
+    assert runner.invoke(app, ["pack", "bank", "-o", str(bank)]).exit_code == 0
+    packs.install_pack(bank)  # bank: installed and built-in
+    assert find_domain("clinic").origin == "local"
+    assert find_domain("bank").origin == "installed"
+    assert find_domain("retail").origin == "builtin"
+    rows = json.loads(runner.invoke(app, ["domains", "--json"]).output)
+    assert [(r["origin"], r["shadowed"]) for r in rows if r["name"] == "clinic"] == [("local", False), ("installed", True)]
+    assert [(r["origin"], r["shadowed"]) for r in rows if r["name"] == "bank"] == [("installed", False), ("builtin", True)]

@@ -73,6 +73,7 @@ def test_synth_keeps_successes_drops_duplicates_and_writes_trl_format(in_tmp):
     assert stats["episodes"] == 88 and stats["successes"] == 88
     # oracle + scripted user is deterministic: the second trial of each task is an exact duplicate
     assert stats["kept"] == len(rows) and stats["duplicates_dropped"] >= 44
+    assert f"kept {len(rows)} of 88 episodes: {stats['duplicates_dropped']} duplicates dropped, 0 failed" in r.output
     assert len({json.dumps(r["messages"]) for r in rows}) == len(rows)
     calls = [c for r in rows for m in r["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])]
     assert calls and all(c["type"] == "function" and isinstance(c["function"]["arguments"], dict) for c in calls)
@@ -106,6 +107,7 @@ def test_synth_rejects_failed_episodes(in_tmp):
     # a do-nothing agent still "succeeds" on refusal tasks (no change is the right outcome) and nowhere else
     refuse = {t for t, row in stats["per_task"].items() if row["successes"]}
     assert stats["kept"] + stats["duplicates_dropped"] == len(refuse) < stats["episodes"]
+    assert stats["failed"] == stats["episodes"] - len(refuse) and stats["infra_errors"] == 0
     assert all(r["reward"] == 1 for r in map(json.loads, (in_tmp / "x.jsonl").read_text().splitlines()))
 
 
@@ -171,6 +173,7 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
             "sft.logging_steps=1", "run_id=sft-test"]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
+    assert "sft: precision: " in r.output and "batch 2 x grad_accum 1" in r.output
     run = in_tmp / "runs" / "sft-test"
     final = run / "checkpoint-final"
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()
@@ -254,3 +257,25 @@ def test_example_configs_compose():
     assert quick.model.name == "smollm2-135m" and list(quick.stages) == ["synth", "sft", "grpo", "eval"]
     gpu = compose(examples / "gpu-qwen3.yaml", [])
     assert "Qwen3" in gpu.model.name and gpu.user.kind == "litellm"
+
+
+def test_precision_note_says_which_and_why(monkeypatch):
+    import torch
+
+    from muactl.models import precision_note
+
+    assert precision_note("float32") == "precision: float32 weights (model.dtype=float32)"
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("MUACTL_CPU_BF16", "0")
+        assert precision_note(None) == "precision: float32 weights (MUACTL_CPU_BF16=0)"
+
+
+def test_sft_batch_defaults_fit_the_model():
+    from muactl.models import sft_batch
+
+    assert sft_batch("smollm2-135m", None, None, cuda=False) == (2, 4)  # 8 examples per update, 2 at a time
+    assert sft_batch("tiny", None, None, cuda=False) == (8, 1)
+    assert sft_batch("Qwen/Qwen3-8B", None, None, cuda=False) == (1, 8)
+    assert sft_batch("Qwen/Qwen3-8B", None, None, cuda=True) == (8, 1)
+    assert sft_batch("smollm2-135m", 4, None, cuda=False) == (4, 1)  # explicit settings are taken as given
+    assert sft_batch("smollm2-135m", 2, 3, cuda=False) == (2, 3)

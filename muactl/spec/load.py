@@ -252,15 +252,84 @@ def load_domain(root: Path) -> DomainSpec:
     domain, problems = validate(doc, m.Domain)
     if domain is None:
         raise SpecError(problems)
+    return _finish_domain(root, doc, domain, problems)
+
+
+def _finish_domain(root: Path, doc: Located, domain: m.Domain, problems: list[Problem], strict: bool = True) -> DomainSpec:
+    """Policy, guidelines and seed files; with `strict`, any problem raises, else the spec keeps what loaded."""
+    path = root / "domain.yaml"
     files = [path]
     policy = _text_or_file(root, domain.policy, doc, "policy", problems, files)
     guidelines = None
     if domain.user_guidelines:
         guidelines = _text_or_file(root, domain.user_guidelines, doc, "user_guidelines", problems, files)
     seeds = _load_seeds(root, domain, doc, problems, files)
-    if problems:
+    if problems and strict:
         raise SpecError(problems)
     return DomainSpec(domain, root, doc, policy, guidelines, seeds, files)
+
+
+@dataclass
+class Salvaged:
+    """What `muactl validate` can still check when domain.yaml has problems: the spec without its broken
+    entries (None when nothing usable remains), every problem found so far, and what was left out."""
+
+    spec: DomainSpec | None
+    problems: list[Problem]
+    dropped: set[tuple] = field(default_factory=set)  # ("tools", name), ("personas", name), ("database", "tables", t) ...
+
+
+def load_domain_salvaged(root: Path) -> Salvaged:
+    """Like load_domain, but instead of stopping at the first round of problems, leaves out each broken
+    entry (a tool, a table, a persona, an unknown key) and validates the rest, so the later checks
+    (SQL, seed rows, tasks) run on what parsed and `muactl validate` reports everything in one run."""
+    try:
+        return Salvaged(load_domain(root), [])
+    except SpecError as e:
+        problems = list(e.problems)
+    try:
+        doc = load_yaml(root / "domain.yaml")
+    except SpecError:
+        return Salvaged(None, problems)
+    if not isinstance(doc.data, dict):
+        return Salvaged(None, problems)
+    data, dropped = json.loads(json.dumps(doc.data, default=str)), set()
+    for _ in range(4):
+        try:
+            domain = m.Domain.model_validate(data)
+        except ValidationError as e:
+            units = {_unit(_clean_loc(tuple(err["loc"]), data)) for err in e.errors()}
+            units.discard(())
+            if not units or not all(_drop(data, u) for u in units):
+                return Salvaged(None, problems, dropped)
+            dropped |= units
+            continue
+        files_problems: list[Problem] = []
+        spec = _finish_domain(root, doc, domain, files_problems, strict=False)
+        problems += [p for p in files_problems if p not in problems]
+        if any(p.key not in ("policy", "user_guidelines") for p in files_problems):
+            dropped.add(("database", "seed"))  # seed rows went missing: compiling them would report false problems
+        return Salvaged(spec, problems, dropped)
+    return Salvaged(None, problems, dropped)
+
+
+def _unit(loc: tuple) -> tuple:
+    """The entry to leave out for a problem at `loc`: a whole tool, persona or table, else the top-level key."""
+    if loc[:2] == ("database", "tables") and len(loc) >= 3:
+        return loc[:3]
+    if loc and loc[0] in ("tools", "personas", "database") and len(loc) >= 2:
+        return loc[:2]
+    return loc[:1]
+
+
+def _drop(data: dict, unit: tuple) -> bool:
+    node = data
+    for key in unit[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and unit[-1] in node:
+        del node[unit[-1]]
+        return True
+    return False
 
 
 def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Problem], files: list[Path]) -> dict[str, SeedSource]:
@@ -359,16 +428,27 @@ def _read_seed_file(file: Path, table: str, problems: list[Problem]) -> SeedSour
 
 def load_task_file(path: Path) -> list[TaskSpec]:
     """A task file is a list of tasks, or a mapping with a `tasks:` list."""
-    doc = load_yaml(path)
+    out, problems = load_task_file_partial(path)
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def load_task_file_partial(path: Path) -> tuple[list[TaskSpec], list[Problem]]:
+    """The tasks of a file that parsed, and the problems of those that did not."""
+    try:
+        doc = load_yaml(path)
+    except SpecError as e:
+        return [], list(e.problems)
     data = doc.data
     prefix: tuple = ()
     if isinstance(data, dict):
         if "tasks" not in data or set(data) - {"tasks"}:
             extra = sorted(set(data) - {"tasks"})
-            raise SpecError([doc.problem((extra[0],) if extra else (), "a task file is a list of tasks, or a mapping with only a 'tasks:' list")])
+            return [], [doc.problem((extra[0],) if extra else (), "a task file is a list of tasks, or a mapping with only a 'tasks:' list")]
         data, prefix = data["tasks"], ("tasks",)
     if not isinstance(data, list):
-        raise SpecError([doc.problem(prefix, "expected a list of tasks (each starting with '- id: ...')")])
+        return [], [doc.problem(prefix, "expected a list of tasks (each starting with '- id: ...')")]
     out, problems = [], []
     for i, item in enumerate(data):
         task, found = validate(doc, m.Task, item, prefix=prefix + (i,))
@@ -381,9 +461,7 @@ def load_task_file(path: Path) -> list[TaskSpec]:
                 problems.append(spec.problem(("id",), f"{path.name} is not named after a split (train.yaml, "
                                              "test.yaml), so each of its tasks needs `split: train` or `split: test`"))
             out.append(spec)
-    if problems:
-        raise SpecError(problems)
-    return out
+    return out, problems
 
 
 def task_files(tasks_dir: Path | None) -> list[Path]:
@@ -395,12 +473,19 @@ def task_files(tasks_dir: Path | None) -> list[Path]:
 
 def load_tasks(tasks_dir: Path | None) -> list[TaskSpec]:
     """All tasks of a domain, every file's problems reported together; duplicate ids are problems."""
+    out, problems = load_tasks_partial(tasks_dir)
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def load_tasks_partial(tasks_dir: Path | None) -> tuple[list[TaskSpec], list[Problem]]:
+    """The tasks that parsed (the first of each id) and every problem of the task files."""
     out, problems = [], []
     for path in task_files(tasks_dir):
-        try:
-            out.extend(load_task_file(path))
-        except SpecError as e:
-            problems.extend(e.problems)
+        tasks, found = load_task_file_partial(path)
+        out.extend(tasks)
+        problems.extend(found)
     seen: dict[str, TaskSpec] = {}
     for t in out:
         if t.task.id in seen:
@@ -408,6 +493,4 @@ def load_tasks(tasks_dir: Path | None) -> list[TaskSpec]:
             problems.append(t.problem(("id",), f"duplicate task id '{t.task.id}' (first defined at {first.file.name}:{first.doc.pos(first._prefix + ('id',))[0]})"))
         else:
             seen[t.task.id] = t
-    if problems:
-        raise SpecError(problems)
-    return out
+    return list(seen.values()), problems

@@ -53,7 +53,7 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
 def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
-    from ..models import _torch, load_tokenizer, resolve, training_precision
+    from ..models import _torch, load_tokenizer, precision_note, resolve, sft_batch, training_precision
     from ..validate import open_domain
     from .checkpoints import card_on_save, train_and_save
     from .synth import read_jsonl
@@ -71,6 +71,8 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     log(f"sft: {len(dataset)} examples ({skipped} longer than max_length skipped), {n_tokens} tokens, model {path}")
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
+    batch, accum = sft_batch(str(cfg.model.name), cfg.sft.batch_size, cfg.sft.grad_accum, cuda)
+    log(f"sft: {precision_note(cfg.model.dtype)}; batch {batch} x grad_accum {accum}")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     peft_config = None
     if cfg.sft.lora:
@@ -82,7 +84,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "sft")
     args = SFTConfig(
         output_dir=str(out_dir), num_train_epochs=cfg.sft.epochs, max_steps=cfg.sft.max_steps,
-        per_device_train_batch_size=cfg.sft.batch_size, gradient_accumulation_steps=cfg.sft.grad_accum,
+        per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
         learning_rate=cfg.sft.lr, lr_scheduler_type=cfg.sft.scheduler, warmup_steps=cfg.sft.warmup_ratio,
         weight_decay=cfg.sft.weight_decay, max_length=cfg.sft.max_length, logging_steps=cfg.sft.logging_steps,
         save_steps=cfg.sft.save_steps, save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed,

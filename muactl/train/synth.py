@@ -113,6 +113,13 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     return store, stats
 
 
+def describe(stats: dict[str, Any]) -> str:
+    """The one line a synth run ends with (the command and the recipe's synth stage)."""
+    infra = f", {stats['infra_errors']} not run (infra or user-simulator errors)" if stats.get("infra_errors") else ""
+    return (f"kept {stats['kept']} of {stats['episodes']} episodes: {stats['duplicates_dropped']} duplicates dropped, "
+            f"{stats['failed']} failed (reward 0){infra} -> {stats['output']}")
+
+
 def synth_stats(store: RunStore, path: Path) -> dict[str, Any]:
     eps = store.episodes()
     records = read_jsonl(path)
@@ -126,8 +133,11 @@ def synth_stats(store: RunStore, path: Path) -> dict[str, Any]:
             per_task[r["task_id"]]["kept"] += 1
     turns = [sum(1 for m in r["messages"] if m["role"] == "assistant") for r in records]
     chars = [sum(len(m.get("content") or "") for m in r["messages"]) for r in records]
-    return {"output": str(path), "episodes": len(eps), "successes": sum(int(e["success"]) for e in eps),
-            "kept": len(records), "duplicates_dropped": sum(int(e["success"]) for e in eps) - len(records),
+    infra = sum(e["termination"] in ("infra_error", "user_error") for e in eps)
+    successes = sum(int(e["success"]) for e in eps)
+    return {"output": str(path), "episodes": len(eps), "successes": successes,
+            "kept": len(records), "duplicates_dropped": successes - len(records),
+            "failed": len(eps) - successes - infra, "infra_errors": infra,
             "avg_assistant_turns": sum(turns) / len(turns) if turns else 0,
             "avg_chars": sum(chars) / len(chars) if chars else 0,
             "agent_completion_tokens": sum(e["completion_tokens"] or 0 for e in eps), "per_task": per_task}

@@ -377,8 +377,31 @@ def test_every_problem_in_every_file_is_reported_at_once(project):
     assert ("domain.yaml", 9, "policy") in where
     assert ("patients.jsonl", 2, "") in where
     assert ("train.yaml", 24, "[1].user.known") in where
-    # task references are checked only once the domain loads, so the persona is not among these
-    assert len(problems) == 3, "\n".join(map(str, problems))
+    # the task checks run on what parsed, though the domain has problems: the persona is among these
+    assert ("test.yaml", 3, "[0].persona") in where
+    assert len(problems) == 4, "\n".join(map(str, problems))
+
+
+def test_problems_of_every_phase_in_one_run(project):
+    """Five problems that used to take four runs (each phase stopped the next): a tool's unknown key,
+    SQL naming an unknown table, a seed value of the wrong type, an undefined persona, an unknown task key."""
+    sub("    description: List a patient's appointments", "    descripton: List a patient's appointments")(project / DOMAIN)
+    sub("FROM patients WHERE phone", "FROM patientz WHERE phone")(project / DOMAIN)
+    sub('"birth_year": 1990}', '"birth_year": "nineteen"}')(project / PATIENTS)
+    sub("- id: cancel-next-appointment\n  persona: polite", "- id: cancel-next-appointment\n  persona: polit")(project / TRAIN)
+    sub('    outputs: ["2026-12-09"]', '    outputs: ["2026-12-09"]\n    bogus: 1')(project / TRAIN)
+    problems = _problems()
+    keys = sorted((Path(p.file).name, p.key) for p in problems)
+    assert keys == [("domain.yaml", "tools.find_patient_by_phone.query"), ("domain.yaml", "tools.list_appointments.descripton"),
+                    ("patients.jsonl", "patients[1].birth_year"), ("train.yaml", "[0].persona"),
+                    ("train.yaml", "[1].expect.bogus")], "\n".join(map(str, problems))
+
+
+def test_gold_paths_replayed_when_only_task_files_have_problems(project):
+    sub("    known: Your phone number is 5550103.\n", "    known: a\n    known: b\n")(project / TRAIN)
+    sub("equals: cancelled", "equals: canceled")(project / TEST)
+    keys = sorted((Path(p.file).name, p.key) for p in _problems())
+    assert keys == [("test.yaml", "[0].expect.assert[0]"), ("train.yaml", "[1].user.known")], keys
 
 
 def test_structural_and_semantic_problems_in_different_files_together(project):
