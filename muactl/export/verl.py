@@ -241,12 +241,13 @@ Needs `pip install muactl` (and `muactl[mcp]` for domains with MCP tools) on eve
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from muactl.export.verl_runtime import EpisodeRunner
+from muactl.export.verl_runtime import EpisodeRunner, fit_prompt
 
 HERE = Path(__file__).resolve().parent
 
@@ -263,18 +264,22 @@ class MuactlAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {{}}
         task_id = info.get("task_id") or (kwargs.get("reward_model") or {{}}).get("ground_truth")
+        # verl does not tell a loop which rollout of its group it plays, and `index` is the same for all of
+        # them: each rollout draws its own seed (kept in extra_fields), so the group's users differ
+        seed = secrets.randbits(32)
         result = await self.runner.run(
             task_id, self.server_manager, self.tokenizer, dict(sampling_params),
-            response_length=int(self.rollout_config.response_length), seed=int(info.get("index", 0)))
+            response_length=int(self.rollout_config.response_length), seed=seed)
         return AgentLoopOutput(
-            prompt_ids=self._cap_text_prompt_length(result.prompt_ids),
+            prompt_ids=fit_prompt(result.prompt_ids, int(self.rollout_config.prompt_length)),
             response_ids=result.response_ids,
             response_mask=result.response_mask,
             response_logprobs=result.response_logprobs,
             reward_score=result.reward,
             num_turns=result.num_turns,
             metrics=AgentLoopMetrics(**result.metrics),
-            extra_fields={{"muactl_termination": result.termination, "muactl_success": bool(result.reward > 0)}},
+            extra_fields={{"muactl_termination": result.termination, "muactl_success": bool(result.reward > 0),
+                          "muactl_seed": seed}},
         )
 '''
 

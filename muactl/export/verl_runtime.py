@@ -53,6 +53,18 @@ class VerlPolicy(LocalAgent):
         return ids, lps
 
 
+def fit_prompt(prompt_ids: list[int], prompt_length: int) -> list[int]:
+    """The prompt as verl can pad it: at most rollout.prompt_length ids, cut from the left as verl's own
+    loops do (verl 0.9 has this as a private method of AgentLoopBase; 0.8.0 lacks it)."""
+    if len(prompt_ids) > prompt_length:
+        import logging
+
+        logging.getLogger(__name__).warning("prompt of %d tokens exceeds rollout.prompt_length=%d; left-truncating "
+                                            "(raise data.max_prompt_length)", len(prompt_ids), prompt_length)
+        return prompt_ids[-prompt_length:]
+    return prompt_ids
+
+
 @dataclass
 class EpisodeResult:
     prompt_ids: list[int]
