@@ -277,6 +277,20 @@ def with_progress(kind: str, label: str, run, on_interrupt: str):
             _fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
 
 
+# Episode limits and API-call settings, shared by eval and synth: EvalConfig's fields (tests check that
+# every field has its option and the same default).
+MAX_TOOL_ERRORS = typer.Option(4, "--max-tool-errors", min=0, help="Failed tool calls (and malformed replies) an "
+                               "episode survives; one more ends it (too_many_errors).")
+EPISODE_TIMEOUT = typer.Option(600.0, "--episode-timeout", min=1.0, help="Seconds one episode may run (then: timeout).")
+MAX_TOKENS = typer.Option(1024, "--max-tokens", min=1, help="Tokens per API reply: API agents, LLM users, judges, "
+                          "simulated tools (local models: --max-new-tokens).")
+REQUEST_TIMEOUT = typer.Option(60.0, "--request-timeout", min=1.0, help="Seconds per API request before it is "
+                               "retried; raise it for a slow (CPU-hosted) server.")
+RETRIES = typer.Option(4, "--retries", min=0, help="Retries of a failed API call (rate limit, 5xx, timeout); then "
+                       "the episode is infra_error (not counted).")
+BACKOFF = typer.Option(1.0, "--backoff", min=0.0, help="Seconds before the first API retry; doubles per retry.")
+
+
 @command("eval")
 def eval_cmd(
     domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
@@ -292,6 +306,12 @@ def eval_cmd(
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes in flight at once."),
     seed: int = typer.Option(0, "--seed", help="Run seed (each episode's seed derives from it)."),
     max_turns: int = typer.Option(24, "--max-turns", min=1, help="Agent turns before an episode is cut."),
+    max_tool_errors: int = MAX_TOOL_ERRORS,
+    episode_timeout: float = EPISODE_TIMEOUT,
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
+    backoff: float = BACKOFF,
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent."),
     user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
     temperature: float = typer.Option(0.0, "--temperature", help="Agent sampling temperature (0: greedy)."),
@@ -324,7 +344,9 @@ def eval_cmd(
                      tasks=[templates] if templates else list(task), n=n, db=db, trials=trials,
                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                      user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust)
+                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust,
+                     max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
+                     llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff)
     store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb),
                                    "finished episodes are saved. Continue with: muactl eval --resume {run_id}")
     print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
@@ -351,6 +373,12 @@ def synth(
     temperature: float = typer.Option(0.0, "--temperature", help="Teacher temperature (use > 0 with trials > 1)."),
     user_temperature: float = typer.Option(0.0, "--user-temperature"),
     max_turns: int = typer.Option(24, "--max-turns", min=1),
+    max_tool_errors: int = MAX_TOOL_ERRORS,
+    episode_timeout: float = EPISODE_TIMEOUT,
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
+    backoff: float = BACKOFF,
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted synth run."),
     from_chats: Optional[str] = typer.Option(None, "--from-chats", help="Export a `muactl chat` run's good chats instead."),
@@ -389,7 +417,9 @@ def synth(
     cfg = SynthConfig(domain=domain or "", agent=agent, user=user, split=split, tasks=ids, n=n, db=db, trials=trials,
                       concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                       user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode)
+                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode,
+                      max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
+                      llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff)
     store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
                                  "continue with: muactl synth --resume {run_id}")
     typer.echo(f"kept {stats['kept']} of {stats['episodes']} episodes ({stats['successes']} with reward 1, "
@@ -747,6 +777,9 @@ def chat(
     user: str = typer.Option("scripted", "--user", help="The simulated user in --watch: scripted | hf:<model> | a litellm model id."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent (and the --watch user)."),
     pace: float = typer.Option(1.0, "--pace", min=0.0, help="Seconds before each simulated user turn in --watch."),
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
 ) -> None:
     """Talk to an agent as its user in a terminal UI; see every tool call and what it did to the database.
@@ -769,7 +802,8 @@ def chat(
     from .chat import ChatConfig, run_chat  # imports textual: only this command pays for it
 
     cfg = ChatConfig(domain=domain, agent=agent, task=task, show_goal=show_goal, watch=watch, user=user,
-                     api_base=api_base, user_api_base=api_base, trust=trust, pace_s=pace)
+                     api_base=api_base, user_api_base=api_base, trust=trust, pace_s=pace, max_tokens=max_tokens,
+                     llm_timeout_s=request_timeout, retries=retries)
     chats = run_chat(cfg, opened)
     if chats.store is None:
         typer.echo("no chat was saved")

@@ -30,8 +30,8 @@ class EvalConfig:
     concurrency: int = 8
     seed: int = 0
     max_turns: int = 24
-    max_tool_errors: int = 4
-    timeout_s: float = 600.0
+    max_tool_errors: int = 4  # an episode ends (too_many_errors) past this many failed tool calls
+    timeout_s: float = 600.0  # wall-clock limit of one episode (timeout)
     opening: str | None = None
     api_base: str | None = None  # for the agent
     user_api_base: str | None = None
@@ -40,9 +40,16 @@ class EvalConfig:
     max_new_tokens: int = 256
     tool_model: str | None = None  # litellm model that plays simulated tools
     trust: bool = False
+    # every API call (API agents and users, judges, simulated tools): a slow server needs a longer timeout
+    max_tokens: int = 1024  # tokens per API reply
     retries: int = 4
-    llm_timeout_s: float = 60.0
+    llm_timeout_s: float = 60.0  # per request
     backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
+
+    def llm_options(self) -> dict[str, Any]:
+        """The API-call settings as make_agent, make_user and the tool players take them."""
+        return {"timeout_s": self.llm_timeout_s, "retries": self.retries, "backoff_s": self.backoff_s,
+                "max_tokens": self.max_tokens}
 
 
 def select_tasks(opened, split: str | None, ids: list[str]):
@@ -112,19 +119,17 @@ def build_parts(cfg: EvalConfig, opened):
     from .env.user import make_user
 
     agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                       max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.llm_timeout_s, retries=cfg.retries,
-                       backoff_s=cfg.backoff_s)
+                       max_new_tokens=cfg.max_new_tokens, **cfg.llm_options())
     if cfg.tool_model:
         from .env.simulated import simulated_player
 
-        player = simulated_player(cfg.tool_model, cfg.api_base, cfg.llm_timeout_s, cfg.retries, cfg.backoff_s)
+        player = simulated_player(cfg.tool_model, cfg.api_base, **cfg.llm_options())
         opened.compiled.players["simulated"] = player
         if getattr(cfg, "tools", "real") == "simulated":  # the LLM plays every SQL tool; the real DB keeps score
             opened.compiled.players["sql"] = player
 
     def user_factory():
-        return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature,
-                         timeout_s=cfg.llm_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s)
+        return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature, **cfg.llm_options())
 
     return agent, user_factory
 

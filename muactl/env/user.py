@@ -220,7 +220,7 @@ class HFUser(UserSimulator):
 
 
 def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, timeout_s: float = 60.0,
-              retries: int = 4, backoff_s: float = 1.0) -> UserSimulator:
+              retries: int = 4, backoff_s: float = 1.0, max_tokens: int | None = 1024) -> UserSimulator:
     """'scripted', 'hf:<model>', or any litellm model id (e.g. openai/gpt-4o-mini)."""
     if spec == "scripted":
         return ScriptedUser()
@@ -229,4 +229,4 @@ def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, 
     from ..llm import LLMConfig
 
     return LiteLLMUser(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries,
-                                backoff_s=backoff_s))
+                                backoff_s=backoff_s, max_tokens=max_tokens))
