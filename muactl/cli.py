@@ -249,11 +249,27 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
     for k in keys + ["avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
-                     "tasks", "avg_turns", "tool_error_rate", "avg_tool_errors",
-                     "prompt_tokens", "completion_tokens", "cost"]:
+                     "tasks", "avg_turns", "effective_turns", "first_correct_write", "correct_write_share", "user_turns",
+                     "tool_error_rate", "avg_tool_errors", "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:
             table.add_row(k, _fmt(summary[k]))
     table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
+    Console().print(table)
+    if summary.get("user_fidelity", {}).get("episodes"):
+        print_fidelity([{"task_id": "all tasks", **summary["user_fidelity"]}], "simulated user fidelity")
+
+
+def print_fidelity(rows: list[dict], title: str) -> None:
+    """Each fidelity check as the share of episodes where it held (of those it applies to)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .fidelity import CHECKS
+
+    table = Table("task", *[c.replace("_", " ") for c in CHECKS], "faithful", title=title)
+    for r in rows:
+        cells = [f"{_fmt(r[c])} ({r[c + '_n']})" if r.get(c) is not None else "-" for c in CHECKS]
+        table.add_row(r["task_id"], *cells, _fmt(r.get("faithful")))
     Console().print(table)
 
 
@@ -635,7 +651,7 @@ def _runs_show(run_id: str, episode: Optional[int]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .evaluate import per_task
+    from .evaluate import fidelity_per_task, per_task
     from .runs import RunStore
 
     store = RunStore.open(run_id)
@@ -650,6 +666,9 @@ def _runs_show(run_id: str, episode: Optional[int]) -> None:
             table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["infra"]),
                           ", ".join(f"{k} {v}" for k, v in r["terminations"].items()))
         console.print(table)
+        fidelity = [r for r in fidelity_per_task(eps) if r["episodes"]]
+        if fidelity:
+            print_fidelity(fidelity, "simulated user fidelity per task (share of episodes; in brackets: how many it applies to)")
         table = Table("#", "task", "trial", "reward", "termination", "turns", "tool calls", "tool errors")
         for i, e in enumerate(eps, 1):
             table.add_row(str(i), e["task_id"], str(e["trial"]), _fmt(e["reward"]), e["termination"], str(e["turns"]),

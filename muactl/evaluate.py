@@ -99,7 +99,37 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
     for key in ("first_call_right", "gold_calls_made"):
         vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
         out[key] = sum(vals) / len(vals) if vals else None
+    out.update(interaction_summary(episodes))
+    out["user_fidelity"] = fidelity_summary(episodes)
     return out
+
+
+def _played(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Episodes that ran (an API that kept failing says nothing about the agent or the user)."""
+    return [e for e in episodes if e["termination"] != "infra_error"]
+
+
+def interaction_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """UserRL's interaction figures per episode (tool errors per episode are avg_tool_errors)."""
+    from .fidelity import summarize_interaction
+
+    out = summarize_interaction([e["interaction"] for e in _played(episodes) if e.get("interaction")])
+    out.pop("tool_errors")
+    return out
+
+
+def fidelity_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the simulated user behaved, check by check (muactl/fidelity.py)."""
+    from .fidelity import summarize_fidelity
+
+    return summarize_fidelity([e.get("fidelity") or {} for e in _played(episodes) if e.get("fidelity")])
+
+
+def fidelity_per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for e in episodes:
+        by_task.setdefault(e["task_id"], []).append(e)
+    return [{"task_id": tid, **fidelity_summary(eps)} for tid, eps in by_task.items()]
 
 
 def per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -100,7 +100,9 @@ class FakeServerManager:
 
 
 def oracle_turns(task, compiled) -> list[str]:
-    agent, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=compiled)
+    # the user said yes to every proposed change
+    agent, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=compiled,
+                                                messages=[{"role": "user", "content": "Yes, go ahead."}])
     out = []
     for _ in range(len(task.task.expect.actions) * 2 + 3):
         reply = asyncio.run(agent.act(ctx))

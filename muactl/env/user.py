@@ -44,6 +44,8 @@ def user_system_prompt(ctx: EpisodeContext) -> str:
         parts.append(f"\n# What you do not know\n{goal.unknown.strip()}")
     if goal.instructions:
         parts.append(f"\n# Further instructions\n{goal.instructions.strip()}")
+    parts.append("\n# When the agent asks you to confirm a change\n" + (
+        "Say yes." if goal.consent else "Say no: you do not want that change made. Then end the conversation."))
     return "\n".join(parts)
 
 
@@ -116,7 +118,7 @@ _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may
 
 class ScriptedUser(UserSimulator):
     """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
-    says yes to confirmations, and stops when the agent no longer asks anything. For tests, cheap
+    answers confirmations as the task says (user.consent), and stops when the agent no longer asks anything. For tests, cheap
     debugging and CPU training; it does not change its mind or wander like an LLM user."""
 
     name = "scripted"
@@ -129,7 +131,7 @@ class ScriptedUser(UserSimulator):
         if not said:
             return UserReply(first_person(goal.reason))
         if _CONFIRM.search(last):
-            return UserReply("Yes, please go ahead.")
+            return UserReply("Yes, please go ahead." if goal.consent else "No, please do not make that change.")
         if _ASK.search(last):
             known = first_person(goal.known) if goal.known else ""
             if known and known not in said:
