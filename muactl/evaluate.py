@@ -99,7 +99,7 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
     for key in ("first_call_right", "gold_calls_made"):
         vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
         out[key] = sum(vals) / len(vals) if vals else None
-    out.update(interaction_summary(episodes))
+    out.update({k: v for k, v in interaction_summary(episodes).items() if k != "tool_errors"})  # avg_tool_errors
     out["user_fidelity"] = fidelity_summary(episodes)
     return out
 
@@ -110,12 +110,10 @@ def _played(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def interaction_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """UserRL's interaction figures per episode (tool errors per episode are avg_tool_errors)."""
+    """UserRL's interaction figures per episode."""
     from .fidelity import summarize_interaction
 
-    out = summarize_interaction([e["interaction"] for e in _played(episodes) if e.get("interaction")])
-    out.pop("tool_errors")
-    return out
+    return summarize_interaction([e["interaction"] for e in _played(episodes) if e.get("interaction")])
 
 
 def fidelity_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,6 +14,10 @@ PLOTS = [  # (file, title, metric names tried in order)
     ("reward.png", "reward per step", ["reward", "rewards/reward_from_episode/mean"]),
     ("success.png", "success rate per step", ["rollout/success"]),
     ("turns.png", "agent turns per episode", ["rollout/turns"]),
+    ("effective_turns.png", "effective agent turns per episode (no tool error)", ["rollout/effective_turns"]),
+    ("first_correct_write.png", "agent turn of the first correct write", ["rollout/first_correct_write"]),
+    ("user_turns.png", "user turns per episode", ["rollout/user_turns"]),
+    ("tool_errors.png", "tool errors per episode", ["rollout/tool_errors"]),
     ("kl.png", "KL to the reference per step", ["kl"]),
     ("sft_loss.png", "SFT loss per step", ["sft/loss"]),
 ]
@@ -112,9 +116,14 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
         eps = sub.episodes()
         if not eps:
             continue
-        from .evaluate import per_task
+        from .evaluate import fidelity_per_task, fidelity_summary, interaction_summary, per_task
 
         parts.append(f"<h2>Episodes: {html.escape(sub.id)}</h2>" + _table(per_task(eps)[:50]))
+        parts.append("<h3>Interaction</h3>" + _table([interaction_summary(eps)]))
+        fidelity = [r for r in [{"task_id": "all tasks", **fidelity_summary(eps)}, *fidelity_per_task(eps)] if r["episodes"]]
+        if fidelity:
+            parts.append("<h3>Simulated user fidelity</h3><p>share of episodes where each check held "
+                         "(<code>_n</code>: how many it applies to)</p>" + _table(fidelity[:51]))
         shown = sorted(eps, key=lambda e: (-e["reward"], e["id"]))[:1] + [e for e in eps if e["reward"] < 1][: transcripts - 1]
         for e in shown:
             parts.append(f"<h3>{html.escape(e['task_id'])} (trial {e['trial']}): reward {e['reward']}, {html.escape(e['termination'])}</h3>"

@@ -131,3 +131,40 @@ def test_older_runs_gain_the_new_columns(runs_root):
     assert {"fidelity", "interaction"} <= set(again.db["episodes"].columns_dict)
     assert again.episodes()[0]["fidelity"] == {}
     assert runner.invoke(app, ["runs", "show", store.id], env=WIDE).exit_code == 0
+
+
+def test_small_local_users_get_a_role_reminding_prompt():
+    """What a small local model playing the user is given (the model itself is not needed to check it)."""
+    from types import SimpleNamespace
+
+    from muactl.env.user import HFUser, small_model_messages
+    from muactl.validate import open_domain
+
+    bank = open_domain("bank")
+    task = bank.task("move-quin")
+    agent_msgs = [{"role": "user", "content": "I want to move 10 from my checking account to my holiday account."},
+                  {"role": "assistant", "content": "Could you please give me your name?"}]
+    ctx = SimpleNamespace(task=task, domain=bank.compiled, messages=[{"role": "system", "content": "x"}, *agent_msgs],
+                          seed=0, state={})
+    msgs = small_model_messages(ctx)
+    assert msgs[0]["role"] == "system" and "You are a CUSTOMER" in msgs[0]["content"]
+    assert "I want to move 10" in msgs[0]["content"] and "Quin" in msgs[0]["content"]
+    assert "'Yes, please go ahead.'" in msgs[0]["content"] and "###STOP###" in msgs[0]["content"]
+    # roles flipped: the agent's words are the model's "user" turns, marked as the agent's, with the reminder
+    assert [m["role"] for m in msgs[1:]] == ["assistant", "user"]
+    assert msgs[-1]["content"].startswith("Support agent: Could you please give me your name?")
+    assert "(You are the customer." in msgs[-1]["content"]
+    opening = small_model_messages(SimpleNamespace(task=task, domain=bank.compiled, messages=[], seed=0, state={}))
+    assert opening[-1]["content"].startswith("Support agent: Hello, how can I help you today?")
+
+    class Model:  # the model boundary: what it was asked, and a fixed answer
+        def chat(self, messages, max_new_tokens, temperature, seed):
+            self.seen = messages
+            return "My name is Quin."
+
+    user = HFUser("smollm2-135m")
+    user._lm = Model()
+    import asyncio
+
+    reply = asyncio.run(user.respond(ctx))
+    assert reply.content == "My name is Quin." and user._lm.seen == msgs

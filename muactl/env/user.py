@@ -200,11 +200,42 @@ class LiteLLMUser(UserSimulator):
         return {"user": "litellm", "model": self.cfg.model, "temperature": self.cfg.temperature, "api_base": self.cfg.api_base}
 
 
-class HFUser(UserSimulator):
-    """A local transformers model plays the user with the same prompt (no batching: users are cheap here)."""
+def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
+    """The user's prompt for small local models, which slip into the assistant role they were tuned for:
+    a short system prompt that names the role, the agent's words marked as the agent's, and a reminder
+    of the role, the goal and the stop token after the agent's last message."""
+    goal = ctx.task.task.user
+    persona = ctx.domain.spec.domain.personas.get(ctx.task.task.persona or "", "")
+    lines = ["You are a CUSTOMER writing to a company's support agent. You are not the agent: never offer help, "
+             "never ask the agent what it wants. Write one or two short sentences per message.",
+             f"Your request: {first_person(goal.reason)}"]
+    if goal.known:
+        lines.append(f"Facts you give when the agent asks: {first_person(goal.known)}")
+    if goal.unknown:
+        lines.append(f"You do not know: {first_person(goal.unknown)} Never make such things up.")
+    if goal.instructions:
+        lines.append(f"Also: {goal.instructions.strip()}")
+    if persona:
+        lines.append(f"Your manner: {persona.strip()}")
+    lines.append("When the agent asks you to confirm a change, answer " + (
+        "'Yes, please go ahead.'" if goal.consent else "'No, please do not make that change.'"))
+    lines.append(f"When the agent says your request is complete, or you have nothing left to ask, write only {STOP}.")
+    history = [dict(m, content=f"Support agent: {m['content']}") if m["role"] == "user" else m
+               for m in flipped_history(ctx)]
+    reminder = (f"(You are the customer. Your request: {first_person(goal.reason)} Reply to the agent in one or "
+                f"two sentences; write {STOP} if your request is complete.)")
+    if not history or history[-1]["role"] != "user":
+        history.append({"role": "user", "content": "Support agent: Hello, how can I help you today?"})
+    history[-1] = dict(history[-1], content=f"{history[-1]['content']}\n\n{reminder}")
+    return [{"role": "system", "content": "\n".join(lines)}, *history]
 
-    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128):
-        self.model_ref, self.temperature, self.max_new_tokens = model_ref, temperature, max_new_tokens
+
+class HFUser(UserSimulator):
+    """A local transformers model plays the user (no batching: users are cheap here). `prompt`: "small"
+    (default; small_model_messages) or "full" (the same prompt as LLM users)."""
+
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128, prompt: str = "small"):
+        self.model_ref, self.temperature, self.max_new_tokens, self.prompt = model_ref, temperature, max_new_tokens, prompt
         self.name = f"hf:{model_ref}"
         self._lm = None
 
@@ -215,8 +246,11 @@ class HFUser(UserSimulator):
 
         if self._lm is None:
             self._lm = load_model(self.model_ref, domain=ctx.domain)
-        history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
-        messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
+        if self.prompt == "small":
+            messages = small_model_messages(ctx)
+        else:
+            history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
+            messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
         text = await asyncio.to_thread(self._lm.chat, messages, self.max_new_tokens, self.temperature, ctx.seed)
         return split_stop(text)
 

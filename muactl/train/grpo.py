@@ -165,6 +165,7 @@ class Rollouts:
             "rollout/turns": sum(e.turns for e in counted) / max(1, len(counted)),
             "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
             "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
+            **interaction_metrics(counted),
             "rollout/all_equal_groups": float(len(equal)),
             "rollout/infra_errors": float(len(episodes) - len(counted)),
             "rollout/policy_tokens": sum(sum(m) for m in out["env_mask"]) / max(1, len(episodes)),
@@ -225,6 +226,21 @@ def user_factory(cfg):
         return lambda: make_user("scripted")
     options = api_options(cfg)
     return lambda: make_user(str(u.model), api_base=u.api_base, temperature=u.temperature, **options)
+
+
+def interaction_metrics(episodes: list) -> dict[str, float]:
+    """UserRL's interaction figures of a step's episodes (muactl/fidelity.py), and how often the
+    simulated user behaved (every fidelity check that applied held)."""
+    from ..fidelity import faithful
+
+    n = max(1, len(episodes))
+    out = {"rollout/effective_turns": sum(e.interaction["effective_turns"] for e in episodes) / n,
+           "rollout/user_turns": sum(e.interaction["user_turns"] for e in episodes) / n,
+           "rollout/user_faithful": sum(faithful(e.fidelity) for e in episodes) / n}
+    firsts = [e.interaction["first_correct_write"] for e in episodes if e.interaction["first_correct_write"] is not None]
+    if firsts:  # a turn number: no write, no figure (TRL averages what is logged)
+        out["rollout/first_correct_write"] = sum(firsts) / len(firsts)
+    return out
 
 
 def _training_tasks(opened, synth_tasks) -> list:
