@@ -45,7 +45,9 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _FACT = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|#?[A-Za-z]*\d[\w-]*|\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
 _AGENT_TALK = re.compile(r"<tool_call>|\bhow (can|may) i (help|assist)|\bi can help\b|\banything else i can\b|"
                          r"\bshall i\b|\blet me (check|look)|\byour request is complete\b|\bi (have|'ve) "
-                         r"(transferred|cancelled|canceled|updated|moved|closed|processed)\b|\(yes/no\)", re.I)
+                         r"(transferred|cancelled|canceled|updated|moved|closed|processed)\b|\(yes/no\)|"
+                         r"\bi(?:'m| am) here to help\b|\b(?:i(?:'m| am)|as) (?:a|an|the|your) [\w -]{0,30}"
+                         r"(?:agent|assistant|representative)\b", re.I)
 _CONFIRM = re.compile(r"\(yes/no\)|\bshall i\b|\bshould i\b|\bdo you want me\b|\bwould you like me\b|\bconfirm\b", re.I)
 _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may i have|what is your|let me know)\b", re.I)
 
