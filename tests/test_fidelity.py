@@ -147,7 +147,7 @@ def test_small_local_users_get_a_role_reminding_prompt():
     ctx = SimpleNamespace(task=task, domain=bank.compiled, messages=[{"role": "system", "content": "x"}, *agent_msgs],
                           seed=0, state={})
     msgs = small_model_messages(ctx)
-    assert msgs[0]["role"] == "system" and "You are a CUSTOMER" in msgs[0]["content"]
+    assert msgs[0]["role"] == "system" and "You are the customer, not the agent" in msgs[0]["content"]
     assert "I want to move 10" in msgs[0]["content"] and "Quin" in msgs[0]["content"]
     assert "'Yes, please go ahead.'" in msgs[0]["content"] and "###STOP###" in msgs[0]["content"]
     # roles flipped: the agent's words are the model's "user" turns, marked as the agent's, with the reminder
@@ -168,3 +168,7 @@ def test_small_local_users_get_a_role_reminding_prompt():
 
     reply = asyncio.run(user.respond(ctx))
     assert reply.content == "My name is Quin." and user._lm.seen == msgs
+    # the opening message is the goal in the user's words; the model writes the rest
+    first = asyncio.run(user.respond(SimpleNamespace(task=task, domain=bank.compiled, seed=0, state={},
+                                                     messages=[{"role": "system", "content": "x"}])))
+    assert first.content == "I want to move 10 from my checking account to my holiday account." and not first.stop

@@ -58,6 +58,7 @@ def test_export_writes_datasets_loop_config_script_and_readme(exported, clinic):
     assert entry["name"] == "muactl_clinic" and entry["_target_"] == "muactl_agent_loop.MuactlAgentLoop"
     grpo = grpo_defaults()
     assert (entry["max_turns"], entry["max_new_tokens"]) == (grpo["max_turns"], grpo["max_new_tokens"])
+    assert (entry["max_tool_errors"], entry["timeout_s"], entry["request_timeout_s"]) == (4, 600.0, 60.0)
     script = (exported / "launch.sh").read_text()
     subprocess.run(["bash", "-n", str(exported / "launch.sh")], check=True)
     for line in ["ray job submit", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo",
@@ -269,6 +270,7 @@ def test_generated_module_runs_on_verl_080_with_its_own_seed_per_rollout(exporte
                                        data_config=verl.DictConfigWrap(OmegaConf.create({})))
         out = asyncio.run(loop.run({"temperature": 1.0, "logprobs": True}, **kwargs))
         assert isinstance(out, verl.AgentLoopOutput) and out.reward_score == 1.0
+        assert (loop.runner.max_tool_errors, loop.runner.timeout_s, loop.runner.llm["timeout_s"]) == (4, 600.0, 60.0)
         outs.append((out, fake))
     full, _ = outs[0]
     assert full.prompt_ids == outs[1][0].prompt_ids and len(full.prompt_ids) > 16

@@ -202,12 +202,14 @@ class LiteLLMUser(UserSimulator):
 
 def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
     """The user's prompt for small local models, which slip into the assistant role they were tuned for:
-    a short system prompt that names the role, the agent's words marked as the agent's, and a reminder
-    of the role, the goal and the stop token after the agent's last message."""
+    a short system prompt in the customer's voice, the agent's words marked as the agent's, and a reminder
+    of the role, the goal and the stop token after the agent's last message. (HFUser writes the opening
+    message itself, from the goal, so the model sees one customer turn before it writes any.)"""
     goal = ctx.task.task.user
     persona = ctx.domain.spec.domain.personas.get(ctx.task.task.persona or "", "")
-    lines = ["You are a CUSTOMER writing to a company's support agent. You are not the agent: never offer help, "
-             "never ask the agent what it wants. Write one or two short sentences per message.",
+    lines = [f"You are a customer of this company: {ctx.domain.spec.domain.description.strip()} You are chatting "
+             "with its support agent. You are the customer, not the agent: never offer help. Write one short "
+             "sentence per message, in the first person.",
              f"Your request: {first_person(goal.reason)}"]
     if goal.known:
         lines.append(f"Facts you give when the agent asks: {first_person(goal.known)}")
@@ -232,7 +234,8 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
 
 class HFUser(UserSimulator):
     """A local transformers model plays the user (no batching: users are cheap here). `prompt`: "small"
-    (default; small_model_messages) or "full" (the same prompt as LLM users)."""
+    (default: the opening message is the goal in the first person, then small_model_messages) or "full"
+    (the same prompt as LLM users, every message from the model)."""
 
     def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128, prompt: str = "small"):
         self.model_ref, self.temperature, self.max_new_tokens, self.prompt = model_ref, temperature, max_new_tokens, prompt
@@ -247,6 +250,8 @@ class HFUser(UserSimulator):
         if self._lm is None:
             self._lm = load_model(self.model_ref, domain=ctx.domain)
         if self.prompt == "small":
+            if not any(m["role"] == "user" for m in ctx.messages):  # the opening: the goal, as the scripted user says it
+                return UserReply(first_person(ctx.task.task.user.reason))
             messages = small_model_messages(ctx)
         else:
             history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
