@@ -9,8 +9,8 @@ before every write) against it, and check each episode's user against its task:
     gave_facts        asked for details, the user gave every known fact (names, ids, emails, numbers of `known`)
     consented         asked to confirm a change, it said yes        (tasks with user.consent: true)
     refused           asked to confirm a change, it said no         (tasks with user.consent: false)
-    never_played_agent  no user message reads like the agent (offers help, asks to proceed, tool-call syntax,
-                      or repeats an agent message)
+    never_played_agent  no user message reads like the agent (offers help, asks to proceed, calls itself the
+                      agent, tool-call syntax) or repeats five words running of an agent message
     right_stop        the user ended the conversation with the stop its task calls for (###STOP###, or the
                       transfer where the task expects one)
     within_budget     the conversation ended before the turn limit and the timeout
@@ -46,7 +46,7 @@ _FACT = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|#?[A-Za-z]*\d[\w-]*|\b[A-Z][a-
 _AGENT_TALK = re.compile(r"<tool_call>|\bhow (can|may) i (help|assist)|\bi can help\b|\banything else i can\b|"
                          r"\bshall i\b|\blet me (check|look)|\byour request is complete\b|\bi (have|'ve) "
                          r"(transferred|cancelled|canceled|updated|moved|closed|processed)\b|\(yes/no\)|"
-                         r"\bi(?:'m| am) here to help\b|\b(?:i(?:'m| am)|as) (?:a|an|the|your) [\w -]{0,30}"
+                         r"\bhere to (?:help|assist)\b|\b(?:i(?:'m| am)|as) (?:a|an|the|your) [\w -]{0,30}"
                          r"(?:agent|assistant|representative)\b", re.I)
 _CONFIRM = re.compile(r"\(yes/no\)|\bshall i\b|\bshould i\b|\bdo you want me\b|\bwould you like me\b|\bconfirm\b", re.I)
 _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may i have|what is your|let me know)\b", re.I)
@@ -62,6 +62,12 @@ def _norm(text: str) -> str:
 
 def _numbers(text: str) -> set[str]:
     return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+def _grams(text: str, n: int = 5) -> set[tuple[str, ...]]:
+    """Runs of n words: a user message sharing one with the agent's is parroting the agent."""
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
 def known_facts(known: str | None) -> list[str]:
@@ -108,9 +114,8 @@ def user_fidelity(task, episode, writes=lambda name: False) -> dict[str, bool | 
 
         key = "consented" if goal.consent else "refused"
         out[key] = all(consent_in(a) is goal.consent for a in answers)
-    agent_texts = {_norm(t) for role, t, _ in turns if role == "agent"}
-    out["never_played_agent"] = not any(_AGENT_TALK.search(t) or (_norm(t) and _norm(t) in agent_texts)
-                                        for t in user_texts)
+    agent_grams = {g for role, t, _ in turns if role == "agent" for g in _grams(t)}
+    out["never_played_agent"] = not any(_AGENT_TALK.search(t) or agent_grams & _grams(t) for t in user_texts)
     term = episode.termination
     if term in ("agent_error", "infra_error", "too_many_errors"):  # the agent or an API ended it first
         return out
