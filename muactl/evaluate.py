@@ -120,7 +120,7 @@ def fidelity_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     """How the simulated user behaved, check by check (muactl/fidelity.py)."""
     from .fidelity import summarize_fidelity
 
-    return summarize_fidelity([e.get("fidelity") or {} for e in _played(episodes) if e.get("fidelity")])
+    return summarize_fidelity([e["fidelity"] for e in _played(episodes) if e.get("fidelity")])
 
 
 def fidelity_per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

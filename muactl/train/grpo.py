@@ -165,7 +165,7 @@ class Rollouts:
             "rollout/turns": sum(e.turns for e in counted) / max(1, len(counted)),
             "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
             "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
-            **interaction_metrics(counted),
+            **interaction_figures(counted),
             "rollout/all_equal_groups": float(len(equal)),
             "rollout/infra_errors": float(len(episodes) - len(counted)),
             "rollout/policy_tokens": sum(sum(m) for m in out["env_mask"]) / max(1, len(episodes)),
@@ -228,7 +228,7 @@ def user_factory(cfg):
     return lambda: make_user(str(u.model), api_base=u.api_base, temperature=u.temperature, **options)
 
 
-def interaction_metrics(episodes: list) -> dict[str, float]:
+def interaction_figures(episodes: list) -> dict[str, float]:
     """UserRL's interaction figures of a step's episodes (muactl/fidelity.py), and how often the
     simulated user behaved (every fidelity check that applied held)."""
     from ..fidelity import faithful
