@@ -256,6 +256,7 @@ def test_generated_module_runs_on_verl_080_with_its_own_seed_per_rollout(exporte
     monkeypatch.syspath_prepend(str(exported))
     sys.modules.pop("muactl_agent_loop", None)
     module = importlib.import_module("muactl_agent_loop")
+    assert issubclass(module.MuactlAgentLoop, verl.AgentLoopBase)
     (entry,) = OmegaConf.load(exported / "agent_loop.yaml")
     task = clinic.task("cancel-next-appointment")
     kwargs = {"raw_prompt": [], "extra_info": {"task_id": task.task.id, "index": 0}, "agent_name": "muactl_clinic",
