@@ -268,11 +268,27 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
     for k in keys + ["avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
-                     "tasks", "avg_turns", "tool_error_rate", "avg_tool_errors",
-                     "prompt_tokens", "completion_tokens", "cost"]:
+                     "tasks", "avg_turns", "effective_turns", "first_correct_write", "correct_write_share", "user_turns",
+                     "tool_error_rate", "avg_tool_errors", "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:
             table.add_row(k, _fmt(summary[k]))
     table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
+    Console().print(table)
+    if summary.get("user_fidelity", {}).get("episodes"):
+        print_fidelity([{"task_id": "all tasks", **summary["user_fidelity"]}], "simulated user fidelity")
+
+
+def print_fidelity(rows: list[dict], title: str) -> None:
+    """Each fidelity check as the share of episodes where it held (of those it applies to)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .fidelity import CHECKS
+
+    table = Table("task", *[c.replace("_", " ") for c in CHECKS], "faithful", title=title)
+    for r in rows:
+        cells = [f"{_fmt(r[c])} ({r[c + '_n']})" if r.get(c) is not None else "-" for c in CHECKS]
+        table.add_row(r["task_id"], *cells, _fmt(r.get("faithful")))
     Console().print(table)
 
 
@@ -296,6 +312,20 @@ def with_progress(kind: str, label: str, run, on_interrupt: str):
             _fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
 
 
+# Episode limits and API-call settings, shared by eval and synth: EvalConfig's fields (tests check that
+# every field has its option and the same default).
+MAX_TOOL_ERRORS = typer.Option(4, "--max-tool-errors", min=0, help="Failed tool calls (and malformed replies) an "
+                               "episode survives; one more ends it (too_many_errors).")
+EPISODE_TIMEOUT = typer.Option(600.0, "--episode-timeout", min=1.0, help="Seconds one episode may run (then: timeout).")
+MAX_TOKENS = typer.Option(1024, "--max-tokens", min=1, help="Tokens per API reply: API agents, LLM users, judges, "
+                          "simulated tools (local models: --max-new-tokens).")
+REQUEST_TIMEOUT = typer.Option(60.0, "--request-timeout", min=1.0, help="Seconds per API request before it is "
+                               "retried; raise it for a slow (CPU-hosted) server.")
+RETRIES = typer.Option(4, "--retries", min=0, help="Retries of a failed API call (rate limit, 5xx, timeout); then "
+                       "the episode is infra_error (not counted).")
+BACKOFF = typer.Option(1.0, "--backoff", min=0.0, help="Seconds before the first API retry; doubles per retry.")
+
+
 @command("eval")
 def eval_cmd(
     domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
@@ -311,6 +341,12 @@ def eval_cmd(
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes in flight at once."),
     seed: int = typer.Option(0, "--seed", help="Run seed (each episode's seed derives from it)."),
     max_turns: int = typer.Option(24, "--max-turns", min=1, help="Agent turns before an episode is cut."),
+    max_tool_errors: int = MAX_TOOL_ERRORS,
+    episode_timeout: float = EPISODE_TIMEOUT,
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
+    backoff: float = BACKOFF,
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent."),
     user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
     temperature: float = typer.Option(0.0, "--temperature", help="Agent sampling temperature (0: greedy)."),
@@ -343,7 +379,9 @@ def eval_cmd(
                      tasks=[templates] if templates else list(task), n=n, db=db, trials=trials,
                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                      user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust)
+                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust,
+                     max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
+                     llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff)
     store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb),
                                    "finished episodes are saved. Continue with: muactl eval --resume {run_id}")
     print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
@@ -370,6 +408,12 @@ def synth(
     temperature: float = typer.Option(0.0, "--temperature", help="Teacher temperature (use > 0 with trials > 1)."),
     user_temperature: float = typer.Option(0.0, "--user-temperature"),
     max_turns: int = typer.Option(24, "--max-turns", min=1),
+    max_tool_errors: int = MAX_TOOL_ERRORS,
+    episode_timeout: float = EPISODE_TIMEOUT,
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
+    backoff: float = BACKOFF,
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted synth run."),
     from_chats: Optional[str] = typer.Option(None, "--from-chats", help="Export a `muactl chat` run's good chats instead."),
@@ -408,7 +452,9 @@ def synth(
     cfg = SynthConfig(domain=domain or "", agent=agent, user=user, split=split, tasks=ids, n=n, db=db, trials=trials,
                       concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                       user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode)
+                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode,
+                      max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
+                      llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff)
     store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
                                  "continue with: muactl synth --resume {run_id}")
     from .train.synth import describe
@@ -626,7 +672,7 @@ def runs_show(
     from rich.console import Console
     from rich.table import Table
 
-    from .evaluate import per_task
+    from .evaluate import fidelity_per_task, per_task
     from .runs import RunStore
 
     store = RunStore.open(run_id)
@@ -643,6 +689,9 @@ def runs_show(
             table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["infra"]),
                           ", ".join(f"{k} {v}" for k, v in r["terminations"].items()))
         console.print(table)
+        fidelity = [r for r in fidelity_per_task(eps) if r["episodes"]]
+        if fidelity:
+            print_fidelity(fidelity, "simulated user fidelity per task (share of episodes; in brackets: how many it applies to)")
         table = Table("#", "task", "trial", "reward", "termination", "turns", "tool calls", "tool errors")
         for i, e in enumerate(eps, 1):
             table.add_row(str(i), e["task_id"], str(e["trial"]), _fmt(e["reward"]), e["termination"], str(e["turns"]),
@@ -771,6 +820,9 @@ def chat(
     user: str = typer.Option("scripted", "--user", help="The simulated user in --watch: scripted | hf:<model> | a litellm model id."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent (and the --watch user)."),
     pace: float = typer.Option(1.0, "--pace", min=0.0, help="Seconds before each simulated user turn in --watch."),
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
 ) -> None:
     """Talk to an agent as its user in a terminal UI; see every tool call and what it did to the database.
@@ -796,7 +848,8 @@ def chat(
     from .chat import ChatConfig, run_chat  # imports textual: only this command pays for it
 
     cfg = ChatConfig(domain=domain, agent=agent, task=task, show_goal=show_goal, watch=watch, user=user,
-                     api_base=api_base, user_api_base=api_base, trust=trust, pace_s=pace)
+                     api_base=api_base, user_api_base=api_base, trust=trust, pace_s=pace, max_tokens=max_tokens,
+                     llm_timeout_s=request_timeout, retries=retries)
     chats = run_chat(cfg, opened)
     if chats.store is None:
         typer.echo("no chat was saved")

@@ -6,7 +6,7 @@ Bad input becomes a UsageError naming the key, never a hydra traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,6 +44,8 @@ class SynthConf:
     tools: str = "real"
     tool_model: Optional[str] = None
     output: Optional[str] = None
+    api_base: Optional[str] = None
+    max_turns: int = 24
 
 
 @dataclass
@@ -98,6 +100,32 @@ class EvalConf:
     max_turns: int = 12
 
 
+def _eval_default(name: str):
+    """A default taken from EvalConfig, so `muactl eval`'s options and the train config cannot drift."""
+    from .evaluate import EvalConfig
+
+    return next(f.default for f in fields(EvalConfig) if f.name == name)
+
+
+@dataclass
+class APIConf:
+    """Every API call of every stage: LLM users, judges, simulated tools, an API teacher in synth."""
+
+    max_tokens: int = _eval_default("max_tokens")
+    timeout_s: float = _eval_default("llm_timeout_s")  # per request; raise it for a slow (CPU-hosted) server
+    retries: int = _eval_default("retries")
+    backoff_s: float = _eval_default("backoff_s")
+
+
+@dataclass
+class EpisodeConf:
+    """Limits of every episode in synth, grpo and eval (max turns are per stage)."""
+
+    max_tool_errors: int = _eval_default("max_tool_errors")
+    timeout_s: float = _eval_default("timeout_s")
+    opening: Optional[str] = None  # agent (the domain's greeting) | user; null: greeting if the domain has one
+
+
 @dataclass
 class TrainConf:
     model: ModelConf = field(default_factory=ModelConf)
@@ -106,6 +134,8 @@ class TrainConf:
     sft: SFTConf = field(default_factory=SFTConf)
     grpo: GRPOConf = field(default_factory=GRPOConf)
     eval: EvalConf = field(default_factory=EvalConf)
+    api: APIConf = field(default_factory=APIConf)
+    episode: EpisodeConf = field(default_factory=EpisodeConf)
     domain: str = "bank"
     data: Optional[str] = None
     seed: int = 0
@@ -114,6 +144,18 @@ class TrainConf:
     run_id: Optional[str] = None
     tasks: Optional[str] = None  # template:<id>|all: GRPO draws a fresh task instance per group (train seed stream)
     db: str = "fixed"  # fixed | random: with template tasks, each instance on a fresh random database
+
+
+def api_options(cfg) -> dict[str, Any]:
+    """A composed config's `api` settings as make_user, make_agent and the tool players take them."""
+    return {k: cfg.api[k] for k in ("max_tokens", "timeout_s", "retries", "backoff_s")}
+
+
+def eval_limits(cfg) -> dict[str, Any]:
+    """A composed config's `api` and `episode` settings as EvalConfig (and SynthConfig) fields."""
+    a, e = cfg.api, cfg.episode
+    return {"max_tokens": a.max_tokens, "llm_timeout_s": a.timeout_s, "retries": a.retries, "backoff_s": a.backoff_s,
+            "max_tool_errors": e.max_tool_errors, "timeout_s": e.timeout_s, "opening": e.opening}
 
 
 def options(group: str) -> list[str]:

@@ -30,8 +30,8 @@ class EvalConfig:
     concurrency: int = 8
     seed: int = 0
     max_turns: int = 24
-    max_tool_errors: int = 4
-    timeout_s: float = 600.0
+    max_tool_errors: int = 4  # an episode ends (too_many_errors) past this many failed tool calls
+    timeout_s: float = 600.0  # wall-clock limit of one episode (timeout)
     opening: str | None = None
     api_base: str | None = None  # for the agent
     user_api_base: str | None = None
@@ -40,9 +40,16 @@ class EvalConfig:
     max_new_tokens: int = 256
     tool_model: str | None = None  # litellm model that plays simulated tools
     trust: bool = False
+    # every API call (API agents and users, judges, simulated tools): a slow server needs a longer timeout
+    max_tokens: int = 1024  # tokens per API reply
     retries: int = 4
-    llm_timeout_s: float = 60.0
+    llm_timeout_s: float = 60.0  # per request
     backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
+
+    def llm_options(self) -> dict[str, Any]:
+        """The API-call settings as make_agent, make_user and the tool players take them."""
+        return {"timeout_s": self.llm_timeout_s, "retries": self.retries, "backoff_s": self.backoff_s,
+                "max_tokens": self.max_tokens}
 
 
 def stored_config(cls, store: RunStore, **changes: Any):
@@ -111,7 +118,35 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
     for key in ("first_call_right", "gold_calls_made"):
         vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
         out[key] = sum(vals) / len(vals) if vals else None
+    out.update({k: v for k, v in interaction_summary(episodes).items() if k != "tool_errors"})  # avg_tool_errors
+    out["user_fidelity"] = fidelity_summary(episodes)
     return out
+
+
+def _played(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Episodes that ran (an API that kept failing says nothing about the agent or the user)."""
+    return [e for e in episodes if e["termination"] != "infra_error"]
+
+
+def interaction_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """UserRL's interaction figures per episode."""
+    from .fidelity import summarize_interaction
+
+    return summarize_interaction([e["interaction"] for e in _played(episodes) if e.get("interaction")])
+
+
+def fidelity_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the simulated user behaved, check by check (muactl/fidelity.py)."""
+    from .fidelity import summarize_fidelity
+
+    return summarize_fidelity([e["fidelity"] for e in _played(episodes) if e.get("fidelity")])
+
+
+def fidelity_per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for e in episodes:
+        by_task.setdefault(e["task_id"], []).append(e)
+    return [{"task_id": tid, **fidelity_summary(eps)} for tid, eps in by_task.items()]
 
 
 def per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -131,19 +166,17 @@ def build_parts(cfg: EvalConfig, opened):
     from .env.user import make_user
 
     agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                       max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.llm_timeout_s, retries=cfg.retries,
-                       backoff_s=cfg.backoff_s)
+                       max_new_tokens=cfg.max_new_tokens, **cfg.llm_options())
     if cfg.tool_model:
         from .env.simulated import simulated_player
 
-        player = simulated_player(cfg.tool_model, cfg.api_base, cfg.llm_timeout_s, cfg.retries, cfg.backoff_s)
+        player = simulated_player(cfg.tool_model, cfg.api_base, **cfg.llm_options())
         opened.compiled.players["simulated"] = player
         if getattr(cfg, "tools", "real") == "simulated":  # the LLM plays every SQL tool; the real DB keeps score
             opened.compiled.players["sql"] = player
 
     def user_factory():
-        return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature,
-                         timeout_s=cfg.llm_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s)
+        return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature, **cfg.llm_options())
 
     return agent, user_factory
 

@@ -18,6 +18,11 @@ PLOTS = [
     ("turns.png", "Agent turns per episode", "turns", ["rollout/turns"], "zero"),
     ("kl.png", "KL divergence to the reference model", "KL", ["kl"], "zero"),
     ("sft_loss.png", "SFT training loss", "loss", ["sft/loss"], "zero"),
+    ("effective_turns.png", "Effective agent turns per episode (no tool error)", "turns",
+     ["rollout/effective_turns"], "zero"),
+    ("first_correct_write.png", "Agent turn of the first correct write", "agent turn", ["rollout/first_correct_write"], "zero"),
+    ("user_turns.png", "User turns per episode", "turns", ["rollout/user_turns"], "zero"),
+    ("tool_errors.png", "Tool errors per episode", "tool errors", ["rollout/tool_errors"], "zero"),
 ]
 
 
@@ -138,9 +143,14 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
         eps = sub.episodes()
         if not eps:
             continue
-        from .evaluate import per_task
+        from .evaluate import fidelity_per_task, fidelity_summary, interaction_summary, per_task
 
         parts.append(f"<h2>Episodes: {html.escape(sub.id)}</h2>" + _table(per_task(eps)[:50]))
+        parts.append("<h3>Interaction</h3>" + _table([interaction_summary(eps)]))
+        fidelity = [r for r in [{"task_id": "all tasks", **fidelity_summary(eps)}, *fidelity_per_task(eps)] if r["episodes"]]
+        if fidelity:
+            parts.append("<h3>Simulated user fidelity</h3><p>share of episodes where each check held "
+                         "(<code>_n</code>: how many it applies to)</p>" + _table(fidelity[:51]))
         shown = sorted(eps, key=lambda e: (-e["reward"], e["id"]))[:1] + [e for e in eps if e["reward"] < 1][: transcripts - 1]
         for e in shown:
             parts.append(f"<h3>{html.escape(e['task_id'])} (trial {e['trial']}): reward {e['reward']}, {html.escape(e['termination'])}</h3>"

@@ -44,13 +44,24 @@ def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
 _GOLD: dict[tuple[str, str], str] = {}
 
 
+def gold_actions(task, domain) -> list:
+    """The calls whose end state is the right outcome: the gold path, without its writes when the task's
+    user declines them (user.consent: false)."""
+    actions = task.task.expect.actions
+    if task.task.user.consent:
+        return actions
+    from .agents.oracle import _writes
+
+    return [c for c in actions if not _writes(domain, next(iter(c)))]
+
+
 def gold_hash(task, domain) -> str:
     """State hash after the task's setup and gold actions on a fresh sandbox (cached per task)."""
     key = (domain.content_hash + ":" + getattr(domain, "instance_key", ""), task.task.id)
     if key not in _GOLD:
         env = domain.environment()
         env.replay(task.task.setup)
-        env.replay(task.task.expect.actions)
+        env.replay(gold_actions(task, domain))
         _GOLD[key] = env.state_hash()
         env.close()
     return _GOLD[key]
@@ -66,7 +77,7 @@ class GoldDistance:
     def __init__(self, task, domain):
         env = domain.environment()
         env.replay(task.task.setup)
-        env.replay(task.task.expect.actions)
+        env.replay(gold_actions(task, domain))
         self.gold = _row_set(env)
         env.close()
 

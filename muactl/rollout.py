@@ -93,6 +93,8 @@ class Episode:
     final_hash: str = ""
     error: str | None = None
     trace: TokenTrace | None = None
+    fidelity: dict[str, bool | None] = field(default_factory=dict)  # how the simulated user behaved (fidelity.py)
+    interaction: dict[str, float | None] = field(default_factory=dict)  # effective turns, first correct write ...
 
     @property
     def counted(self) -> bool:
@@ -232,6 +234,11 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     ep.final_hash = await env.off_loop(env.state_hash)
     ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep)
     timing["reward"] = time.perf_counter() - t0
+    from .agents.oracle import _writes
+    from .fidelity import interaction_metrics, user_fidelity
+
+    ep.fidelity = user_fidelity(task, ep, lambda name: _writes(domain, name))
+    ep.interaction = interaction_metrics(task, ep)
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing
     env.close()

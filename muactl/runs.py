@@ -110,6 +110,9 @@ class RunStore:
     def _ensure_schema(self) -> None:
         db = self.db
         if {"traces", "metrics"} <= set(db.table_names()):
+            for column in ("fidelity", "interaction"):  # added later: runs made before them gain the columns
+                if column not in db["episodes"].columns_dict:
+                    db["episodes"].add_column(column, str)
             return
         db["runs"].create({"id": str, "kind": str, "domain": str, "status": str, "created": str, "updated": str,
                            "config": str, "summary": str}, pk="id", if_not_exists=True)
@@ -118,7 +121,7 @@ class RunStore:
             "termination": str, "success": int, "turns": int, "tool_calls": int, "tool_errors": int,
             "prompt_tokens": int, "completion_tokens": int, "cost": float, "wall_s": float,
             "breakdown": str, "records": str, "usage": str, "timing": str, "final_hash": str, "error": str,
-            "human": int, "rating": int, "note": str, "step": int, "created": str,
+            "human": int, "rating": int, "note": str, "step": int, "created": str, "fidelity": str, "interaction": str,
         }, pk="id", if_not_exists=True)
         db["episodes"].create_index(["run_id", "task_id", "trial", "step"], unique=True, if_not_exists=True)
         db["messages"].create({"episode_id": int, "idx": int, "role": str, "content": str, "tool_calls": str,
@@ -187,7 +190,8 @@ class RunStore:
                "completion_tokens": int(usage.get("agent_completion_tokens", 0)), "cost": float(usage.get("cost", 0.0)),
                "wall_s": ep.timing.get("wall", 0.0), "breakdown": json.dumps(ep.breakdown), "records": json.dumps(ep.records),
                "usage": json.dumps(usage), "timing": json.dumps(ep.timing), "final_hash": ep.final_hash, "error": ep.error,
-               "human": int(human), "step": step, "created": _now()}
+               "human": int(human), "step": step, "created": _now(), "fidelity": json.dumps(ep.fidelity),
+               "interaction": json.dumps(ep.interaction)}
         with self.db.conn:
             eid = self.db["episodes"].insert(row).last_pk
             self.db["messages"].insert_all(
@@ -253,7 +257,7 @@ class RunStore:
         where, args = ("run_id = ?", [self.id]) if step is None else ("run_id = ? AND step = ?", [self.id, step])
         rows = list(self.db["episodes"].rows_where(where, args, order_by="id"))
         for r in rows:
-            for k in ("breakdown", "records", "usage", "timing"):
+            for k in ("breakdown", "records", "usage", "timing", "fidelity", "interaction"):
                 r[k] = json.loads(r[k] or "{}")
         return rows
 

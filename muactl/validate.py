@@ -201,12 +201,14 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
 
 
 def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
+    from .reward import gold_actions
     from .templates import domain_for
 
     env = domain_for(opened, t).environment()  # a generated task runs on the random database it was drawn on
     task = t.task
+    gold = gold_actions(t, opened.compiled)  # without the writes a user who declines them (consent: false) stops
     try:
-        for group, calls, path0 in (("setup", task.setup, ("setup",)), ("gold action", task.expect.actions, ("expect", "actions"))):
+        for group, calls, path0 in (("setup", task.setup, ("setup",)), ("gold action", gold, ("expect", "actions"))):
             for i, call in enumerate(calls):
                 tool_name, args = m.call_parts(call)
                 if opened.compiled.tools[tool_name].kind in OUTSIDE_KINDS:

@@ -352,7 +352,10 @@ async def test_synth_from_chats_exports_good_chats(bank, tmp_path):
     assert record["task_id"] == "move-mia" and record["reward"] == 1.0
     assert {t["function"]["name"] for t in record["tools"]} >= {"find_customer", "transfer_funds"}
     calls = [c for m in record["messages"] for c in m.get("tool_calls", [])]
-    assert calls[0] == {"type": "function", "function": {"name": "find_customer", "arguments": {"name": "Mia"}}}
+    assert calls[0] == {"type": "function", "id": calls[0]["id"],
+                        "function": {"name": "find_customer", "arguments": {"name": "Mia"}}}
+    answers = [m for m in record["messages"] if m["role"] == "tool"]
+    assert answers[0]["tool_call_id"] == calls[0]["id"]
     res = CliRunner().invoke(cli, ["synth", "--from-chats", "chats-1", "--min-rating", "2", "-o", str(out)])
     assert "kept 2 of 2 chats" in res.output
     res = CliRunner().invoke(cli, ["synth", "--from-chats", "nope", "-o", str(out)])

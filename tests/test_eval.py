@@ -195,7 +195,7 @@ def test_runs_list_show_and_episode(runs_root):
     r = runner.invoke(app, ["runs", "show", store.id], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "pass^1" in r.output and "pass^2" in r.output and "move-mia" in r.output and "user_stop" in r.output
-    assert r.output.count("move-mia") == 3  # the per-task row and one row per episode
+    assert r.output.count("move-mia") == 4  # the per-task row, its user-fidelity row and one row per episode
 
     r = runner.invoke(app, ["runs", "show", store.id, "--episode", "1"], env=WIDE)
     assert r.exit_code == 0, r.output

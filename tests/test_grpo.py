@@ -92,6 +92,10 @@ def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
         assert all(x == 0.0 for x, k in zip(lp, m) if k == 0)
     assert all(r in (0.0, 1.0) for r in out["episode_reward"])
     assert trainer._metrics["train"]["rollout/success"]
+    # UserRL's interaction figures, and how the (scripted) user behaved
+    metrics = trainer._metrics["train"]
+    assert metrics["rollout/user_turns"][0] >= 1 and metrics["rollout/user_faithful"] == [1.0]
+    assert 0 <= metrics["rollout/effective_turns"][0] <= metrics["rollout/turns"][0]
     saved = rollouts.store.episodes(step=1)
     assert sorted(e["task_id"] for e in saved) == sorted(ids)
 
@@ -142,11 +146,13 @@ def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     store = RunStore.open("g1")
     names = {row["name"] for row in store.db["metrics"].rows}
     assert {"reward", "rollout/success", "rollout/turns", "rollout/all_equal_groups", "time/generation_s",
-            "entropy"} <= names
+            "entropy", "rollout/effective_turns", "rollout/user_turns", "rollout/tool_errors"} <= names
     assert {e["step"] for e in store.episodes()} == {1, 2}
     assert list((run / "tensorboard" / "grpo").rglob("events.out.tfevents*"))
     r = runner.invoke(app, ["report", "g1"])
     assert r.exit_code == 0 and (run / "report" / "index.html").is_file() and (run / "report" / "reward.png").is_file()
+    assert (run / "report" / "effective_turns.png").is_file() and (run / "report" / "user_turns.png").is_file()
+    assert "Interaction" in (run / "report" / "index.html").read_text()
 
 
 def test_userrl_reward_runs(in_tmp):

@@ -147,11 +147,16 @@ def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
     turns.append(cur)
     roles = [m["role"] for m in record["messages"]]
     assert len(turns) == len(roles)
-    assert record["messages"][1].get("fixed")  # the greeting is template text
+    assert record["not_trained"] == [1]  # the greeting is template text
+    # OpenAI's shape, nothing muactl-only inside messages: call ids, and the id each tool result answers
+    assert not any("fixed" in m or "error" in m for m in record["messages"])
+    call_ids = [c["id"] for m in record["messages"] for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in record["messages"] if m["role"] == "tool"]
+    assert call_ids and answered == call_ids and len(set(call_ids)) == len(call_ids)
     for k, (role, idx) in enumerate(zip(roles, turns)):
         text = tok.decode([ids[i] for i in idx])
         masked = [ids[i] for i in idx if mask[i]]
-        if role == "assistant" and not record["messages"][k].get("fixed"):
+        if role == "assistant" and k not in record["not_trained"]:
             header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
             # everything after the header is trained: content or tool calls, and <|im_end|>; not the newline after it
             assert masked and masked == [ids[i] for i in idx][len(header):-1], text

@@ -8,7 +8,8 @@ __all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "make_agent"]
 
 
 def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,
-               timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64, backoff_s: float = 1.0) -> Agent:
+               timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64, backoff_s: float = 1.0,
+               max_tokens: int | None = 1024) -> Agent:
     """'oracle' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini, hosted_vllm/x ...)."""
     if spec == "oracle":
         from .oracle import OracleAgent
@@ -27,4 +28,4 @@ def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0,
     from .api import APIAgent
 
     return APIAgent(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries,
-                              backoff_s=backoff_s))
+                              backoff_s=backoff_s, max_tokens=max_tokens))

@@ -517,7 +517,9 @@ class ChatApp(App):
             return self._simulator()
         from ..env.user import make_user
 
-        return make_user(self.cfg.user, api_base=self.cfg.user_api_base)
+        cfg = self.cfg
+        return make_user(cfg.user, api_base=cfg.user_api_base, max_tokens=cfg.max_tokens, timeout_s=cfg.llm_timeout_s,
+                         retries=cfg.retries)
 
     async def ensure_agent(self, status: Callable[..., None]) -> Agent:
         """Build and load the agent off the event loop; on failure, wait for the person to retry."""
@@ -543,7 +545,8 @@ class ChatApp(App):
 
             cfg = self.cfg
             self.agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                                    max_new_tokens=cfg.max_new_tokens)
+                                    max_new_tokens=cfg.max_new_tokens, max_tokens=cfg.max_tokens,
+                                    timeout_s=cfg.llm_timeout_s, retries=cfg.retries)
 
     def retry_load(self) -> bool:
         if self._load_retry is not None:

@@ -53,6 +53,18 @@ class VerlPolicy(LocalAgent):
         return ids, lps
 
 
+def fit_prompt(prompt_ids: list[int], prompt_length: int) -> list[int]:
+    """The prompt as verl can pad it: at most rollout.prompt_length ids, cut from the left as verl's own
+    loops do (verl 0.9 has this as a private method of AgentLoopBase; 0.8.0 lacks it)."""
+    if len(prompt_ids) > prompt_length:
+        import logging
+
+        logging.getLogger(__name__).warning("prompt of %d tokens exceeds rollout.prompt_length=%d; left-truncating "
+                                            "(raise data.max_prompt_length)", len(prompt_ids), prompt_length)
+        return prompt_ids[-prompt_length:]
+    return prompt_ids
+
+
 @dataclass
 class EpisodeResult:
     prompt_ids: list[int]
@@ -73,7 +85,8 @@ class EpisodeRunner:
 
     def __init__(self, domain_dir: str | Path, user: str = "scripted", user_api_base: str | None = None,
                  user_temperature: float = 0.7, max_turns: int = 12, max_new_tokens: int = 512,
-                 max_tool_errors: int = 4, timeout_s: float = 600.0, trust: bool = False):
+                 max_tool_errors: int = 4, timeout_s: float = 600.0, trust: bool = False, max_tokens: int = 1024,
+                 request_timeout_s: float = 60.0, retries: int = 4):
         from ..validate import open_domain
 
         self.opened = open_domain(str(Path(domain_dir).resolve()), trust=trust)
@@ -81,6 +94,7 @@ class EpisodeRunner:
         self.user, self.user_api_base, self.user_temperature = user, user_api_base, user_temperature
         self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
         self.max_tool_errors, self.timeout_s = max_tool_errors, timeout_s
+        self.llm = {"max_tokens": max_tokens, "timeout_s": request_timeout_s, "retries": retries}  # an LLM user's calls
 
     @classmethod
     def shared(cls, domain_dir: str | Path, **kw) -> EpisodeRunner:
@@ -97,7 +111,7 @@ class EpisodeRunner:
         if task_id not in self.tasks:
             raise KeyError(f"task {task_id!r} is not in the exported domain {self.opened.ref.name}")
         policy = VerlPolicy(server_manager, tokenizer, sampling_params, self.max_new_tokens, response_length, request_id)
-        user = make_user(self.user, api_base=self.user_api_base, temperature=self.user_temperature)
+        user = make_user(self.user, api_base=self.user_api_base, temperature=self.user_temperature, **self.llm)
         cfg = RolloutConfig(max_turns=self.max_turns, max_tool_errors=self.max_tool_errors, timeout_s=self.timeout_s, seed=seed)
         ep = await run_episode(self.tasks[task_id], self.opened.compiled, policy, user, cfg, trial=trial)
         trace = ep.trace

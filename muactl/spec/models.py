@@ -236,6 +236,9 @@ class UserGoal(Strict):
     known: str | None = Field(None, description="Facts the user knows and gives when asked.")
     unknown: str | None = Field(None, description="Facts the user does not know.")
     instructions: str | None = Field(None, description="Extra behaviour for this task (e.g. change mind after X).")
+    consent: bool = Field(True, description="Whether the user says yes when the agent asks to confirm a change. "
+                          "false: the user declines, so the gold path's writes are proposals that must not happen "
+                          "(the right end state is the one after its reads only).")
 
 
 def _one_call(call: dict) -> dict:

@@ -109,7 +109,7 @@ class Rollouts:
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..agents.local import HFAgent
         from ..models import LocalLM
-        from ..rollout import Job, RolloutConfig, run_many
+        from ..rollout import Job, run_many
 
         g = self.cfg.grpo
         t0 = time.perf_counter()
@@ -120,8 +120,7 @@ class Rollouts:
         step = trainer.state.global_step
         if step != self.step:
             self.step, self.calls = step, 0
-        rcfg = RolloutConfig(max_turns=g.max_turns, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls,
-                             track_progress=g.reward == "userrl")
+        rcfg = rollout_config(self.cfg, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls)
         self.calls += 1
         jobs = self._jobs(task_ids, step, Job)
         agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens, max_batch=len(jobs))
@@ -172,6 +171,7 @@ class Rollouts:
             "rollout/turns": sum(e.turns for e in counted) / max(1, len(counted)),
             "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
             "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
+            **interaction_figures(counted),
             "rollout/all_equal_groups": float(len(equal)),
             "rollout/equal_after_resample": float(still_equal),
             "rollout/infra_errors": float(len(episodes) - len(counted)),
@@ -229,6 +229,42 @@ class Rollouts:
         return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs)))
 
 
+def rollout_config(cfg, seed: int):
+    """The episode limits of GRPO's rollouts: grpo.max_turns and the shared `episode` settings."""
+    from ..rollout import RolloutConfig
+
+    e = cfg.episode
+    return RolloutConfig(max_turns=cfg.grpo.max_turns, max_tool_errors=e.max_tool_errors, timeout_s=e.timeout_s,
+                         opening=e.opening, seed=seed, track_progress=cfg.grpo.reward == "userrl")
+
+
+def user_factory(cfg):
+    """A fresh user simulator per episode: scripted, or an LLM with the `api` settings."""
+    from ..config import api_options
+    from ..env.user import make_user
+
+    u = cfg.user
+    if u.kind == "scripted":
+        return lambda: make_user("scripted")
+    options = api_options(cfg)
+    return lambda: make_user(str(u.model), api_base=u.api_base, temperature=u.temperature, **options)
+
+
+def interaction_figures(episodes: list) -> dict[str, float]:
+    """UserRL's interaction figures of a step's episodes (muactl/fidelity.py), and how often the
+    simulated user behaved (every fidelity check that applied held)."""
+    from ..fidelity import faithful
+
+    n = max(1, len(episodes))
+    out = {"rollout/effective_turns": sum(e.interaction["effective_turns"] for e in episodes) / n,
+           "rollout/user_turns": sum(e.interaction["user_turns"] for e in episodes) / n,
+           "rollout/user_faithful": sum(faithful(e.fidelity) for e in episodes) / n}
+    firsts = [e.interaction["first_correct_write"] for e in episodes if e.interaction["first_correct_write"] is not None]
+    if firsts:  # a turn number: no write, no figure (TRL averages what is logged)
+        out["rollout/first_correct_write"] = sum(firsts) / len(firsts)
+    return out
+
+
 def _training_tasks(opened, synth_tasks) -> list:
     """The task files GRPO draws from: the split the synth stage used (train unless it named another),
     else every task outside the test split. Never the test split by accident."""
@@ -269,7 +305,6 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
              final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from ..env.user import make_user
     from ..models import _torch, load_tokenizer, precision_note, resolve, training_precision
     from ..validate import open_domain
 
@@ -308,11 +343,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
         bf16=bf16, loss_type="dapo", scale_rewards="group", log_completions=False,
         disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", shuffle_dataset=True,
     )
-    user_cfg = cfg.user
-    rollouts = Rollouts(cfg, opened, store, tokenizer,
-                        (lambda: make_user("scripted")) if user_cfg.kind == "scripted" else
-                        (lambda: make_user(user_cfg.model, api_base=user_cfg.api_base, temperature=user_cfg.temperature)),
-                        log)
+    rollouts = Rollouts(cfg, opened, store, tokenizer, user_factory(cfg), log)
     peft_config = None
     if g.lora:
         from peft import LoraConfig

@@ -22,7 +22,9 @@ def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict
     from ..models import tool_format_of
 
     tools = prompt_tools(record.get("tools"), tool_format_of(tokenizer))
-    out = tokenizer.apply_chat_template(record["messages"], tools=tools, tokenize=True,
+    context = set(record.get("not_trained") or [])  # the greeting: rendered as template text, no loss
+    messages = [dict(m, fixed=True) if i in context else m for i, m in enumerate(record["messages"])]
+    out = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
                                         return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     if len(ids) > max_length:

@@ -28,11 +28,25 @@ class SynthConfig(EvalConfig):
 
 
 def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """An episode as one training example (the format TRL's SFTTrainer reads); the greeting keeps its
-    `fixed` mark: rendered, never trained on."""
+    """An episode as one training example in OpenAI's chat shape (what TRL's SFTTrainer and chat
+    templates read): each assistant tool call carries its `id` and each tool result the `tool_call_id`
+    it answers. The greeting is template text, not policy output: it is rendered but never trained on,
+    and the row lists it by index in `not_trained` (messages carry no muactl-only keys)."""
     from ..agents.chatml import to_template_messages
 
-    return {"messages": to_template_messages(ep.messages), "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
+    messages, not_trained = to_template_messages(ep.messages), []
+    for i, (src, msg) in enumerate(zip(ep.messages, messages)):
+        if msg.pop("fixed", None):
+            not_trained.append(i)
+        for call, made in zip(msg.get("tool_calls") or [], src.get("tool_calls") or []):
+            if made.get("id"):
+                call["id"] = made["id"]
+        if src.get("tool_call_id"):
+            msg["tool_call_id"] = src["tool_call_id"]
+    record = {"messages": messages, "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
+    if not_trained:
+        record["not_trained"] = not_trained
+    return record
 
 
 def record_key(record: dict[str, Any]) -> str:
@@ -172,7 +186,7 @@ def export_chats(run_id: str, output: Path, min_rating: int = 4) -> dict[str, An
         messages = []
         for m in store.messages(e["id"]):
             msg = {"role": m["role"], "content": m["content"], "tool_calls": m["tool_calls"], "name": m["name"],
-                   **json.loads(m["meta"] or "{}")}
+                   "tool_call_id": m["tool_call_id"], **json.loads(m["meta"] or "{}")}
             messages.append(msg)
         ep = SimpleNamespace(messages=messages, task_id=e["task_id"], trial=e["trial"], reward=e["reward"])
         record = {**to_record(ep, tools), "rating": e["rating"], "note": e["note"]}
