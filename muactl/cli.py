@@ -103,9 +103,11 @@ def validate(
     Problems are printed as file:line:column: key: message, all at once; exit code 2 if any.
     Example: [bold]muactl validate retail[/bold]
     """
-    from .validate import validate_domain
+    from .validate import domain_warnings, validate_domain
 
     opened = validate_domain(domain, trust=trust)
+    for warning in domain_warnings(opened):
+        typer.echo(f"warning: {warning}", err=True)
     d = opened.spec.domain
     splits: dict[str, int] = {}
     for t in opened.tasks:

@@ -12,10 +12,10 @@ from ..spec.load import DomainSpec
 from ..spec.models import SPEC_VERSION
 from .database import build_template, cache_dir
 from .prompt import agent_system_prompt
-from .tools import CompiledTool, compile_tool
+from .tools import CompiledTool, column_types, compile_tool
 
 # bump when the template layout changes, so old cache entries are not reused
-TEMPLATE_FORMAT = 1
+TEMPLATE_FORMAT = 2
 
 
 @dataclass
@@ -74,7 +74,8 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
     path = cache_dir() / "templates" / f"{spec.domain.name}-{digest}.sqlite"
     if not path.exists():
         build_template(spec, path)
-    tools = {name: compile_tool(name, t) for name, t in spec.domain.tools.items()}
+    columns = column_types(spec.domain)
+    tools = {name: compile_tool(name, t, columns) for name, t in spec.domain.tools.items()}
     prompt = agent_system_prompt(spec.domain.description, spec.policy_text)
     return CompiledDomain(spec, tools, path, prompt, digest)
 

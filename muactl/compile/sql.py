@@ -31,6 +31,18 @@ def param_names(sql: str) -> list[str]:
     return list(seen)
 
 
+def _py_round(x: Any, digits: Any = 0) -> Any:
+    if x is None or digits is None:
+        return None
+    return float(round(float(x), int(digits)))
+
+
+# Deterministic helper functions muactl registers on every connection (documented in the README).
+# SQLite's round() rounds half away from zero on the decimal text (round(2.675, 2) = 2.68); py_round is
+# Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
+SQL_FUNCTIONS = {"py_round": (_py_round, -1)}
+
+
 class Guard:
     """An authorizer with a mode: 'read' allows reads only, 'write' allows DML too, 'off' is for muactl's own setup."""
 
@@ -59,6 +71,8 @@ class Guard:
         # json_each/json_tree register their virtual tables on first use, which SQLite reports as a
         # write to sqlite_master; do that once before the guard is on, so domains may use them
         conn.execute("SELECT count(*) FROM json_each('[]'), json_tree('[]')").fetchone()
+        for name, (fn, nargs) in SQL_FUNCTIONS.items():
+            conn.create_function(name, nargs, fn, deterministic=True)
         conn.set_authorizer(self)
 
 
@@ -95,7 +109,8 @@ def explain(conn: sqlite3.Connection, guard: Guard, sql: str, mode: str) -> str 
 
 
 def bind_value(value: Any) -> Any:
-    """Arrays and objects are bound as JSON text (use json_each/json_extract in SQL); bools as 0/1."""
+    """Arrays and objects are bound as JSON text (use json_each/json_extract in SQL), keys in the order
+    given; bools as 0/1."""
     if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True)
+        return json.dumps(value, ensure_ascii=False)
     return value

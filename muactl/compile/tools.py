@@ -3,7 +3,7 @@ feeds the model's schema, the docs (`muactl tools`) and the MCP server."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -31,6 +31,8 @@ class CompiledTool:
     side: str
     # an mcp tool's JSON schema, as its server declares it (set when the server is discovered)
     schema: dict[str, Any] | None = None
+    # result column -> declared type (json, boolean...), for typing sql tool results
+    result_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -73,11 +75,21 @@ class CompiledTool:
         return out
 
 
-def compile_tool(name: str, spec: Any) -> CompiledTool:
+def column_types(domain: m.Domain) -> dict[str, str]:
+    """Column name -> type over every table, for names that have one type wherever they are declared."""
+    seen: dict[str, set[str]] = {}
+    for table in domain.database.tables.values():
+        for col, ctype in table.columns.items():
+            seen.setdefault(col, set()).add(ctype)
+    return {col: next(iter(types)) for col, types in seen.items() if len(types) == 1}
+
+
+def compile_tool(name: str, spec: Any, columns: dict[str, str] | None = None) -> CompiledTool:
     kind = spec.kind
     if kind == "builtin":
         return CompiledTool(name, kind, spec, spec.description or BUILTIN_DESCRIPTIONS[spec.builtin],
                             BUILTIN_PARAMS[spec.builtin], spec.side)
     if kind == "mcp":  # the schema comes from the server when the tool is discovered
         return CompiledTool(name, kind, spec, spec.description or f"MCP tool {spec.mcp.tool}", {}, spec.side)
-    return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side)
+    types = {**(columns or {}), **spec.types} if kind == "sql" else {}
+    return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side, result_types=types)
