@@ -61,6 +61,11 @@ class Database(Strict):
         description="Named reusable SQL: view name -> SELECT. Views live in the template database; any tool, "
         "check or assertion may read them like tables (they are never written, and not part of the state hash).",
     )
+    fragments: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named reusable SQL with parameters: name -> SQL text, pasted (in parentheses) where a tool's "
+        "statement says {{name}}. A fragment may use the tool's :params and other fragments.",
+    )
     generate: dict[str, TableGen] | None = Field(
         None,
         description="Randomized instances (db=random): table -> how its rows are drawn from a seed. Tables are "
