@@ -52,6 +52,67 @@ def shipped_yaml(domain: str) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- tool descriptions
+
+
+def tool_docs(tools_py: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """τ²'s own tool descriptions, read from its tools.py docstrings (parsed with ast, never run):
+    tool -> (description, {arg: description}). The LLM sees the same text as in τ²."""
+    import ast
+    import re
+
+    if not tools_py.is_file():
+        return {}
+    out = {}
+    for node in ast.walk(ast.parse(tools_py.read_text())):
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node)
+        if not doc:
+            continue
+        summary, args, section, current = [], {}, None, None
+        for line in doc.splitlines():
+            head = line.strip().rstrip(":")
+            if line.strip().endswith(":") and head in ("Args", "Returns", "Raises", "Examples"):
+                section, current = head, None
+                continue
+            if section is None:
+                summary.append(line.strip())
+            elif section == "Args":
+                m = re.match(r"^(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line.strip())
+                if m and not line.startswith("        "):
+                    current = m[1]
+                    args[current] = m[2]
+                elif current and line.strip():
+                    args[current] += " " + line.strip()
+        text = " ".join(x for x in summary if x)
+        if text:
+            out[node.name] = (text, args)
+    return out
+
+
+def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
+    """Replace the shipped short descriptions with τ²'s (comments and anchors kept)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()
+    yaml.width = 110
+    data = yaml.load(domain_yaml.read_text())
+    for name, tool in data["tools"].items():
+        if name not in docs:
+            continue
+        text, args = docs[name]
+        tool["description"] = text
+        params = tool.get("params") or {}
+        for pname in list(params):
+            if args.get(pname):  # a copy: a param shared with an anchor may read differently per tool in τ²
+                params[pname] = CommentedMap(params[pname])
+                params[pname]["description"] = args[pname]
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
+
+
 # ---------------------------------------------------------------- database
 
 
@@ -167,6 +228,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
         (d / "data").mkdir(parents=True)
         shutil.copyfile(yaml_path, d / "domain.yaml")
         shutil.copyfile(src / "policy.md", d / "policy.md")
+        use_tau2_descriptions(d / "domain.yaml", tool_docs(checkout / "src" / "tau2" / "domains" / domain / "tools.py"))
         spec = load_domain(d)
         for table, rows in seed_rows(db, spec.domain.database.tables).items():
             with open(d / "data" / f"{table}.jsonl", "w") as f:

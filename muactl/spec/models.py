@@ -144,7 +144,9 @@ class SqlTool(ToolBase):
 
     checks: list[Check] = Field(default_factory=list, description="Preconditions; each must hold or nothing changes.")
     writes: list[str] = Field(default_factory=list, description="INSERT/UPDATE/DELETE statements run in one transaction.")
-    query: str | None = Field(None, description="SELECT whose result is returned to the agent (after the writes).")
+    query: str | None = Field(
+        None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
+        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x) and calc(text) (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
@@ -155,7 +157,7 @@ class SqlTool(ToolBase):
     types: dict[str, ColumnType] = Field(
         default_factory=dict,
         description="Result column -> type, for columns the query computes (json_object(...) AS x: json). A column "
-        "named like a table column takes that column's type. json values come back decoded, booleans as "
+        "read straight from a table takes that column's type. json values come back decoded, booleans as "
         "true/false; other text is never parsed.")
 
 
