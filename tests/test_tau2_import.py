@@ -52,7 +52,7 @@ def test_import_of_a_folder_that_is_not_tau2_is_a_clear_error(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("domain", SHIPPED)
 def test_import_matches_tau2s_own_tools(domain, tmp_path, monkeypatch):
-    from muactl.importers.tau2 import verify
+    from muactl.importers.tau2 import tool_docs, verify
     from muactl.validate import validate_domain
 
     monkeypatch.chdir(tmp_path)
@@ -61,6 +61,8 @@ def test_import_matches_tau2s_own_tools(domain, tmp_path, monkeypatch):
     r = runner.invoke(app, ["import", "tau2", CHECKOUT, "--domain", domain])
     assert r.exit_code == 2 and "--force" in r.output  # an earlier import is never overwritten silently
     opened = validate_domain(f"tau2-{domain}")  # every gold path replays, expected failures included
+    docs = tool_docs(Path(CHECKOUT) / "src" / "tau2" / "domains" / domain / "tools.py")
+    assert opened.compiled.tools["get_user_details"].description == docs["get_user_details"][0]  # τ²'s own text
     got = verify(opened, truth(domain))
     assert got["mismatches"] == []
     assert got["db_same"] == got["tasks"] == len(truth(domain)["tasks"])
@@ -70,3 +72,28 @@ def test_import_matches_tau2s_own_tools(domain, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
     assert summary["avg_reward"] == 1.0 and summary["episodes"] == len(opened.tasks)
+
+
+def test_tool_descriptions_are_read_from_docstrings_without_running_code(tmp_path):
+    from muactl.importers.tau2 import tool_docs
+
+    src = tmp_path / "tools.py"
+    src.write_text('''raise SystemExit("never run")
+class Tools:
+    def find(self, email: str, zip: str) -> str:
+        """Find a user by email.
+        Falls back to nothing.
+
+        Args:
+            email: The email, such as
+                'a@b.c'.
+            zip (str): The zip code.
+
+        Returns:
+            str: The id.
+        """
+    def _helper(self):
+        """Private."""
+''')
+    assert tool_docs(src) == {"find": ("Find a user by email. Falls back to nothing.",
+                                       {"email": "The email, such as 'a@b.c'.", "zip": "The zip code."})}
