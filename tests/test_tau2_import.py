@@ -46,6 +46,8 @@ def test_import_of_a_folder_that_is_not_tau2_is_a_clear_error(tmp_path):
     assert not (tmp_path / "domains").exists()
     r = runner.invoke(app, ["import", "tau2", str(tmp_path), "--domain", "shipping"])
     assert r.exit_code == 2 and "retail, airline, telecom" in r.output
+    r = runner.invoke(app, ["import", "tau2", str(tmp_path), "--domain", "telecom"])
+    assert r.exit_code == 2 and "not importable yet" in r.output
 
 
 @needs_tau2

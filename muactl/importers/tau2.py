@@ -212,8 +212,8 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
 
     if domain not in DOMAINS:
         raise UsageError(f"unknown τ² domain '{domain}'; choose one of {', '.join(DOMAINS)}")
-    src = data_dir(checkout, domain)
     yaml_path = shipped_yaml(domain)
+    src = data_dir(checkout, domain)
     name = domain_name(domain)
     dest_domain, dest_tasks = project / "domains" / name, project / "tasks" / name
     existing = [p for p in (dest_domain, dest_tasks) if p.exists()]
