@@ -99,3 +99,16 @@ class Tools:
 ''')
     assert tool_docs(src) == {"find": ("Find a user by email. Falls back to nothing.",
                                        {"email": "The email, such as 'a@b.c'.", "zip": "The zip code."})}
+
+
+@pytest.mark.parametrize("domain", SHIPPED)
+def test_shipped_yaml_compiles_without_tau2_data(domain, tmp_path):
+    """Offline guard for the shipped tools: every statement compiles against the schema, every
+    fragment and param resolves (the data only comes with an import)."""
+    from muactl.spec.load import load_domain
+    from muactl.validate import check_domain
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "policy.md").write_text("Follow the rules.\n")
+    (tmp_path / "domain.yaml").write_text((HERE / f"{domain}.yaml").read_text())
+    assert check_domain(load_domain(tmp_path)) == []
