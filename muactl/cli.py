@@ -122,9 +122,11 @@ def validate(
     Problems are printed as file:line:column: key: message, all at once; exit code 2 if any.
     Example: [bold]muactl validate retail[/bold]
     """
-    from .validate import validate_domain
+    from .validate import domain_warnings, validate_domain
 
     opened = validate_domain(domain, trust=trust)
+    for warning in domain_warnings(opened):
+        typer.echo(f"warning: {warning}", err=True)
     d = opened.spec.domain
     splits: dict[str, int] = {}
     for t in opened.tasks:
@@ -134,6 +136,32 @@ def validate(
                f"{len(d.database.tables)} tables, {len(d.tools)} tools, {len(opened.tasks)} tasks ({counts}); "
                f"every gold path replayed"
                + (f"; {len(opened.templates)} templates checked (sample instances replayed)" if opened.templates else ""))
+
+
+import_app = typer.Typer(help="Import another benchmark's worlds as muactl domains and task sets.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("tau2")
+def import_tau2_cmd(
+    checkout: Path = typer.Argument(..., help="A τ²-bench checkout (sierra-research/tau2-bench)."),
+    domain: str = typer.Option(..., "--domain", help="retail | airline | telecom."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
+) -> None:
+    """Import a τ²-bench domain: writes domains/tau2-DOMAIN/ (muactl's YAML tools, τ²'s data and policy)
+    and tasks/tau2-DOMAIN/ (τ²'s tasks, split as in its split_tasks.json).
+
+    Example: [bold]muactl import tau2 ../tau2-bench --domain retail && muactl validate tau2-retail[/bold]
+    """
+    from .importers.tau2 import import_tau2
+
+    try:
+        d, t, counts = import_tau2(checkout, domain, directory, force)
+    except MuactlError as e:
+        _fail(str(e), e.exit_code)
+    shown = ", ".join(f"{n} {s}" for s, n in counts.items())
+    typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
 
 
 @command("domains")

@@ -73,6 +73,11 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
         return problems
     guard = Guard(set(tables))
     guard.install(conn)
+    view_problems = _check_views(spec, conn, guard)
+    problems += view_problems
+    if view_problems:
+        conn.close()
+        return problems  # tools read the views
     for name, tool in d.tools.items():
         if isinstance(tool, m.SqlTool):
             problems.extend(_check_sql_tool(spec, name, tool, conn, guard))
@@ -86,11 +91,47 @@ def _schema_or_none(d: m.Domain, tolerate: bool) -> sqlite3.Connection | None:
     """The empty schema to compile SQL against; with `tolerate`, None when the table declarations have
     problems (reported elsewhere) that keep it from being built (a key naming an undeclared column)."""
     try:
-        return schema_connection(d)
+        return schema_connection(d, views=False)
     except Exception:
         if not tolerate:
             raise
         return None
+
+
+def _check_views(spec: DomainSpec, conn, guard: Guard) -> list[Problem]:
+    """Each view must be a parameterless SELECT over the tables and the views declared above it."""
+    from .compile.database import create_view
+
+    out = []
+    for name, select in spec.domain.database.views.items():
+        path = ("database", "views", name)
+        if not re.match(m.IDENT, name):
+            out.append(spec.doc.problem(path, f"view name {name!r} must be an identifier (letters, digits, underscores)"))
+            continue
+        if name in spec.domain.database.tables:
+            out.append(spec.doc.problem(path, f"'{name}' is already a table; give the view another name"))
+            continue
+        error = explain(conn, guard, select, "read")
+        if not error and param_names(select):
+            error = f"a view takes no parameters (:{param_names(select)[0]}); filter it in the tool's query instead"
+        if error:
+            out.append(spec.doc.problem(path, error))
+            continue
+        guard.mode = "off"
+        try:
+            create_view(conn, name, select)
+        finally:
+            guard.mode = "read"
+    return out
+
+
+def _columns(conn, sql: str) -> list[str] | None:
+    """Result column names of a SELECT, read from the empty schema database (None if it cannot run)."""
+    try:
+        cur = conn.execute(f"SELECT * FROM ({sql}) LIMIT 0", {p: None for p in param_names(sql)})
+    except Exception:
+        return None
+    return [d[0] for d in cur.description]
 
 
 def _check_param_specs(spec: DomainSpec, name: str, tool) -> list[Problem]:
@@ -134,21 +175,42 @@ def _check_sql_tool(spec: DomainSpec, name: str, tool: m.SqlTool, conn, guard: G
         statements.append((("query",), tool.query, "read"))
     if not tool.query and not tool.writes:
         problems.append(doc.problem(base, "a sql tool needs a 'query' (to read) or 'writes' (to change data), or both"))
+    bound_by = {i: dict(c.each or {}) for i, c in enumerate(tool.checks)}  # names `each` binds, per check
+    for i, each in bound_by.items():
+        for elem, array in each.items():
+            where = base + ("checks", i, "each", elem)
+            if array not in tool.params:
+                problems.append(doc.problem(where, f"'{array}' is not a declared param{_hint(array, tool.params)}"))
+            elif tool.params[array].type != "array":
+                problems.append(doc.problem(where, f"'{array}' is a {tool.params[array].type} param; each walks arrays"))
+            else:
+                used.add(array)
+            if elem in tool.params:
+                problems.append(doc.problem(where, f"'{elem}' is already a param; name the element differently"))
     for path, sql, mode in statements:
         error = explain(conn, guard, sql, mode)
         if error:
             problems.append(doc.problem(base + path, error))
+        local = bound_by.get(path[1], {}) if path[0] == "checks" else {}
         for p in param_names(sql):
             used.add(p)
-            if p not in tool.params:
+            if p not in tool.params and p not in local:
                 problems.append(doc.problem(base + path, f"parameter :{p} is used but not declared under params{_hint(p, tool.params)}"))
-    texts = [(("checks", i, "error"), c.error) for i, c in enumerate(tool.checks)]
-    texts += [((k,), getattr(tool, k)) for k in ("if_empty", "message") if getattr(tool, k)]
-    for path, text in texts:
+    texts = [(("checks", i, "error"), c.error, bound_by[i], _columns(conn, c.query) or [])
+             for i, c in enumerate(tool.checks)]
+    texts += [((k,), getattr(tool, k), {}, []) for k in ("if_empty", "message") if getattr(tool, k)]
+    for path, text, local, computed in texts:
         for p in _PLACEHOLDER.findall(text):
             used.add(p)
-            if p not in tool.params:
-                problems.append(doc.problem(base + path, f"placeholder {{{p}}} is not a declared param{_hint(p, tool.params)}"))
+            if p not in tool.params and p not in local and p not in computed[1:]:
+                known = list(tool.params) + list(local) + computed[1:]
+                also = " (nor an each name or a column the check computes)" if path[0] == "checks" else ""
+                problems.append(doc.problem(base + path, f"placeholder {{{p}}} is not a declared param{_hint(p, known)}{also}"))
+    if tool.types and tool.query:
+        columns = _columns(conn, tool.query)
+        for col in tool.types:
+            if columns is not None and col not in columns:
+                problems.append(doc.problem(base + ("types", col), f"the query returns no column '{col}'{_hint(col, columns)}"))
     for p in tool.params:
         if p not in used:
             problems.append(doc.problem(base + ("params", p), f"param '{p}' is declared but never used in the tool's SQL or messages"))
@@ -214,8 +276,13 @@ def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
                 if opened.compiled.tools[tool_name].kind in OUTSIDE_KINDS:
                     continue  # played outside the sandbox (an LLM, an MCP server): nothing here to replay
                 result = env.call(tool_name, args)
-                if result.error:
+                expected = m.expected_error(call)
+                got = result.content.removeprefix("Error: ") if result.error else None
+                if expected is None and result.error:
                     return [t.problem(path0 + (i, tool_name), f"{group} fails when replayed: {result.content}")]
+                if expected is not None and got != expected:
+                    what = f"fails with {got!r}" if result.error else "succeeds"
+                    return [t.problem(path0 + (i, "error"), f"{group} is expected to fail with {expected!r} but {what}")]
         out = []
         for i, a in enumerate(task.expect.assert_):
             ok, why = assertion_result(env, a)
@@ -261,6 +328,16 @@ def open_domain(name: str | DomainRef, with_tasks: bool = True, trust: bool = Fa
     if problems:
         raise SpecError(problems)
     return Opened(ref, spec, compiled, tasks, templates if with_tasks else [])
+
+
+def domain_warnings(opened: Opened) -> list[Problem]:
+    """Things that work but are probably not what the author meant."""
+    out = []
+    d, root = opened.spec.domain, opened.ref.root
+    if d.name != root.name:
+        out.append(opened.spec.doc.problem(("name",), f"name '{d.name}' differs from the folder '{root.name}'; "
+                                           f"`muactl ... {root.name}` finds this domain, runs record '{d.name}'"))
+    return out
 
 
 def validate_domain(name: str, trust: bool = False) -> Opened:

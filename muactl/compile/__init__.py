@@ -10,12 +10,12 @@ from pathlib import Path
 from .. import __version__
 from ..spec.load import DomainSpec
 from ..spec.models import SPEC_VERSION
-from .database import build_template, cache_dir
+from .database import build_template, cache_dir, schema_connection
 from .prompt import agent_system_prompt
 from .tools import CompiledTool, compile_tool
 
 # bump when the template layout changes, so old cache entries are not reused
-TEMPLATE_FORMAT = 1
+TEMPLATE_FORMAT = 2
 
 
 @dataclass
@@ -74,7 +74,11 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
     path = cache_dir() / "templates" / f"{spec.domain.name}-{digest}.sqlite"
     if not path.exists():
         build_template(spec, path)
-    tools = {name: compile_tool(name, t) for name, t in spec.domain.tools.items()}
+    conn = schema_connection(spec.domain)  # to read which table columns each tool's query returns
+    try:
+        tools = {name: compile_tool(name, t, spec.domain, conn) for name, t in spec.domain.tools.items()}
+    finally:
+        conn.close()
     prompt = agent_system_prompt(spec.domain.description, spec.policy_text)
     return CompiledDomain(spec, tools, path, prompt, digest)
 

@@ -24,8 +24,8 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
-    """Create every declared table, referenced tables first so foreign keys resolve."""
+def create_schema(db: sqlite_utils.Database, domain: m.Domain, views: bool = True) -> None:
+    """Create every declared table, referenced tables first so foreign keys resolve, then the views."""
     tables = domain.database.tables
     done: set[str] = set()
     deferred: list[tuple[str, str, str, str]] = []
@@ -57,6 +57,13 @@ def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
         create(name)
     if deferred:
         db.add_foreign_keys(deferred)
+    if views:
+        for name, select in domain.database.views.items():
+            create_view(db.conn, name, select)
+
+
+def create_view(conn: sqlite3.Connection, name: str, select: str) -> None:
+    conn.execute(f'CREATE VIEW "{name}" AS {select}')
 
 
 def coerce(value: Any, ctype: str, from_text: bool) -> Any:
@@ -103,7 +110,7 @@ def coerce(value: Any, ctype: str, from_text: bool) -> Any:
                 value = json.loads(value)
             except json.JSONDecodeError as e:
                 raise TypeError(f"invalid JSON in a json column: {e.msg} (character {e.pos + 1})") from None
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False)  # key order as written; the state hash canonicalizes
     raise TypeError(f"unknown column type {ctype}")
 
 
@@ -191,8 +198,8 @@ def build_template(spec: DomainSpec, path: Path) -> None:
             os.unlink(tmp)
 
 
-def schema_connection(domain: m.Domain) -> sqlite3.Connection:
+def schema_connection(domain: m.Domain, views: bool = True) -> sqlite3.Connection:
     """An empty in-memory database with the declared schema, for compiling statements."""
     conn = sqlite3.connect(":memory:")
-    create_schema(sqlite_utils.Database(conn), domain)
+    create_schema(sqlite_utils.Database(conn), domain, views)
     return conn

@@ -3,7 +3,7 @@ feeds the model's schema, the docs (`muactl tools`) and the MCP server."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -31,6 +31,8 @@ class CompiledTool:
     side: str
     # an mcp tool's JSON schema, as its server declares it (set when the server is discovered)
     schema: dict[str, Any] | None = None
+    # result column -> declared type (json, boolean...), for typing sql tool results
+    result_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -73,11 +75,44 @@ class CompiledTool:
         return out
 
 
-def compile_tool(name: str, spec: Any) -> CompiledTool:
+def result_types(domain: m.Domain, conn, sql: str | None) -> dict[str, str]:
+    """Result column -> declared type, for the table columns a query reads: SQLite's authorizer names
+    every (table, column) it reads while compiling, so `SELECT * FROM users` types users' columns and
+    a `name` that is json in one table and text in another is typed by the table actually read."""
+    import sqlite3
+
+    if not sql:
+        return {}
+    from .sql import param_names
+
+    read: set[tuple[str, str]] = set()
+
+    def spy(action, arg1, arg2, *_):
+        if action == sqlite3.SQLITE_READ:
+            read.add((arg1, arg2))
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(spy)
+    try:
+        conn.execute("EXPLAIN " + sql, {p: None for p in param_names(sql)}).fetchall()
+    except sqlite3.Error:
+        return {}  # validate reports the statement
+    finally:
+        conn.set_authorizer(None)
+    seen: dict[str, set[str]] = {}
+    for table, col in read:
+        ctype = domain.database.tables.get(table) and domain.database.tables[table].columns.get(col)
+        if ctype:
+            seen.setdefault(col, set()).add(ctype)
+    return {col: next(iter(types)) for col, types in seen.items() if len(types) == 1}
+
+
+def compile_tool(name: str, spec: Any, domain: m.Domain | None = None, conn=None) -> CompiledTool:
     kind = spec.kind
     if kind == "builtin":
         return CompiledTool(name, kind, spec, spec.description or BUILTIN_DESCRIPTIONS[spec.builtin],
                             BUILTIN_PARAMS[spec.builtin], spec.side)
     if kind == "mcp":  # the schema comes from the server when the tool is discovered
         return CompiledTool(name, kind, spec, spec.description or f"MCP tool {spec.mcp.tool}", {}, spec.side)
-    return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side)
+    types = {**result_types(domain, conn, spec.query), **spec.types} if kind == "sql" and domain else {}
+    return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side, result_types=types)

@@ -78,12 +78,26 @@ def tool_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def decode_json_text(value: Any) -> Any:
-    """JSON columns are stored as text; give them back as values (other text is left alone)."""
+    """Best-effort decoding of a value whose column type is unknown (assertions, template samples):
+    text that parses as a JSON array or object. Tool results use `typed` instead."""
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
         except ValueError:
             return value
+    return value
+
+
+def typed(value: Any, ctype: str | None) -> Any:
+    """A result value as its column was declared: json text decoded, booleans as true/false; other text
+    is never parsed (a name that happens to start with '[' stays a string)."""
+    if ctype == "json" and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    if ctype == "boolean" and isinstance(value, int):
+        return bool(value)
     return value
 
 
@@ -154,8 +168,8 @@ class Environment:
             return self._call_sql(tool, args)
         if tool.kind == "builtin":
             if tool.spec.builtin == "transfer":
-                return ToolResult("Transfer successful.", transfer=True)
-            return ToolResult("")
+                return ToolResult(tool.spec.message or "Transfer successful.", transfer=True)
+            return ToolResult(tool.spec.message or "")
         if tool.kind == "python":
             return self._call_python(tool, args)
         raise AssertionError(f"unknown tool kind {tool.kind}")
@@ -230,10 +244,10 @@ class Environment:
             try:
                 for check in spec.checks:
                     guard.mode = "read"
-                    row = conn.execute(check.query, bound).fetchone()
-                    if not row or not row[0]:
+                    failed = self._failing_check(check, bound, args)
+                    if failed is not None:
                         self._txn("ROLLBACK")
-                        return ToolResult("Error: " + fill(check.error, args), error=True)
+                        return ToolResult("Error: " + failed, error=True)
                 for statement in spec.writes:
                     guard.mode = "write"
                     conn.execute(statement, bound)
@@ -255,13 +269,30 @@ class Environment:
             if writes:
                 self._set_query_only(True)
 
+    def _failing_check(self, check, bound: dict, args: dict) -> str | None:
+        """The check's error text if it fails (for `each`, at the first failing element), else None."""
+        if check.each:
+            arrays = [args.get(p) or [] for p in check.each.values()]
+            rounds = [dict(zip(check.each, values)) for values in zip(*arrays)]
+        else:
+            rounds = [{}]
+        for element in rounds:
+            row = self.conn.execute(check.query, {**bound, **{k: bind_value(v) for k, v in element.items()}})
+            names = [d[0] for d in row.description]
+            values = row.fetchone()
+            if not values or not values[0]:
+                computed = dict(zip(names[1:], values[1:])) if values else {}
+                return fill(check.error, {**args, **element, **computed})
+        return None
+
     def _result(self, tool: CompiledTool, bound: dict, args: dict) -> ToolResult:
         spec = tool.spec
         if spec.query is None:
             return ToolResult(fill(spec.message, args) if spec.message else "Done.")
         cur = self.conn.execute(spec.query, bound)
         names = [d[0] for d in cur.description]
-        rows = [{n: decode_json_text(v) for n, v in zip(names, r)} for r in cur.fetchall()]
+        types = [tool.result_types.get(n) for n in names]
+        rows = [{n: typed(v, t) for n, v, t in zip(names, r, types)} for r in cur.fetchall()]
         if not rows:
             if spec.if_empty:
                 return ToolResult("Error: " + fill(spec.if_empty, args), error=True)

@@ -264,6 +264,7 @@ def _finish_domain(root: Path, doc: Located, domain: m.Domain, problems: list[Pr
     if domain.user_guidelines:
         guidelines = _text_or_file(root, domain.user_guidelines, doc, "user_guidelines", problems, files)
     seeds = _load_seeds(root, domain, doc, problems, files)
+    domain = _expand_fragments(domain, doc, problems)
     if problems and strict:
         raise SpecError(problems)
     return DomainSpec(domain, root, doc, policy, guidelines, seeds, files)
@@ -330,6 +331,31 @@ def _drop(data: dict, unit: tuple) -> bool:
         del node[unit[-1]]
         return True
     return False
+
+
+def _expand_fragments(domain: m.Domain, doc: Located, problems: list[Problem]) -> m.Domain:
+    """Tools' statements with every {{fragment}} pasted in (database.fragments)."""
+    from ..compile.sql import expand_fragments
+
+    fragments = domain.database.fragments
+    tools = dict(domain.tools)
+    for name, tool in domain.tools.items():
+        if not isinstance(tool, m.SqlTool):
+            continue
+
+        def expand(sql: str, path: tuple) -> str:
+            out, unknown = expand_fragments(sql, fragments)
+            for u in unknown:
+                close = difflib.get_close_matches(u, list(fragments), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; declared: {', '.join(fragments) or 'none'}"
+                problems.append(doc.problem(("tools", name) + path, f"unknown fragment {{{{{u}}}}}{hint}"))
+            return out
+
+        checks = [c.model_copy(update={"query": expand(c.query, ("checks", i, "query"))}) for i, c in enumerate(tool.checks)]
+        writes = [expand(w, ("writes", i)) for i, w in enumerate(tool.writes)]
+        query = expand(tool.query, ("query",)) if tool.query else None
+        tools[name] = tool.model_copy(update={"checks": checks, "writes": writes, "query": query})
+    return domain.model_copy(update={"tools": tools})
 
 
 def _load_seeds(root: Path, domain: m.Domain, doc: Located, problems: list[Problem], files: list[Path]) -> dict[str, SeedSource]:

@@ -56,6 +56,16 @@ class Database(Strict):
         description="Initial rows: a folder beside domain.yaml holding <table>.jsonl or <table>.csv files, "
         "or a mapping table -> list of rows inline, or table -> file name.",
     )
+    views: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named reusable SQL: view name -> SELECT. Views live in the template database; any tool, "
+        "check or assertion may read them like tables (they are never written, and not part of the state hash).",
+    )
+    fragments: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named reusable SQL with parameters: name -> SQL text, pasted (in parentheses) where a tool's "
+        "statement says {{name}}. A fragment may use the tool's :params and other fragments.",
+    )
     generate: dict[str, TableGen] | None = Field(
         None,
         description="Randomized instances (db=random): table -> how its rows are drawn from a seed. Tables are "
@@ -108,8 +118,17 @@ class Param(Strict):
 
 
 class Check(Strict):
-    query: str = Field(description="SELECT returning one value; the check holds when it is true (non-zero, non-empty).")
-    error: str = Field(description="Text the agent gets when the check fails; may use {param} placeholders.")
+    query: str = Field(
+        description="SELECT returning one row; the check holds when its first column is true (non-zero, non-empty). "
+        "Further named columns are values the error text may use, e.g. `SELECT n = 0, item_id FROM ...`.")
+    error: str = Field(
+        description="Text the agent gets when the check fails; may use {param} placeholders, {name} of a column the "
+        "query computed, and the names bound by `each`.")
+    each: dict[str, str] | None = Field(
+        None,
+        description="Run the check once per element of array params: name -> array param, e.g. {item_id: item_ids}. "
+        "Each name is bound (:item_id) to the element; several arrays are walked in step. The first failing "
+        "element's error is the tool's error.")
 
 
 class ToolBase(Strict):
@@ -125,7 +144,9 @@ class SqlTool(ToolBase):
 
     checks: list[Check] = Field(default_factory=list, description="Preconditions; each must hold or nothing changes.")
     writes: list[str] = Field(default_factory=list, description="INSERT/UPDATE/DELETE statements run in one transaction.")
-    query: str | None = Field(None, description="SELECT whose result is returned to the agent (after the writes).")
+    query: str | None = Field(
+        None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
+        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x) and calc(text) (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
@@ -133,6 +154,11 @@ class SqlTool(ToolBase):
         None, description="Error text when the query returns nothing; may use {param} placeholders."
     )
     message: str | None = Field(None, description="Result text when there is no query; may use {param} placeholders.")
+    types: dict[str, ColumnType] = Field(
+        default_factory=dict,
+        description="Result column -> type, for columns the query computes (json_object(...) AS x: json). A column "
+        "read straight from a table takes that column's type. json values come back decoded, booleans as "
+        "true/false; other text is never parsed.")
 
 
 class BuiltinTool(Strict):
@@ -140,6 +166,7 @@ class BuiltinTool(Strict):
         description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect."
     )
     description: str | None = Field(None, description="Overrides the built-in description.")
+    message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.').")
     side: Literal["agent", "user"] = "agent"
 
 
@@ -242,13 +269,21 @@ class UserGoal(Strict):
 
 
 def _one_call(call: dict) -> dict:
-    if len(call) != 1:
-        raise ValueError("each call is a mapping with exactly one key, the tool name: {tool: {arg: value}}")
+    error = call.get("error")
+    if error is not None and not isinstance(error, str):
+        raise ValueError("'error' is the text the call is expected to fail with: a string")
+    tools = [k for k in call if k != "error"]
+    if len(tools) != 1:
+        raise ValueError("each call is a mapping with exactly one key, the tool name: {tool: {arg: value}} "
+                         "(plus `error: TEXT` for a call expected to fail)")
+    if not isinstance(call[tools[0]], (dict, type(None))):
+        raise ValueError(f"the arguments of {tools[0]} must be a mapping {{arg: value}}")
     return call
 
 
-# {tool_name: {arg: value}}, exactly one key; checked per item so a problem points at the call, not the list
-ToolCall = Annotated[dict[str, dict[str, Any] | None], AfterValidator(_one_call)]
+# {tool_name: {arg: value}}, exactly one tool key, optionally `error: "text"` (the call must fail with that
+# text when replayed); checked per item so a problem points at the call, not the list
+ToolCall = Annotated[dict[str, dict[str, Any] | str | None], AfterValidator(_one_call)]
 
 
 class Assertion(Strict):
@@ -258,11 +293,14 @@ class Assertion(Strict):
 
 class Expect(Strict):
     actions: list[ToolCall] = Field(
-        default_factory=list, description="One gold path of tool calls; success compares end states, not paths."
-    )
+        default_factory=list, description="One gold path of tool calls; success compares end states, not paths. "
+        "A call may carry `error: TEXT`: it is expected to fail with that text (validate checks it does).")
     outputs: list[str] = Field(default_factory=list, description="Strings the agent must say to the user.")
     assert_: list[Assertion] = Field(default_factory=list, alias="assert", description="SQL checks on the final state.")
     transfer: bool = Field(False, description="Whether the correct ending is a transfer to a human agent.")
+    nl_assertions: list[str] = Field(
+        default_factory=list, description="Statements about the conversation an LLM judge checks (--judge MODEL); "
+        "they join the reward only when a judge is given, else they are reported as not judged.")
 
 
 class TaskOrigin(Strict):
@@ -286,5 +324,10 @@ class Task(Strict):
 
 
 def call_parts(call: ToolCall) -> tuple[str, dict[str, Any]]:
-    (name, args), = call.items()
+    (name, args), = ((k, v) for k, v in call.items() if k != "error")
     return name, dict(args or {})
+
+
+def expected_error(call: ToolCall) -> str | None:
+    """The error text a gold call is expected to fail with (None: it must succeed)."""
+    return call.get("error")
