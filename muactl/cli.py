@@ -142,7 +142,7 @@ import_app = typer.Typer(help="Import another benchmark's worlds as muactl domai
 app.add_typer(import_app, name="import")
 
 
-@import_app.command("tau2")
+@command("tau2", group=import_app)
 def import_tau2_cmd(
     checkout: Path = typer.Argument(..., help="A τ²-bench checkout (sierra-research/tau2-bench)."),
     domain: str = typer.Option(..., "--domain", help="retail | airline | telecom."),
@@ -155,11 +155,10 @@ def import_tau2_cmd(
     Example: [bold]muactl import tau2 ../tau2-bench --domain retail && muactl validate tau2-retail[/bold]
     """
     from .importers.tau2 import import_tau2
+    from .library import refuse_builtin_write
 
-    try:
-        d, t, counts = import_tau2(checkout, domain, directory, force)
-    except MuactlError as e:
-        _fail(str(e), e.exit_code)
+    refuse_builtin_write(directory / "domains" / f"tau2-{domain}")
+    d, t, counts = import_tau2(checkout, domain, directory, force)
     shown = ", ".join(f"{n} {s}" for s, n in counts.items())
     typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
 

@@ -89,6 +89,7 @@ BAD = {
     "chat": ["chat", "nope"],
     "export verl": ["export", "verl", "bank", "-o", "/proc/x"],
     "tasks generate": ["tasks", "generate", "bank", "--all-templates", "-o", "/proc/x/y.yaml"],
+    "import tau2": ["import", "tau2", "no-such-checkout", "--domain", "retail"],
 }
 
 

@@ -347,7 +347,7 @@ def test_shadowing_order_is_local_then_installed_then_builtin(project, tmp_path)
     packs.install_pack(_pack(project))  # clinic: local and installed
     bank = project / "bank-pack.muapack"
     assert runner.invoke(app, ["pack", "bank", "-o", str(bank)]).exit_code == 0
-    packs.install_pack(bank)  # bank: installed and built-in
+    packs.install_pack(bank, force=True)  # bank: installed and built-in (a built-in's name needs force)
     assert find_domain("clinic").origin == "local"
     assert find_domain("bank").origin == "installed"
     assert find_domain("retail").origin == "builtin"
