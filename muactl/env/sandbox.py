@@ -7,7 +7,11 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
 - reads run with `query_only` on and the authorizer in read mode;
 - checks and writes run in one transaction that rolls back on any failure;
 - a failure is data: call() returns ToolResult(error=True) and the episode goes on;
-- python handlers run only with trust, in a child process with a timeout.
+- python handlers run only with trust, in a child process with a timeout;
+- every domain statement runs under the SQL budget (env/budget.py): a runaway is stopped and becomes a
+  tool error; `cancel()` stops the running statement from any thread (an episode's timeout);
+- a tool returns JSON-able values only (text, numbers, null, decoded json columns), at most
+  MAX_RESULT_ROWS rows and MAX_RESULT_BYTES of text; a BLOB or a non-finite number is a tool error.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..compile.sql import Guard, bind_value
+from ..limits import MAX_RESULT_BYTES, MAX_RESULT_ROWS
 from ..spec.models import call_parts
+from .budget import SqlBudget, SqlLimitExceeded
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
@@ -75,6 +82,7 @@ class Environment:
         self.trust = trust
         self.players: dict[str, ToolPlayer] = dict(players or {})
         self.guard = Guard(set(domain.tables))
+        self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps)
         conn.isolation_level = None  # transactions are explicit
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA query_only = ON")
@@ -100,6 +108,30 @@ class Environment:
     def close(self) -> None:
         self.conn.close()
 
+    def cancel(self) -> None:
+        """Stop the running statement and every later one; safe to call from another thread while a tool
+        runs (an episode past its timeout). A stopped tool call rolls back and returns an error result."""
+        self.budget.cancel()
+
+    def select(self, sql: str, params: dict | None = None, max_rows: int = 1) -> tuple[list[str], list[tuple]]:
+        """Run one of the domain's read statements (an assertion, a template's sample or derive) under the
+        SQL budget: (column names, up to max_rows rows). A statement past the budget, or one returning more
+        rows, raises SqlLimitExceeded (a sqlite3.Error)."""
+        if self.budget.cancelled:
+            self.budget.check(sqlite3.OperationalError("interrupted"))
+        self.guard.mode = "read"
+        with self.budget.limit():
+            try:
+                cur = self.conn.execute(sql, params or {})
+                names = [d[0] for d in cur.description or ()]
+                rows = cur.fetchmany(max_rows + 1)
+            except sqlite3.Error as e:
+                self.budget.check(e)
+                raise
+        if len(rows) > max_rows:
+            raise SqlLimitExceeded(f"returned more than {max_rows:,} rows (the limit here)")
+        return names, rows
+
     # ------------------------------------------------------------ tools
 
     def _prepare(self, name: str, args: Any) -> tuple[CompiledTool, dict] | ToolResult:
@@ -120,6 +152,8 @@ class Environment:
 
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a database tool (sql, builtin, python). Simulated and mcp tools need acall."""
+        if self.budget.cancelled:
+            return ToolResult(f"Error: {name} {self.budget.stopped(sqlite3.OperationalError('interrupted'))}.", error=True)
         prepared = self._prepare(name, args)
         if isinstance(prepared, ToolResult):
             return prepared
@@ -178,25 +212,29 @@ class Environment:
                 self._set_query_only(not writes)
                 self._txn("BEGIN")
             try:
-                for check in spec.checks:
+                with self.budget.limit():
+                    for check in spec.checks:
+                        guard.mode = "read"
+                        row = conn.execute(check.query, bound).fetchone()
+                        if not row or not row[0]:
+                            self._txn("ROLLBACK")
+                            return ToolResult("Error: " + fill(check.error, args), error=True)
+                    for statement in spec.writes:
+                        guard.mode = "write"
+                        conn.execute(statement, bound)
                     guard.mode = "read"
-                    row = conn.execute(check.query, bound).fetchone()
-                    if not row or not row[0]:
-                        self._txn("ROLLBACK")
-                        return ToolResult("Error: " + fill(check.error, args), error=True)
-                for statement in spec.writes:
-                    guard.mode = "write"
-                    conn.execute(statement, bound)
-                guard.mode = "read"
-                result = self._result(tool, bound, args)
-                if writes or spec.checks:
-                    self._txn("ROLLBACK" if result.error else "COMMIT")
-                    result.changed = writes and not result.error
-                return result
+                    result = self._result(tool, bound, args)
+                    if writes or spec.checks:
+                        self._txn("ROLLBACK" if result.error else "COMMIT")
+                        result.changed = writes and not result.error
+                    return result
             # OverflowError: an integer argument the schema allows but SQLite cannot store (beyond 64 bits)
             except (sqlite3.Error, OverflowError) as e:
                 if conn.in_transaction:
                     self._txn("ROLLBACK")
+                stopped = self.budget.stopped(e)
+                if stopped:
+                    return ToolResult(f"Error: {tool.name} {stopped}.", error=True)
                 return ToolResult(f"Error: {tool.name} failed: {_sqlite_message(e)}", error=True)
         finally:
             if conn.in_transaction:  # anything unexpected must still not leave half a tool's writes pending
@@ -211,17 +249,26 @@ class Environment:
             return ToolResult(fill(spec.message, args) if spec.message else "Done.")
         cur = self.conn.execute(spec.query, bound)
         names = [d[0] for d in cur.description]
-        rows = [{n: decode_json_text(v) for n, v in zip(names, r)} for r in cur.fetchall()]
+        raw = cur.fetchmany(MAX_RESULT_ROWS + 1)
+        bad = _result_problem(names, raw)
+        if bad:
+            return ToolResult(f"Error: {tool.name} {bad}.", error=True)
+        rows = [{n: decode_json_text(v) for n, v in zip(names, r)} for r in raw]
         if not rows:
             if spec.if_empty:
                 return ToolResult("Error: " + fill(spec.if_empty, args), error=True)
             return ToolResult("null" if spec.returns != "rows" else "[]")
         if spec.returns == "value":
             value = next(iter(rows[0].values()))
-            return ToolResult(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-        if spec.returns == "row":
-            return ToolResult(json.dumps(rows[0], ensure_ascii=False))
-        return ToolResult(json.dumps(rows, ensure_ascii=False))
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        elif spec.returns == "row":
+            text = json.dumps(rows[0], ensure_ascii=False)
+        else:
+            text = json.dumps(rows, ensure_ascii=False)
+        if len(text) > MAX_RESULT_BYTES:
+            return ToolResult(f"Error: {tool.name} returned {len(text):,} characters, over the "
+                              f"{MAX_RESULT_BYTES:,} a tool may return (MAX_RESULT_BYTES); narrow the query.", error=True)
+        return ToolResult(text)
 
     def _txn(self, statement: str) -> None:
         """Transaction control is muactl's, never a tool's: it bypasses the guard."""
@@ -304,6 +351,21 @@ def _canonical_json(value: Any) -> Any:
         return json.dumps(json.loads(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except ValueError:
         return value
+
+
+def _result_problem(names: list[str], rows: list[tuple]) -> str | None:
+    """What a tool may return: rows of text, integers, finite reals and nulls (json columns are text and
+    come back decoded). None when the rows are fine, else why not, for the tool's error."""
+    if len(rows) > MAX_RESULT_ROWS:
+        return f"returned more than {MAX_RESULT_ROWS:,} rows, the most a tool may return (MAX_RESULT_ROWS); narrow the query"
+    for row in rows:
+        for name, v in zip(names, row):
+            if isinstance(v, bytes):
+                return (f"returned binary data (a BLOB) in column '{name}'; a tool returns text, numbers, "
+                        "null or JSON: convert it in SQL (hex(), CAST(... AS TEXT))")
+            if isinstance(v, float) and not math.isfinite(v):
+                return f"returned a non-finite number ({v}) in column '{name}'; a tool returns JSON numbers only"
+    return None
 
 
 def _sqlite_message(e: sqlite3.Error) -> str:

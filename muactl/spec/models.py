@@ -16,6 +16,7 @@ from pydantic import (
     field_validator,
 )
 
+from ..limits import DEFAULT_SQL_STEPS, MAX_SQL_STEPS
 from .generators import TableGen
 
 SPEC_VERSION = 1
@@ -198,6 +199,17 @@ for _model, _kind in ((SqlTool, "sql"), (BuiltinTool, "builtin"), (PythonTool, "
 # ---------------------------------------------------------------- domain
 
 
+class Limits(Strict):
+    """The bounds a domain may set on its own work (muactl/limits.py lists the fixed ones)."""
+
+    sql_steps: int = Field(
+        DEFAULT_SQL_STEPS, ge=1, le=MAX_SQL_STEPS,
+        description=f"SQLite steps one tool call, assertion or template sample/derive may take before it is "
+        f"stopped (an error, never a hang). Default {DEFAULT_SQL_STEPS:,} (well under a second); at most "
+        f"{MAX_SQL_STEPS:,}.",
+    )
+
+
 class Domain(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$", description="Short lowercase name; the folder's name.")
     version: str = Field("0.1.0", description="Version of this domain pack.")
@@ -216,6 +228,7 @@ class Domain(Strict):
         "Hi! How can I help you today?",
         description="The agent's fixed first message; null lets the user open the conversation.",
     )
+    limits: Limits = Field(default_factory=Limits, description="Bounds on the domain's own work (SQL steps).")
 
     @field_validator("tools")
     @classmethod
