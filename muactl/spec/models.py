@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -16,18 +17,31 @@ from pydantic import (
     field_validator,
 )
 
-from ..limits import DEFAULT_SQL_STEPS, MAX_SQL_STEPS
+from ..limits import DEFAULT_SQL_STEPS, IDENTIFIER, MAX_SQL_STEPS, RESERVED_PREFIX, quote
 from .generators import TableGen
 
 SPEC_VERSION = 1
 
 ColumnType = Literal["text", "integer", "real", "boolean", "json"]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
-IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"  # matched whole (re.fullmatch: '$' would let a trailing newline in)
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _sql_name(name: str) -> str:
+    """Table and column names go into SQL (quoted) and into every state hash: keep them plain."""
+    if not re.fullmatch(IDENTIFIER, name):
+        raise ValueError(f"name {quote(name)} is not allowed: use letters, digits and underscores, starting with a "
+                         "letter or underscore, at most 64 characters")
+    if name.lower().startswith(RESERVED_PREFIX):
+        raise ValueError(f"name {quote(name)} is reserved: SQLite owns names starting with '{RESERVED_PREFIX}'")
+    return name
+
+
+SqlName = Annotated[str, AfterValidator(_sql_name)]
 
 
 # ---------------------------------------------------------------- database
@@ -35,7 +49,7 @@ class Strict(BaseModel):
 
 class Table(Strict):
     description: str | None = Field(None, description="What one row is; shown to nobody but humans.")
-    columns: dict[str, ColumnType] = Field(
+    columns: dict[SqlName, ColumnType] = Field(
         description="Column name -> type (text, integer, real, boolean, json). json columns hold any "
         "JSON value and come back decoded in tool results."
     )
@@ -51,7 +65,7 @@ class Table(Strict):
 
 
 class Database(Strict):
-    tables: dict[str, Table] = Field(description="Table name -> table definition.")
+    tables: dict[SqlName, Table] = Field(description="Table name -> table definition (letters, digits, underscores).")
     seed: str | dict[str, str | list[dict[str, Any]]] | None = Field(
         None,
         description="Initial rows: a folder beside domain.yaml holding <table>.jsonl or <table>.csv files, "
@@ -233,10 +247,8 @@ class Domain(Strict):
     @field_validator("tools")
     @classmethod
     def _tool_names(cls, tools: dict) -> dict:
-        import re
-
         for name in tools:
-            if not re.match(IDENT, name):
+            if not re.fullmatch(IDENT, name):
                 raise ValueError(f"tool name {name!r} must be an identifier (letters, digits, underscores)")
         return tools
 
