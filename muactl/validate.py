@@ -7,9 +7,8 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-import jsonschema
-
 from .compile import CompiledDomain, compile_domain
+from .compile.arguments import ArgumentValidator, ecma_regex
 from .compile.database import schema_connection
 from .compile.sql import Guard, explain, param_names
 from .env.sandbox import OUTSIDE_KINDS
@@ -93,7 +92,7 @@ def _check_param(spec: DomainSpec, path: tuple, p: m.Param) -> list[Problem]:
     out = []
     if p.pattern is not None:
         try:
-            re.compile(p.pattern)
+            ecma_regex(p.pattern)
         except re.error as e:
             out.append(spec.doc.problem(path + ("pattern",), f"invalid regular expression: {e}"))
     if p.type == "array" and p.items is None:
@@ -105,7 +104,7 @@ def _check_param(spec: DomainSpec, path: tuple, p: m.Param) -> list[Problem]:
     if not out and "default" in p.model_fields_set and p.default is not None:
         # the default is passed to the tool as if the model had sent it, so it must fit the schema too
         schema = {k: v for k, v in p.json_schema().items() if k != "default"}
-        for err in jsonschema.Draft202012Validator(schema).iter_errors(p.default):
+        for err in ArgumentValidator(schema).iter_errors(p.default):
             out.append(spec.doc.problem(path + ("default",), f"default does not fit the param: {err.message}"))
             break
     return out

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..compile.sql import Guard, bind_value
-from ..limits import MAX_RESULT_BYTES, MAX_RESULT_ROWS
+from ..limits import MAX_ARGUMENT_BYTES, MAX_RESULT_BYTES, MAX_RESULT_ROWS
 from ..spec.models import call_parts
 from .budget import SqlBudget, SqlLimitExceeded
 
@@ -141,9 +141,12 @@ class Environment:
             known = ", ".join(self.domain.tools)
             return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}.", error=True)
         if isinstance(args, str):
+            if len(args) > MAX_ARGUMENT_BYTES:
+                return ToolResult(f"Error: arguments of {name} are {len(args):,} characters of JSON, over the "
+                                  f"{MAX_ARGUMENT_BYTES:,} allowed.", error=True)
             try:
                 args = json.loads(args) if args.strip() else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # ValueError: also integers past 4,300 digits
                 return ToolResult(f"Error: arguments of {name} are not valid JSON.", error=True)
         problems = tool.argument_errors(args if args is not None else {})
         if problems:

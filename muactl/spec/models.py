@@ -17,7 +17,17 @@ from pydantic import (
     field_validator,
 )
 
-from ..limits import DEFAULT_SQL_STEPS, IDENTIFIER, MAX_SQL_STEPS, RESERVED_PREFIX, quote
+from ..limits import (
+    DEFAULT_MAX_ITEMS,
+    DEFAULT_MAX_STRING,
+    DEFAULT_SQL_STEPS,
+    IDENTIFIER,
+    MAX_ITEMS,
+    MAX_SQL_STEPS,
+    MAX_STRING,
+    RESERVED_PREFIX,
+    quote,
+)
 from .generators import TableGen
 
 SPEC_VERSION = 1
@@ -87,12 +97,17 @@ class Param(Strict):
     type: ParamType = Field(description="JSON type of the argument.")
     description: str | None = Field(None, description="Shown to the model in the tool schema.")
     enum: list[Any] | None = Field(None, description="The only allowed values.")
-    pattern: str | None = Field(None, description="Regular expression a string argument must match.")
+    pattern: str | None = Field(None, description="Regular expression a string argument must match somewhere "
+                                "(JSON Schema's ECMA-262 meaning: \\d is 0-9 only, $ is the very end; anchor with ^...$).")
     minimum: float | None = Field(None, description="Smallest allowed number.")
     maximum: float | None = Field(None, description="Largest allowed number.")
     items: Param | None = Field(None, description="Schema of each element, for arrays.")
     properties: dict[str, Param] | None = Field(None, description="Fields of an object argument.")
     min_items: int | None = Field(None, alias="minItems", description="Fewest array elements.")
+    max_items: int | None = Field(None, alias="maxItems", ge=0, le=MAX_ITEMS, description=(
+        f"Most array elements; default {DEFAULT_MAX_ITEMS:,} (arguments come from a model), at most {MAX_ITEMS:,}."))
+    max_length: int | None = Field(None, alias="maxLength", ge=0, le=MAX_STRING, description=(
+        f"Longest string, in characters; default {DEFAULT_MAX_STRING:,}, at most {MAX_STRING:,}."))
     default: Any = Field(None, description="Value used when the argument is omitted; makes the param optional.")
     required: bool | None = Field(
         None, description="Whether the model must pass it. Default: true, unless a default is given."
@@ -109,8 +124,9 @@ class Param(Strict):
             value = getattr(self, key)
             if value is not None:
                 out[key] = int(value) if key in ("minimum", "maximum") and float(value).is_integer() else value
-        if self.min_items is not None:
-            out["minItems"] = self.min_items
+        for key in ("min_items", "max_items", "max_length"):
+            if getattr(self, key) is not None:
+                out[type(self).model_fields[key].alias] = getattr(self, key)
         if self.items is not None:
             out["items"] = self.items.json_schema()
         if self.properties is not None:
