@@ -23,6 +23,7 @@ from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.scanner import RoundTripScanner
 
 from ..errors import Problem, SpecError
 from ..limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_INT_DIGITS, MAX_YAML_VALUES
@@ -158,8 +159,21 @@ class _BoundedComposer(Composer):
         raise YamlLimitError(None, None, message, event.start_mark)
 
 
+class _BoundedScanner(RoundTripScanner):
+    """Flow nesting ('[[[[...') is bounded while scanning: the scanner looks up to 1,024 characters ahead for a
+    possible key and checks every open level each time, so a long run of '[' would cost seconds before the
+    composer saw the first node."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: Any) -> None:
+        if self.flow_level >= MAX_YAML_DEPTH:
+            raise YamlLimitError(None, None, f"nesting deeper than {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)",
+                                 self.reader.get_mark())
+        super().fetch_flow_collection_start(TokenClass, to_push)
+
+
 def _yaml() -> YAML:
     yaml = YAML(typ="rt")
+    yaml.Scanner = _BoundedScanner
     yaml.Composer = _BoundedComposer
     return yaml
 
