@@ -219,6 +219,7 @@ def schema() -> None:
 
     Example: [bold]muactl schema > muactl-domain.schema.json[/bold]
     """
+    from . import limits
     from .spec.models import Domain, Task
 
     out = Domain.model_json_schema(by_alias=True)
@@ -226,6 +227,7 @@ def schema() -> None:
     for name, d in out["$defs"]["Task"].pop("$defs", {}).items():
         out["$defs"].setdefault(name, d)
     out["title"] = "muactl domain.yaml"
+    out["$comment"] = limits.summary()
     typer.echo(json.dumps(out, indent=2))
 
 

@@ -70,3 +70,15 @@ def quote(value: object, limit: int = QUOTE_CHARS) -> str:
     else:
         text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def summary() -> str:
+    """The fixed limits in a few sentences (for `muactl schema`)."""
+    return (f"muactl reads untrusted files within fixed limits: YAML files up to {MAX_YAML_BYTES:,} bytes, "
+            f"{MAX_YAML_VALUES:,} values once aliases are expanded, {MAX_YAML_DEPTH} levels of nesting, plain tags "
+            f"only; CSV seed fields up to {MAX_CSV_FIELD_BYTES:,} bytes; JSONL rows up to {MAX_JSONL_LINE_BYTES:,} "
+            f"bytes, JSON nested at most {MAX_JSON_DEPTH} deep. Every SQL statement runs under limits.sql_steps "
+            f"(default {DEFAULT_SQL_STEPS:,}, at most {MAX_SQL_STEPS:,}). Tool arguments: strings up to "
+            f"{DEFAULT_MAX_STRING:,} characters and arrays up to {DEFAULT_MAX_ITEMS:,} items unless a param sets "
+            f"maxLength/maxItems; patterns have JSON Schema's (ECMA-262) meaning. Tool results: at most "
+            f"{MAX_RESULT_ROWS:,} rows and {MAX_RESULT_BYTES:,} bytes, no BLOBs.")

@@ -170,3 +170,12 @@ def test_a_tool_result_is_json_values_only(runaway):
     assert not rows.error and len(rows.content) > 10_000
     r = runner.invoke(app, ["call", "runaway", "blob", "{}"])
     assert r.exit_code == 1 and "BLOB" in r.output and "Traceback" not in r.output
+
+
+def test_muactl_schema_documents_the_limits():
+    import json
+
+    r = runner.invoke(app, ["schema"])
+    schema = json.loads(r.output)
+    assert schema["$defs"]["Limits"]["properties"]["sql_steps"]["maximum"] == 200_000_000
+    assert "limits.sql_steps" in schema["$comment"] and "1,048,576 bytes" in schema["$comment"]
