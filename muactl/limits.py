@@ -53,6 +53,7 @@ MAX_STRING = 1_000_000
 MAX_ITEMS = 100_000
 MAX_ARGUMENT_BYTES = 1024 * 1024  # arguments sent as JSON text
 QUOTE_CHARS = 60  # an error quotes at most this much of a value
+PATTERN_SECONDS = 0.5  # one `pattern` match (a legitimate one takes microseconds; a backtracking one, forever)
 
 MAX_RESULT_ROWS = 10_000  # rows a tool's query may return
 MAX_RESULT_BYTES = 1024 * 1024  # a tool result's text

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from .compile import CompiledDomain, compile_domain
-from .compile.arguments import ArgumentValidator, ecma_regex
+from .compile.arguments import ArgumentValidator, pattern_error
 from .compile.database import schema_connection
 from .compile.sql import Guard, explain, param_names
 from .env.sandbox import OUTSIDE_KINDS
@@ -90,11 +90,8 @@ def _check_param_specs(spec: DomainSpec, name: str, tool) -> list[Problem]:
 def _check_param(spec: DomainSpec, path: tuple, p: m.Param) -> list[Problem]:
     # nested items/properties too: a bad pattern there would crash jsonschema when arguments are validated
     out = []
-    if p.pattern is not None:
-        try:
-            ecma_regex(p.pattern)
-        except re.error as e:
-            out.append(spec.doc.problem(path + ("pattern",), f"invalid regular expression: {e}"))
+    if p.pattern is not None and pattern_error(p.pattern):
+        out.append(spec.doc.problem(path + ("pattern",), pattern_error(p.pattern)))
     if p.type == "array" and p.items is None:
         out.append(spec.doc.problem(path, "an array param needs 'items' (the schema of each element)"))
     if p.items is not None:

@@ -6,25 +6,27 @@ Arguments come from a model, so they are untrusted:
   and nesting is bounded. A million item_ids is refused at once, not after validating each.
 - `pattern` follows JSON Schema, which means ECMA-262 regular expressions, not Python's: `\\d`, `\\w`, `\\s`
   and `\\b` are ASCII (Python's `\\d` takes Arabic-Indic digits) and `$` matches only at the very end
-  (Python's also matches before a final newline).
+  (Python's also matches before a final newline). Patterns come from domain authors, so a match has a
+  time limit (the `regex` package's timeout; `re` has none): `^(a|a)*$` against 30 a's and a b would
+  otherwise backtrack for minutes, in validate, install or any episode.
 - Messages name the argument and quote at most a short prefix of its value.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any, Iterator
 
 import jsonschema
+import regex
 from jsonschema.exceptions import ValidationError
 
-from ..limits import DEFAULT_MAX_ITEMS, DEFAULT_MAX_STRING, MAX_JSON_DEPTH, quote
+from ..limits import DEFAULT_MAX_ITEMS, DEFAULT_MAX_STRING, MAX_JSON_DEPTH, PATTERN_SECONDS, quote
 
 
 @functools.lru_cache(maxsize=1024)
-def ecma_regex(pattern: str) -> re.Pattern:
-    """Compile a JSON Schema (ECMA-262) pattern with Python's re. Raises re.error for a bad pattern."""
+def ecma_regex(pattern: str) -> regex.Pattern:
+    """Compile a JSON Schema (ECMA-262) pattern for Python. Raises regex.error for a bad pattern."""
     out, i, in_class = [], 0, False
     while i < len(pattern):
         c = pattern[i]
@@ -40,11 +42,31 @@ def ecma_regex(pattern: str) -> re.Pattern:
             c = r"\Z"  # end of input only
         out.append(c)
         i += 1
-    return re.compile("".join(out), re.ASCII)
+    return regex.compile("".join(out), regex.ASCII | regex.VERSION0)  # VERSION0: re's syntax
+
+
+def pattern_error(pattern: str) -> str | None:
+    """Why a param's pattern cannot be used, or None."""
+    try:
+        ecma_regex(pattern)
+    except regex.error as e:
+        return f"invalid regular expression: {e}"
+    return None
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: dict) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not ecma_regex(pattern).search(instance):
+    if not validator.is_type(instance, "string"):
+        return
+    if pattern_error(pattern):  # an MCP server's schema is not checked by validate
+        yield ValidationError(f"the tool's pattern {quote(pattern)} is not a valid regular expression")
+        return
+    try:
+        found = ecma_regex(pattern).search(instance, timeout=PATTERN_SECONDS)
+    except TimeoutError:
+        yield ValidationError(f"matching {quote(instance)} against {quote(pattern)} took over {PATTERN_SECONDS} s "
+                              "(PATTERN_SECONDS): the pattern backtracks too much; simplify it")
+        return
+    if not found:
         yield ValidationError(f"{quote(instance)} does not match {quote(pattern)}")
 
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from muactl.compile.arguments import ecma_regex
 from muactl.errors import SpecError
 from muactl.validate import open_domain
 
@@ -81,10 +80,40 @@ def test_patterns_have_json_schema_semantics(env, arg):
 
 
 def test_ecma_translation_keeps_escapes_and_classes():
+    from muactl.compile.arguments import ecma_regex
+
     assert ecma_regex(r"^[A-Z]{2}$").search("AB") and not ecma_regex(r"^[A-Z]{2}$").search("AB\n")
     assert ecma_regex(r"^a\$b$").search("a$b")  # an escaped $ stays a dollar sign
     assert ecma_regex(r"^[$]$").search("$")  # inside a class too
     assert not ecma_regex(r"^\w+$").search("caf\u00e9")
+
+
+REDOS = """\
+name: redos
+description: A pattern that backtracks.
+policy: None.
+database:
+  tables:
+    items: {columns: {id: text}, primary_key: id}
+tools:
+  find:
+    description: Find an item.
+    params:
+      id: {type: string, pattern: "^(a|a)*$"}
+    query: SELECT id FROM items WHERE id = :id
+    returns: value
+"""
+
+
+def test_a_backtracking_pattern_is_stopped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "domains" / "redos"
+    folder.mkdir(parents=True)
+    (folder / "domain.yaml").write_text(REDOS)
+    env = open_domain("redos").compiled.environment()
+    start = time.perf_counter()
+    result = env.call("find", {"id": "a" * 40 + "b"})  # re would backtrack for days
+    assert result.error and "backtracks too much" in result.content and time.perf_counter() - start < 30
 
 
 SHOP = """\
