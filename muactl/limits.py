@@ -27,6 +27,10 @@ MAX_JSONL_LINE_BYTES = 1024 * 1024  # one row of a .jsonl seed file
 MAX_JSON_DEPTH = 64  # nesting of a JSON value in a seed row or json column
 SQLITE_INT_MIN, SQLITE_INT_MAX = -(2**63), 2**63 - 1  # what an SQLite INTEGER holds
 
+# random databases (database.generate): one instance, all tables together
+MAX_GENERATED_ROWS = 100_000
+MAX_PATTERN_SLOT = 64  # characters of one {nnnn} / {LLL} slot in a pattern generator
+
 # ---------------------------------------------------------------- names
 
 # table and column names go into SQL as quoted identifiers; a strict pattern keeps them inert there,
