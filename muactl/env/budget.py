@@ -24,6 +24,9 @@ from typing import Iterator
 from ..limits import DEFAULT_SQL_STEPS, MAX_SQL_STEPS, MAX_SQL_VALUE_BYTES, SQL_CHECK_EVERY
 
 
+CANCELLED = "stopped: the episode was cancelled (it ran out of time)"
+
+
 class SqlLimitExceeded(sqlite3.OperationalError):
     """A statement was stopped by a limit (its budget, a cancel, a row cap). A sqlite3.Error, so code that
     reports failing statements reports these too, with the sentence naming the limit."""
@@ -69,7 +72,7 @@ class SqlBudget:
         if not isinstance(error, sqlite3.OperationalError) or "interrupted" not in str(error):
             return None
         if self.cancelled:
-            return "stopped: the episode was cancelled (its time ran out)"
+            return CANCELLED
         if self.exceeded:
             return (f"stopped: its SQL ran past the budget of {self.steps:,} SQLite steps (limits.sql_steps in "
                     f"domain.yaml, at most {MAX_SQL_STEPS:,}); make the statement cheaper or raise the limit")

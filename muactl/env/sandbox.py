@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..compile.sql import Guard, bind_value
 from ..limits import MAX_ARGUMENT_BYTES, MAX_RESULT_BYTES, MAX_RESULT_ROWS
 from ..spec.models import call_parts
-from .budget import SqlBudget, SqlLimitExceeded
+from .budget import CANCELLED, SqlBudget, SqlLimitExceeded
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
@@ -118,7 +118,7 @@ class Environment:
         SQL budget: (column names, up to max_rows rows). A statement past the budget, or one returning more
         rows, raises SqlLimitExceeded (a sqlite3.Error)."""
         if self.budget.cancelled:
-            self.budget.check(sqlite3.OperationalError("interrupted"))
+            raise SqlLimitExceeded(CANCELLED)
         self.guard.mode = "read"
         with self.budget.limit():
             try:
@@ -156,7 +156,7 @@ class Environment:
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a database tool (sql, builtin, python). Simulated and mcp tools need acall."""
         if self.budget.cancelled:
-            return ToolResult(f"Error: {name} {self.budget.stopped(sqlite3.OperationalError('interrupted'))}.", error=True)
+            return ToolResult(f"Error: {name} {CANCELLED}.", error=True)
         prepared = self._prepare(name, args)
         if isinstance(prepared, ToolResult):
             return prepared
