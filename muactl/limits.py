@@ -18,6 +18,7 @@ MAX_YAML_BYTES = 1024 * 1024
 # task file holds ~65,000, so this stops "billion laughs" and files of a million tiny values
 MAX_YAML_VALUES = 100_000
 MAX_YAML_DEPTH = 64  # nested mappings/lists; real domains nest under 15
+MAX_POLICY_BYTES = 1024 * 1024  # a policy or user-guidelines file: it goes into every prompt
 MAX_YAML_INT_DIGITS = 64  # longer integers are typos or attacks (and Python refuses past 4,300)
 
 # ---------------------------------------------------------------- seed files (CSV, JSONL)

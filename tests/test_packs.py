@@ -231,7 +231,7 @@ RUNAWAY_TASK = """
 """
 
 
-@pytest.mark.timeout(120)  # before the limits: laughs at 9 levels took 2.2 GB, the runaway never ended
+@pytest.mark.timeout(120, method="thread")  # before the limits: laughs at 9 levels took 2.2 GB, the runaway never ended
 @pytest.mark.parametrize("case, message", [
     ("laughs", "train.yaml:5:45: YAML limit exceeded: the document holds more than 100,000 values"),
     ("runaway", "ran past the budget of 10,000,000 SQLite steps"),

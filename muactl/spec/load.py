@@ -13,7 +13,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import Problem, SpecError
-from ..limits import MAX_CSV_FIELD_BYTES, MAX_JSON_DEPTH, MAX_JSONL_LINE_BYTES, SQLITE_INT_MAX, SQLITE_INT_MIN
+from ..limits import (
+    MAX_CSV_FIELD_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSONL_LINE_BYTES,
+    MAX_POLICY_BYTES,
+    SQLITE_INT_MAX,
+    SQLITE_INT_MIN,
+)
 from . import models as m
 from .source import Located, load_yaml, read_text
 
@@ -212,7 +219,7 @@ def _text_or_file(root: Path, value: str, doc: Located, key: str, problems: list
             problems.append(doc.problem((key,), f"file '{value}' not found beside domain.yaml"))
             return ""
         try:
-            text = read_text(path)
+            text = read_text(path, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
         except SpecError as e:
             problems.extend(e.problems)
             return ""

@@ -11,7 +11,7 @@ import pytest
 from muactl.errors import SpecError
 from muactl.validate import open_domain
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(120, method="thread")  # a backtracking match runs on in C
 
 
 @pytest.fixture

@@ -311,6 +311,8 @@ CASES = [
          "train.yaml", "[[[[", "", "YAML limit exceeded: nesting deeper than 64 levels (MAX_YAML_DEPTH)"),
     Case("yaml-python-tag", [(DOMAIN, sub("policy: policy.md", "policy: !!python/object/apply:os.system [echo hi]"))],
          "domain.yaml", "!!python", "", "tag '!!python/object/apply:os.system' is not allowed"),
+    Case("policy-file-over-1-mib", [(POLICY, put("x" * 1_100_000))],
+         "policy.md", 1, "", "over the 1,048,576-byte limit (MAX_POLICY_BYTES)"),
     Case("yaml-file-over-1-mib", [(TEST, lambda p: p.write_text(p.read_text() + "# " + "x" * 1_100_000 + "\n"))],
          "test.yaml", 1, "", "over the 1,048,576-byte limit (MAX_YAML_BYTES)"),
     Case("seed-file-for-undeclared-table", [("domains/clinic/data/doctors.csv", put("doctor_id,name\nd1,Dr. Lind\n"))],
@@ -387,6 +389,7 @@ def test_enough_cases():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+@pytest.mark.timeout(120)  # without the YAML limits, the alias bomb case ran for minutes
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_malformed(project, case):
     _break(project, case)
