@@ -155,9 +155,7 @@ def import_tau2_cmd(
     Example: [bold]muactl import tau2 ../tau2-bench --domain retail && muactl validate tau2-retail[/bold]
     """
     from .importers.tau2 import import_tau2
-    from .library import refuse_builtin_write
 
-    refuse_builtin_write(directory / "domains" / f"tau2-{domain}")
     d, t, counts = import_tau2(checkout, domain, directory, force)
     shown = ", ".join(f"{n} {s}" for s, n in counts.items())
     typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
@@ -265,6 +263,7 @@ def schema() -> None:
 
     Example: [bold]muactl schema > muactl-domain.schema.json[/bold]
     """
+    from . import limits
     from .spec.models import Domain, Task
 
     out = Domain.model_json_schema(by_alias=True)
@@ -272,6 +271,7 @@ def schema() -> None:
     for name, d in out["$defs"]["Task"].pop("$defs", {}).items():
         out["$defs"].setdefault(name, d)
     out["title"] = "muactl domain.yaml"
+    out["$comment"] = limits.summary()
     typer.echo(json.dumps(out, indent=2))
 
 

@@ -26,12 +26,11 @@ def values_equal(got: Any, want: Any) -> bool:
 
 def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
     """Evaluate one SQL assertion on an environment's state. Returns (holds, explanation)."""
-    env.guard.mode = "read"
     try:
-        row = env.conn.execute(assertion.query).fetchone()
+        _, rows = env.select(assertion.query)
     except sqlite3.Error as e:
         return False, f"query failed: {e}"
-    got = row[0] if row else None
+    got = rows[0][0] if rows else None
     if "equals" in assertion.model_fields_set:
         ok = values_equal(got, assertion.equals)
         return ok, "" if ok else f"got {got!r}, expected {assertion.equals!r}"

@@ -8,9 +8,8 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 
-import jsonschema
-
 from .compile import CompiledDomain, compile_domain
+from .compile.arguments import ArgumentValidator, pattern_error
 from .compile.database import schema_connection
 from .compile.sql import Guard, explain, param_names
 from .env.sandbox import OUTSIDE_KINDS
@@ -144,11 +143,8 @@ def _check_param_specs(spec: DomainSpec, name: str, tool) -> list[Problem]:
 def _check_param(spec: DomainSpec, path: tuple, p: m.Param) -> list[Problem]:
     # nested items/properties too: a bad pattern there would crash jsonschema when arguments are validated
     out = []
-    if p.pattern is not None:
-        try:
-            re.compile(p.pattern)
-        except re.error as e:
-            out.append(spec.doc.problem(path + ("pattern",), f"invalid regular expression: {e}"))
+    if p.pattern is not None and pattern_error(p.pattern):
+        out.append(spec.doc.problem(path + ("pattern",), pattern_error(p.pattern)))
     if p.type == "array" and p.items is None:
         out.append(spec.doc.problem(path, "an array param needs 'items' (the schema of each element)"))
     if p.items is not None:
@@ -158,7 +154,7 @@ def _check_param(spec: DomainSpec, path: tuple, p: m.Param) -> list[Problem]:
     if not out and "default" in p.model_fields_set and p.default is not None:
         # the default is passed to the tool as if the model had sent it, so it must fit the schema too
         schema = {k: v for k, v in p.json_schema().items() if k != "default"}
-        for err in jsonschema.Draft202012Validator(schema).iter_errors(p.default):
+        for err in ArgumentValidator(schema).iter_errors(p.default):
             out.append(spec.doc.problem(path + ("default",), f"default does not fit the param: {err.message}"))
             break
     return out

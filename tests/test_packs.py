@@ -354,3 +354,34 @@ def test_shadowing_order_is_local_then_installed_then_builtin(project, tmp_path)
     rows = json.loads(runner.invoke(app, ["domains", "--json"]).output)
     assert [(r["origin"], r["shadowed"]) for r in rows if r["name"] == "clinic"] == [("local", False), ("installed", True)]
     assert [(r["origin"], r["shadowed"]) for r in rows if r["name"] == "bank"] == [("installed", False), ("builtin", True)]
+
+
+# ---------------------------------------------------------------- packs whose content would hang install (issue 17)
+
+LAUGHS = "".join(f"# x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 10) if i else ', '.join(['a'] * 10)}]\n" for i in range(9))
+RUNAWAY_TASK = """
+- id: runaway-assertion
+  user: {reason: Nothing.}
+  expect:
+    assert:
+      - query: WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) > 0 FROM c
+"""
+
+
+@pytest.mark.timeout(120, method="thread")  # before the limits: laughs at 9 levels took 2.2 GB, the runaway never ended
+@pytest.mark.parametrize("case, message", [
+    ("laughs", "train.yaml:5:45: YAML limit exceeded: the document holds more than 100,000 values"),
+    ("runaway", "ran past the budget of 10,000,000 SQLite steps"),
+])
+def test_a_pack_whose_content_would_hang_install_is_refused(project, tmp_path, case, message):
+    files = _good_files(project)
+    train = files["tasks/train.yaml"].decode()
+    if case == "laughs":  # uncommented, the anchors sit at the top of the task list
+        train = LAUGHS.replace("# ", "") + "tasks: *x8\n"
+    else:
+        train += RUNAWAY_TASK
+    files["tasks/train.yaml"] = train.encode()
+    pack = _build(tmp_path / f"{case}.muapack", [("manifest.json", _manifest_for(files)), *files.items()])
+    result = runner.invoke(app, ["install", str(pack)])
+    assert result.exit_code == 2 and message in result.output.replace("\n", " "), result.output
+    assert not user_library().exists() or not any(user_library().iterdir())

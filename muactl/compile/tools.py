@@ -9,6 +9,7 @@ from typing import Any
 import jsonschema
 
 from ..spec import models as m
+from .arguments import ArgumentValidator, argument_errors
 
 BUILTIN_DESCRIPTIONS = {
     "transfer": "Transfer the user to a human agent, with a summary of the issue. Use only when the request "
@@ -50,22 +51,16 @@ class CompiledTool:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def validator(self) -> jsonschema.Draft202012Validator:
+    def validator(self) -> jsonschema.Validator:
         # rebuilt when discovery sets an mcp tool's schema
         if not hasattr(self, "_validator") or self._validator_for is not self.schema:
-            self._validator = jsonschema.Draft202012Validator(self.parameters)
+            self._validator = ArgumentValidator(self.parameters)
             self._validator_for = self.schema
         return self._validator
 
     def argument_errors(self, args: Any) -> list[str]:
-        """Every way `args` breaks the schema, as short sentences naming the argument."""
-        if not isinstance(args, dict):
-            return [f"arguments must be a JSON object, got {type(args).__name__}"]
-        out = []
-        for err in sorted(self.validator().iter_errors(args), key=lambda e: list(e.path)):
-            where = ".".join(str(p) for p in err.path)
-            out.append(f"'{where}': {err.message}" if where else err.message)
-        return out
+        """Every way `args` breaks the schema (sizes first, bounded work: compile/arguments.py)."""
+        return argument_errors(self.validator(), args)
 
     def with_defaults(self, args: dict[str, Any]) -> dict[str, Any]:
         out = dict(args)

@@ -10,7 +10,12 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
 - python handlers run only with trust, in a child process with a timeout;
 - acall() does the tool's work (argument validation, SQL, Python) on a worker thread, one call at a time
   per environment, so a slow call never stalls the event loop that runs every other episode or MCP
-  session; interrupt() stops the statement in flight (an episode past its timeout).
+  session; interrupt() stops the statement in flight and every later one until settle() (an episode
+  past its timeout);
+- every domain statement runs under the SQL budget (env/budget.py): a runaway is stopped and becomes a
+  tool error;
+- a tool returns JSON-able values only (text, numbers, null, decoded json columns), at most
+  MAX_RESULT_ROWS rows and MAX_RESULT_BYTES of text; a BLOB or a non-finite number is a tool error.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import concurrent.futures
 import functools
 import hashlib
 import json
+import math
 import re
 import sqlite3
 import threading
@@ -27,7 +33,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..compile.sql import Guard, bind_value
+from ..limits import MAX_ARGUMENT_BYTES, MAX_RESULT_BYTES, MAX_RESULT_ROWS
 from ..spec.models import call_parts
+from .budget import STOPPED, SqlBudget, SqlLimitExceeded
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
@@ -112,6 +120,7 @@ class Environment:
         self._busy = threading.Lock()  # one call at a time touches the connection (and the guard's mode)
         self._pending: set[concurrent.futures.Future] = set()
         self._stop = threading.Event()  # set by interrupt(): a running python handler gives up too
+        self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps, self._stop)
         conn.isolation_level = None  # transactions are explicit
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA query_only = ON")
@@ -137,6 +146,25 @@ class Environment:
     def close(self) -> None:
         self.conn.close()
 
+    def select(self, sql: str, params: dict | None = None, max_rows: int = 1) -> tuple[list[str], list[tuple]]:
+        """Run one of the domain's read statements (an assertion, a template's sample or derive) under the
+        SQL budget: (column names, up to max_rows rows). A statement past the budget, or one returning more
+        rows, raises SqlLimitExceeded (a sqlite3.Error)."""
+        if self._stop.is_set():
+            raise SqlLimitExceeded(STOPPED)
+        self.guard.mode = "read"
+        with self.budget.limit():
+            try:
+                cur = self.conn.execute(sql, params or {})
+                names = [d[0] for d in cur.description or ()]
+                rows = cur.fetchmany(max_rows + 1)
+            except sqlite3.Error as e:
+                self.budget.check(e)
+                raise
+        if len(rows) > max_rows:
+            raise SqlLimitExceeded(f"returned more than {max_rows:,} rows (the limit here)")
+        return names, rows
+
     # ------------------------------------------------------------ tools
 
     def _prepare(self, name: str, args: Any) -> tuple[CompiledTool, dict] | ToolResult:
@@ -146,9 +174,12 @@ class Environment:
             known = ", ".join(self.domain.tools)
             return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}.", error=True)
         if isinstance(args, str):
+            if len(args) > MAX_ARGUMENT_BYTES:
+                return ToolResult(f"Error: arguments of {name} are {len(args):,} characters of JSON, over the "
+                                  f"{MAX_ARGUMENT_BYTES:,} allowed.", error=True)
             try:
                 args = json.loads(args) if args.strip() else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # ValueError: also integers past 4,300 digits
                 return ToolResult(f"Error: arguments of {name} are not valid JSON.", error=True)
         problems = tool.argument_errors(args if args is not None else {})
         if problems:
@@ -157,6 +188,8 @@ class Environment:
 
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a database tool (sql, builtin, python). Simulated and mcp tools need acall."""
+        if self._stop.is_set():
+            return ToolResult(f"Error: {name} {STOPPED}.", error=True)
         prepared = self._prepare(name, args)
         if isinstance(prepared, ToolResult):
             return prepared
@@ -242,25 +275,29 @@ class Environment:
                 self._set_query_only(not writes)
                 self._txn("BEGIN")
             try:
-                for check in spec.checks:
+                with self.budget.limit():
+                    for check in spec.checks:
+                        guard.mode = "read"
+                        failed = self._failing_check(check, bound, args)
+                        if failed is not None:
+                            self._txn("ROLLBACK")
+                            return ToolResult("Error: " + failed, error=True)
+                    for statement in spec.writes:
+                        guard.mode = "write"
+                        conn.execute(statement, bound)
                     guard.mode = "read"
-                    failed = self._failing_check(check, bound, args)
-                    if failed is not None:
-                        self._txn("ROLLBACK")
-                        return ToolResult("Error: " + failed, error=True)
-                for statement in spec.writes:
-                    guard.mode = "write"
-                    conn.execute(statement, bound)
-                guard.mode = "read"
-                result = self._result(tool, bound, args)
-                if writes or spec.checks:
-                    self._txn("ROLLBACK" if result.error else "COMMIT")
-                    result.changed = writes and not result.error
-                return result
+                    result = self._result(tool, bound, args)
+                    if writes or spec.checks:
+                        self._txn("ROLLBACK" if result.error else "COMMIT")
+                        result.changed = writes and not result.error
+                    return result
             # OverflowError: an integer argument the schema allows but SQLite cannot store (beyond 64 bits)
             except (sqlite3.Error, OverflowError) as e:
                 if conn.in_transaction:
                     self._txn("ROLLBACK")
+                stopped = self.budget.stopped(e)
+                if stopped:
+                    return ToolResult(f"Error: {tool.name} {stopped}.", error=True)
                 return ToolResult(f"Error: {tool.name} failed: {_sqlite_message(e)}", error=True)
         finally:
             if conn.in_transaction:  # anything unexpected must still not leave half a tool's writes pending
@@ -291,18 +328,27 @@ class Environment:
             return ToolResult(fill(spec.message, args) if spec.message else "Done.")
         cur = self.conn.execute(spec.query, bound)
         names = [d[0] for d in cur.description]
+        raw = cur.fetchmany(MAX_RESULT_ROWS + 1)
+        bad = _result_problem(names, raw)
+        if bad:
+            return ToolResult(f"Error: {tool.name} {bad}.", error=True)
         types = [tool.result_types.get(n) for n in names]
-        rows = [{n: typed(v, t) for n, v, t in zip(names, r, types)} for r in cur.fetchall()]
+        rows = [{n: typed(v, t) for n, v, t in zip(names, r, types)} for r in raw]
         if not rows:
             if spec.if_empty:
                 return ToolResult("Error: " + fill(spec.if_empty, args), error=True)
             return ToolResult("null" if spec.returns != "rows" else "[]")
         if spec.returns == "value":
             value = next(iter(rows[0].values()))
-            return ToolResult(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-        if spec.returns == "row":
-            return ToolResult(json.dumps(rows[0], ensure_ascii=False))
-        return ToolResult(json.dumps(rows, ensure_ascii=False))
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        elif spec.returns == "row":
+            text = json.dumps(rows[0], ensure_ascii=False)
+        else:
+            text = json.dumps(rows, ensure_ascii=False)
+        if len(text) > MAX_RESULT_BYTES:
+            return ToolResult(f"Error: {tool.name} returned {len(text):,} characters, over the "
+                              f"{MAX_RESULT_BYTES:,} a tool may return (MAX_RESULT_BYTES); narrow the query.", error=True)
+        return ToolResult(text)
 
     def _txn(self, statement: str) -> None:
         """Transaction control is muactl's, never a tool's: it bypasses the guard."""
@@ -386,6 +432,21 @@ def _canonical_json(value: Any) -> Any:
         return json.dumps(json.loads(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except ValueError:
         return value
+
+
+def _result_problem(names: list[str], rows: list[tuple]) -> str | None:
+    """What a tool may return: rows of text, integers, finite reals and nulls (json columns are text and
+    come back decoded). None when the rows are fine, else why not, for the tool's error."""
+    if len(rows) > MAX_RESULT_ROWS:
+        return f"returned more than {MAX_RESULT_ROWS:,} rows, the most a tool may return (MAX_RESULT_ROWS); narrow the query"
+    for row in rows:
+        for name, v in zip(names, row):
+            if isinstance(v, bytes):
+                return (f"returned binary data (a BLOB) in column '{name}'; a tool returns text, numbers, "
+                        "null or JSON: convert it in SQL (hex(), CAST(... AS TEXT))")
+            if isinstance(v, float) and not math.isfinite(v):
+                return f"returned a non-finite number ({v}) in column '{name}'; a tool returns JSON numbers only"
+    return None
 
 
 def _sqlite_message(e: sqlite3.Error) -> str:

@@ -205,6 +205,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders and
     the number of tasks per split. Nothing is left half-written: both are built aside, then moved."""
     from ..compile import compile_domain
+    from ..library import refuse_builtin_write
     from ..spec import models as m
     from ..spec.load import load_domain
     from ..templates import write_tasks
@@ -216,6 +217,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     src = data_dir(checkout, domain)
     name = domain_name(domain)
     dest_domain, dest_tasks = project / "domains" / name, project / "tasks" / name
+    refuse_builtin_write(dest_domain)
     existing = [p for p in (dest_domain, dest_tasks) if p.exists()]
     if existing and not force:
         raise ScaffoldExists(f"{existing[0]} exists; pass --force to replace it")

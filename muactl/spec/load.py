@@ -13,6 +13,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import Problem, SpecError
+from ..limits import (
+    MAX_CSV_FIELD_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSONL_LINE_BYTES,
+    MAX_POLICY_BYTES,
+    SQLITE_INT_MAX,
+    SQLITE_INT_MIN,
+)
 from . import models as m
 from .source import Located, load_yaml, read_text
 
@@ -232,7 +240,7 @@ def _text_or_file(root: Path, value: str, doc: Located, key: str, problems: list
             problems.append(doc.problem((key,), f"file '{value}' not found beside domain.yaml"))
             return ""
         try:
-            text = read_text(path)
+            text = read_text(path, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
         except SpecError as e:
             problems.extend(e.problems)
             return ""
@@ -428,25 +436,88 @@ def _read_seed_file(file: Path, table: str, problems: list[Problem]) -> SeedSour
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
+            if len(line) > MAX_JSONL_LINE_BYTES // 4 and len(line.encode()) > MAX_JSONL_LINE_BYTES:
+                problems.append(Problem(str(file), n, 1, "", f"line is over the {MAX_JSONL_LINE_BYTES:,}-byte limit "
+                                        "for one row (MAX_JSONL_LINE_BYTES)"))
+                continue
             try:
-                row = json.loads(line)
+                row = parse_json(line)
             except json.JSONDecodeError as e:
                 problems.append(Problem(str(file), n, e.colno, "", f"invalid JSON: {e.msg}"))
+                continue
+            except ValueError as e:
+                problems.append(Problem(str(file), n, 1, "", str(e)))
                 continue
             if not isinstance(row, dict):
                 problems.append(Problem(str(file), n, 1, "", "each line must be a JSON object (one row)"))
                 continue
             rows.append(row)
             lines.append(n)
-    else:
-        reader = csv.DictReader(io.StringIO(text))
-        for row in reader:
-            if None in row:
-                problems.append(Problem(str(file), reader.line_num, 1, "", "row has more fields than the header"))
+        return SeedSource(table, file, lines, rows)
+    csv.field_size_limit(MAX_CSV_FIELD_BYTES)  # Python's default, stated here so the message below stays true
+    reader = csv.reader(io.StringIO(text), strict=True)  # strict: a stray or unterminated quote is an error
+    header: list[str] | None = None
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            why = str(e)
+            if "field larger" in why:
+                why = f"a field is over the {MAX_CSV_FIELD_BYTES:,}-byte limit (MAX_CSV_FIELD_BYTES)"
+            elif "unexpected end of data" in why:
+                why = "a quoted field starting on this line is never closed (unterminated \")"
+            problems.append(Problem(str(file), start, 1, "", f"CSV error: {why}"))
+            break  # the reader cannot resync after a quoting error: later lines would be misread
+        if header is None:
+            header = fields
+        elif fields:  # csv yields [] for a blank line
+            if len(fields) != len(header):
+                more = "more" if len(fields) > len(header) else "fewer"
+                problems.append(Problem(str(file), start, 1, "", f"row has {more} fields than the header "
+                                        f"({len(fields)}, the header has {len(header)})"))
                 continue
-            rows.append(dict(row))
-            lines.append(reader.line_num)
+            rows.append(dict(zip(header, fields)))
+            lines.append(start)
     return SeedSource(table, file, lines, rows)
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or not SQLITE_INT_MIN <= int(text) <= SQLITE_INT_MAX:
+        raise ValueError(f"integer {text[:30]}{'...' if len(text) > 30 else ''} is out of range "
+                         f"(SQLite integers lie between {SQLITE_INT_MIN} and {SQLITE_INT_MAX})")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:30]} is out of range for a real")
+    return value
+
+
+def _json_constant(name: str):
+    raise ValueError(f"{name} is not JSON; write null or a number")
+
+
+def parse_json(text: str) -> Any:
+    """json.loads within the seed limits (MAX_JSON_DEPTH nesting, SQLite's integer range, finite numbers).
+    Raises json.JSONDecodeError for syntax errors and ValueError, with a short message, for broken limits."""
+    too_deep = f"JSON nested deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)"
+    try:
+        value = json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+    except RecursionError:
+        raise ValueError(too_deep) from None
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(too_deep)
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return value
 
 
 # ---------------------------------------------------------------- tasks

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -16,17 +17,41 @@ from pydantic import (
     field_validator,
 )
 
+from ..limits import (
+    DEFAULT_MAX_ITEMS,
+    DEFAULT_MAX_STRING,
+    DEFAULT_SQL_STEPS,
+    IDENTIFIER,
+    MAX_ITEMS,
+    MAX_SQL_STEPS,
+    MAX_STRING,
+    RESERVED_PREFIX,
+    quote,
+)
 from .generators import TableGen
 
 SPEC_VERSION = 1
 
 ColumnType = Literal["text", "integer", "real", "boolean", "json"]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
-IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"  # matched whole (re.fullmatch: '$' would let a trailing newline in)
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _sql_name(name: str) -> str:
+    """Table and column names go into SQL (quoted) and into every state hash: keep them plain."""
+    if not re.fullmatch(IDENTIFIER, name):
+        raise ValueError(f"name {quote(name)} is not allowed: use letters, digits and underscores, starting with a "
+                         "letter or underscore, at most 64 characters")
+    if name.lower().startswith(RESERVED_PREFIX):
+        raise ValueError(f"name {quote(name)} is reserved: SQLite owns names starting with '{RESERVED_PREFIX}'")
+    return name
+
+
+SqlName = Annotated[str, AfterValidator(_sql_name)]
 
 
 # ---------------------------------------------------------------- database
@@ -34,7 +59,7 @@ class Strict(BaseModel):
 
 class Table(Strict):
     description: str | None = Field(None, description="What one row is; shown to nobody but humans.")
-    columns: dict[str, ColumnType] = Field(
+    columns: dict[SqlName, ColumnType] = Field(
         description="Column name -> type (text, integer, real, boolean, json). json columns hold any "
         "JSON value and come back decoded in tool results."
     )
@@ -50,7 +75,7 @@ class Table(Strict):
 
 
 class Database(Strict):
-    tables: dict[str, Table] = Field(description="Table name -> table definition.")
+    tables: dict[SqlName, Table] = Field(description="Table name -> table definition (letters, digits, underscores).")
     seed: str | dict[str, str | list[dict[str, Any]]] | None = Field(
         None,
         description="Initial rows: a folder beside domain.yaml holding <table>.jsonl or <table>.csv files, "
@@ -82,12 +107,17 @@ class Param(Strict):
     type: ParamType = Field(description="JSON type of the argument.")
     description: str | None = Field(None, description="Shown to the model in the tool schema.")
     enum: list[Any] | None = Field(None, description="The only allowed values.")
-    pattern: str | None = Field(None, description="Regular expression a string argument must match.")
+    pattern: str | None = Field(None, description="Regular expression a string argument must match somewhere "
+                                "(JSON Schema's ECMA-262 meaning: \\d is 0-9 only, $ is the very end; anchor with ^...$).")
     minimum: float | None = Field(None, description="Smallest allowed number.")
     maximum: float | None = Field(None, description="Largest allowed number.")
     items: Param | None = Field(None, description="Schema of each element, for arrays.")
     properties: dict[str, Param] | None = Field(None, description="Fields of an object argument.")
     min_items: int | None = Field(None, alias="minItems", description="Fewest array elements.")
+    max_items: int | None = Field(None, alias="maxItems", ge=0, le=MAX_ITEMS, description=(
+        f"Most array elements; default {DEFAULT_MAX_ITEMS:,} (arguments come from a model), at most {MAX_ITEMS:,}."))
+    max_length: int | None = Field(None, alias="maxLength", ge=0, le=MAX_STRING, description=(
+        f"Longest string, in characters; default {DEFAULT_MAX_STRING:,}, at most {MAX_STRING:,}."))
     default: Any = Field(None, description="Value used when the argument is omitted; makes the param optional.")
     required: bool | None = Field(
         None, description="Whether the model must pass it. Default: true, unless a default is given."
@@ -104,8 +134,9 @@ class Param(Strict):
             value = getattr(self, key)
             if value is not None:
                 out[key] = int(value) if key in ("minimum", "maximum") and float(value).is_integer() else value
-        if self.min_items is not None:
-            out["minItems"] = self.min_items
+        for key in ("min_items", "max_items", "max_length"):
+            if getattr(self, key) is not None:
+                out[type(self).model_fields[key].alias] = getattr(self, key)
         if self.items is not None:
             out["items"] = self.items.json_schema()
         if self.properties is not None:
@@ -225,6 +256,17 @@ for _model, _kind in ((SqlTool, "sql"), (BuiltinTool, "builtin"), (PythonTool, "
 # ---------------------------------------------------------------- domain
 
 
+class Limits(Strict):
+    """The bounds a domain may set on its own work (muactl/limits.py lists the fixed ones)."""
+
+    sql_steps: int = Field(
+        DEFAULT_SQL_STEPS, ge=1, le=MAX_SQL_STEPS,
+        description=f"SQLite steps one tool call, assertion or template sample/derive may take before it is "
+        f"stopped (an error, never a hang). Default {DEFAULT_SQL_STEPS:,} (well under a second); at most "
+        f"{MAX_SQL_STEPS:,}.",
+    )
+
+
 class Domain(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$", description="Short lowercase name; the folder's name.")
     version: str = Field("0.1.0", description="Version of this domain pack.")
@@ -243,14 +285,13 @@ class Domain(Strict):
         "Hi! How can I help you today?",
         description="The agent's fixed first message; null lets the user open the conversation.",
     )
+    limits: Limits = Field(default_factory=Limits, description="Bounds on the domain's own work (SQL steps).")
 
     @field_validator("tools")
     @classmethod
     def _tool_names(cls, tools: dict) -> dict:
-        import re
-
         for name in tools:
-            if not re.match(IDENT, name):
+            if not re.fullmatch(IDENT, name):
                 raise ValueError(f"tool name {name!r} must be an identifier (letters, digits, underscores)")
         return tools
 
