@@ -150,12 +150,12 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
     else:
         tasks = select_tasks(opened, cfg.split, cfg.tasks)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
+    agent, user_factory = build_parts(cfg, opened)  # a model that cannot be used fails before the run exists
     if not resume:
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
     done = store.finished()
     jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
             if (t.task.id, trial) not in done]
-    agent, user_factory = build_parts(cfg, opened)
     rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
                          opening=cfg.opening, seed=cfg.seed)
     total = len(tasks) * cfg.trials

@@ -171,14 +171,16 @@ def _card_format(card: dict[str, Any]) -> str | None:
     return card.get("format", "chatml") if card else None
 
 
-def chat_format(tokenizer) -> ChatFormat:
+def chat_format(tokenizer, tools: bool = True) -> ChatFormat:
     """The chat format of a tokenizer: set by load_tokenizer, else from the card in the folder it was
-    loaded from (verl loads tokenizers itself), else its template's family. Raises ModelError for a
-    template that cannot express tools."""
+    loaded from (verl loads tokenizers itself), else its template's family. With tools (an agent), a
+    template that cannot express them is a ModelError saying what to pass; a user needs none."""
     fmt = getattr(tokenizer, "muactl_format", None)
     if fmt is None:
         origin = getattr(tokenizer, "name_or_path", None) or ""
         fmt = tokenizer.muactl_format = _detect(tokenizer, read_card(origin) if origin else {}, origin)
+    if tools and fmt.refusal:
+        raise ModelError(f"model {getattr(tokenizer, 'name_or_path', '') or '?'}: {fmt.refusal}")
     return fmt
 
 
@@ -386,7 +388,7 @@ class LocalLM:
         self.model = model
         self.tokenizer = tokenizer
         self.device = str(next(model.parameters()).device)
-        self.format = chat_format(tokenizer)
+        self.format = chat_format(tokenizer, tools=False)  # agents check for tools themselves; users need none
         self.end_ids = list(self.format.end_ids)
         self.eos_id = self.end_ids[0]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id

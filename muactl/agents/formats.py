@@ -35,7 +35,7 @@ from .base import decode_arguments
 from .chatml import (AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
                      render, to_template_messages)
 
-FAMILIES = ("chatml", "hermes", "llama3", "mistral")
+FAMILIES = ("chatml", "hermes", "llama3", "mistral")  # and "plain": a template without tools (fine for a user)
 END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>")
 STAND_IN = {"role": "user", "content": "."}
 _SENTINEL = "muactl_probe_tool"
@@ -51,6 +51,7 @@ class ChatFormat:
     tokenizer: Any = field(repr=False)
     end_ids: list[int] = field(default_factory=list)  # the first closes a turn cut at max_new_tokens
     tool_list: str = "json"  # chatml only: json schemas or compact lines
+    refusal: str | None = None  # why this model cannot be an agent (family "plain"); None: it can
 
     # ------------------------------------------------ prompts
 
@@ -110,7 +111,9 @@ class ChatFormat:
         text = self.strip_end(text)
         if self.family == "llama3":
             return parse_llama3(text)
-        return parse_mistral(text)
+        if self.family == "mistral":
+            return parse_mistral(text)
+        return Parsed(text.strip())
 
 
 def _with_ids(messages: list[dict]) -> list[dict]:
@@ -214,7 +217,8 @@ REFUSAL = ("{what}. Pass a checkpoint whose chat template renders tools (Qwen2.5
 
 
 def detect(tokenizer, card_format: str | None, tool_list: str = "json", where: str = "the model folder") -> ChatFormat:
-    """The format to prompt `tokenizer` with: its card's, else its template's family (checked to render tools)."""
+    """The format to prompt `tokenizer` with: its card's, else its template's family (checked to render
+    tools). A template that cannot be an agent's comes back as family "plain" with the refusal."""
     if card_format == "chatml":
         tokenizer.chat_template = CHAT_TEMPLATE
         ids = [tokenizer.convert_tokens_to_ids(IM_END)]
@@ -222,16 +226,17 @@ def detect(tokenizer, card_format: str | None, tool_list: str = "json", where: s
             raise FormatError(f"the tokenizer has no {IM_END} token, which muactl's ChatML format needs")
         return ChatFormat("chatml", tokenizer, ids, tool_list)
     template = _template_text(tokenizer)
+    ids = end_ids(tokenizer)
     if not template:
         raise FormatError(REFUSAL.format(what="the tokenizer has no chat template", where=where))
-    family = card_format if card_format in FAMILIES else family_of(template)
-    if family is None or not _renders_tools(tokenizer):
-        what = ("the chat template cannot express tool calls" if not _renders_tools(tokenizer) else
-                "the chat template writes tool calls in a format muactl does not parse")
-        raise FormatError(REFUSAL.format(what=what, where=where))
-    ids = end_ids(tokenizer)
     if not ids:
         raise FormatError("the tokenizer has no end-of-turn token (no eos token)")
+    family = card_format if card_format in FAMILIES else family_of(template)
+    tools = _renders_tools(tokenizer)
+    if family is None or not tools:
+        what = ("the chat template cannot express tool calls" if not tools else
+                "the chat template writes tool calls in a format muactl does not parse")
+        return ChatFormat("plain", tokenizer, ids, refusal=REFUSAL.format(what=what, where=where))
     return ChatFormat(family, tokenizer, ids)
 
 
