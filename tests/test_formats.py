@@ -316,3 +316,14 @@ def test_mistral_parser():
     bad = parse_mistral('[TOOL_CALLS] [{"name": "a", "arguments": {"x": 1}}, {"arguments": {}}]')
     assert [c["name"] for c in bad.tool_calls] == ["a"] and "must be" in bad.error
     assert parse_mistral("[TOOL_CALLS] [[[[" * 3000).error.startswith("the tool call is not valid JSON")
+
+
+def test_sft_needs_assistant_markers_and_says_so(tokenizers):
+    """Assistant-only SFT needs {% generation %} markers: muactl's ChatML has them, TRL patches the
+    templates it knows, and any other template is a clear error rather than a loss over nothing."""
+    from muactl.errors import UsageError
+    from muactl.train.sft import tokenize_example
+
+    record = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}], "tools": []}
+    with pytest.raises(UsageError, match="generation"):
+        tokenize_example(tokenizers["hermes"], record, 10_000)
