@@ -277,6 +277,27 @@ def mistral_as_first_prompt(fmt, convo, tools):
     return head + rest
 
 
+def test_a_template_that_rewrites_past_turns_still_grows_the_trace(bank, tmp_path):
+    """Qwen3-style: the turn after the last user message carries an empty <think></think> block that
+    later renderings drop. The trace keeps what the model saw and said; the episode still works."""
+    last_user = ("{%- set ns = namespace(last_user=-1) -%}{%- for m in messages -%}"
+                 "{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}{%- endfor -%}")
+    thinking = last_user + HERMES.replace(
+        "{%- elif m.role == 'assistant' -%}{{- '<|im_start|>assistant\\n' + (m.content or '') -}}",
+        "{%- elif m.role == 'assistant' -%}{{- '<|im_start|>assistant\\n' -}}"
+        "{%- if loop.index0 > ns.last_user -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}{{- m.content or '' -}}")
+    assert thinking != HERMES
+    tok = load_tokenizer(build_family_tokenizer("hermes", domain_corpus(bank.compiled), tmp_path / "think", template=thinking))
+    fmt = chat_format(tok)
+    assert fmt.family == "hermes" and "<think>" in turn_text(fmt, {"role": "assistant", "content": "hi"})
+    assert "<think>" not in fmt.render([STAND_IN, {"role": "assistant", "content": "hi"}, STAND_IN])
+    agent, ep = play(bank, tok)
+    assert (ep.termination, ep.reward) == ("user_stop", 1.0), (ep.error, ep.breakdown)
+    for prompt, ids in agent.produced:  # every turn the model produced sits in the trace as produced
+        assert ep.trace.ids[len(prompt):len(prompt) + len(ids)] == ids
+    assert tok.decode(ep.trace.ids, skip_special_tokens=False).count("<think>") == ep.turns
+
+
 def test_mistral_call_ids_are_what_its_template_accepts(bank, tokenizers):
     _agent, ep = play(bank, tokenizers["mistral"])
     ids = [c["id"] for m in ep.messages for c in m.get("tool_calls", [])]

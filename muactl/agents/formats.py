@@ -16,12 +16,12 @@ tokenizer: its eos token, and <|im_end|>, <|eot_id|>, <|eom_id|> where it has th
 
 Token-exact traces under a foreign template: the first prompt is the template's rendering of the
 opening (system prompt, tools, greeting, the user's first message) with its generation prompt. Later
-turns never re-render what is already in the trace: the text to append after the agent's turn is the
-template's rendering of the new messages in a stand-in conversation that ends with that same turn
-(`[user ".", <the agent's turn>] + new` minus `[user ".", <the agent's turn>]`), plus what the template
-writes after the turn's end token. A stand-in keeps system prompts and tool lists (which some
-templates move to the last user message) out of the difference; tools stay where the first prompt
-put them.
+turns never re-render what is already in the trace: the text to append after the agent's turn is what
+the template writes after that turn's end token in a stand-in conversation, `[user ".", <the agent's
+turn>] + new messages`, with the generation prompt. A stand-in keeps system prompts and tool lists
+(which some templates move to the last user message) out of it, and counting end tokens instead of
+comparing text lets a template rewrite earlier turns (Qwen3 drops past reasoning); tools stay where
+the first prompt put them.
 """
 
 from __future__ import annotations
@@ -81,20 +81,20 @@ class ChatFormat:
         if self.family == "chatml":
             return [AFTER_TURN, render(new), GENERATION_PROMPT] if new else [AFTER_TURN, GENERATION_PROMPT]
         base = [STAND_IN, messages[upto - 1]]
-        before = self.render(base)
+        turns = len(self._turn_ends(self.render(base)))  # the agent's turn is the last of them
         after = self.render(base + new, add_generation_prompt=True)
-        if not after.startswith(before):
+        ends = self._turn_ends(after)
+        if not turns or len(ends) < turns:
             from .base import AgentError
 
-            raise AgentError("the model's chat template renders a turn differently once messages follow it, "
-                             "so a trace cannot grow without re-tokenizing; use a template that keeps earlier turns")
-        return [self._after_end(before) + after[len(before):]]
+            raise AgentError("the model's chat template does not end turns with the tokenizer's end-of-turn token, "
+                             "so muactl cannot tell where the agent's turn ends")
+        return [after[ends[turns - 1]:]]
 
-    def _after_end(self, text: str) -> str:
-        """What the template writes after the end token of a rendered turn ("\\n" in ChatML)."""
+    def _turn_ends(self, text: str) -> list[int]:
+        """Where each end-of-turn token in `text` ends."""
         ends = [t for t in (self.tokenizer.convert_ids_to_tokens(i) for i in self.end_ids) if t]
-        cut = max(((text.rfind(t), t) for t in ends if t in text), default=None)
-        return text[cut[0] + len(cut[1]):] if cut else ""
+        return [m.end() for m in re.finditer("|".join(map(re.escape, ends)), text)]
 
     # ------------------------------------------------ replies
 
