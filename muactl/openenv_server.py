@@ -76,6 +76,7 @@ class TaskSource:
         if cfg.db not in ("fixed", "random"):
             raise UsageError(f"--db must be 'fixed' or 'random', not '{cfg.db}'")
         self._next = itertools.count()
+        self.trials = itertools.count()  # each episode its own seed (for sampling users), seed= or not
 
     def draw(self, task_id: str | None = None, seed: int | None = None):
         """(task, the compiled domain it runs on)."""
@@ -185,7 +186,8 @@ def build_app(cfg: ServeConfig, opened=None):
             self._stop()
             task, domain = source.draw(task_id, seed)
             self.loop = asyncio.get_running_loop()
-            self.episode = StepwiseEpisode(task, domain, self.user, rcfg, trust=cfg.trust)
+            trial = next(source.trials) if seed is None else seed
+            self.episode = StepwiseEpisode(task, domain, self.user, rcfg, trial=trial, trust=cfg.trust)
             self._state = MuactlState(episode_id=episode_id or uuid.uuid4().hex, task_id=task.task.id)
             return self._observe(await self.episode.start(), tools=True)
 
