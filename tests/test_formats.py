@@ -314,6 +314,7 @@ def test_malformed_calls_become_error_turns(bank, tokenizers, family, bad, fragm
     agent, ep = play(bank, tok, replies=[bad])
     err = next(m for m in ep.messages if m["role"] == "tool")
     assert fragment in err["content"] and ep.messages[3].get("malformed")
+    assert err["content"].endswith(f"Call a tool with {chat_format(tok).call_syntax}, or write a message.")
     assert ep.trace.mask.count(1) == sum(len(ids) for _, ids in agent.produced)
 
 

@@ -38,6 +38,11 @@ from .chatml import (AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parse
 FAMILIES = ("chatml", "hermes", "llama3", "mistral")  # and "plain": a template without tools (fine for a user)
 END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>")
 STAND_IN = {"role": "user", "content": "."}
+CALL_SYNTAX = {
+    "hermes": '<tool_call>{"name": ..., "arguments": {...}}</tool_call>',
+    "llama3": 'a reply that is only {"name": ..., "parameters": {...}}',
+    "mistral": '[TOOL_CALLS] [{"name": ..., "arguments": {...}}]',
+}
 _SENTINEL = "muactl_probe_tool"
 
 
@@ -97,6 +102,11 @@ class ChatFormat:
         return [m.end() for m in re.finditer("|".join(map(re.escape, ends)), text)]
 
     # ------------------------------------------------ replies
+
+    @property
+    def call_syntax(self) -> str:
+        """How this family writes a tool call (shown to the model after a reply that could not be parsed)."""
+        return CALL_SYNTAX.get(self.family, CALL_SYNTAX["hermes"])
 
     def strip_end(self, text: str) -> str:
         for t in END_TOKENS:

@@ -107,6 +107,10 @@ class LocalAgent(Agent):
             trace.add(self._encode(text), sampled=False)
         return list(trace.ids)
 
+    @property
+    def call_syntax(self) -> str:
+        return self.format.call_syntax if self.format else Agent.call_syntax
+
     async def act(self, ctx) -> AgentReply:
         await self.prepare(ctx.domain)
         prompt = self.extend_trace(ctx)
