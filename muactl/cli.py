@@ -837,6 +837,51 @@ def mcp_serve(
         raise typer.Exit(0)
 
 
+# ---------------------------------------------------------------- sharing: OpenEnv
+
+serve_app = typer.Typer(help="Serve a domain as an environment for other RL frameworks.", no_args_is_help=True)
+app.add_typer(serve_app, name="serve")
+
+
+@serve_app.command("openenv")
+def serve_openenv(
+    domain: str = typer.Argument(..., help="Domain name or folder."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="template:<id> or template:all (fresh instances), or "
+                                        "task ids separated by commas; default: the task files of --split."),
+    split: str = typer.Option("train", "--split", help="train | test | all (task files; templates: which stream)."),
+    db: str = typer.Option("random", "--db", help="With --tasks template:...: random (a fresh database each) | fixed."),
+    user: str = typer.Option("scripted", "--user", help="scripted | hf:<model> | a litellm model id."),
+    user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
+    user_temperature: float = typer.Option(0.0, "--user-temperature", help="User simulator temperature."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the template stream and of the episodes."),
+    max_turns: int = typer.Option(24, "--max-turns", min=1, help="Agent turns before an episode is cut."),
+    max_sessions: int = typer.Option(64, "--max-sessions", min=1, help="Concurrent client sessions."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python (and MCP) tools to run."),
+) -> None:
+    """Serve a domain as an OpenEnv environment: reset() draws a task, step() is one agent turn.
+
+    Each client session (OpenEnv's EnvClient, over WebSocket at /ws) gets its own simulated user and
+    sandbox database; the last step carries the reward and its breakdown.
+    Examples:
+      [bold]muactl serve openenv bank --port 8000[/bold]
+      [bold]muactl serve openenv bank --tasks template:all --db random --port 8000[/bold]
+      [bold]muactl serve openenv retail --user openai/gpt-4o-mini --split test[/bold]
+    """
+    from .openenv_server import ServeConfig, serve
+
+    cfg = ServeConfig(domain=domain, tasks=tasks, split=split, db=db, user=user, user_api_base=user_api_base,
+                      user_temperature=user_temperature, seed=seed, max_turns=max_turns, max_sessions=max_sessions,
+                      host=host, port=port, trust=trust)
+    try:
+        serve(cfg, log=lambda line: typer.echo(line, err=True))
+    except MuactlError as e:
+        _fail(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        raise typer.Exit(0)
+
+
 @command()
 def chat(
     domain: str = typer.Argument(..., help="Domain name (./domains, installed, built-in) or a folder holding domain.yaml."),

@@ -212,18 +212,18 @@ def _run_eval(cfg, store, on_progress, opened, kind, on_episode):
     else:
         tasks = select_tasks(opened, cfg.split, cfg.tasks)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
+    agent, user_factory = build_parts(cfg, opened)  # a model that cannot be used fails before the run exists
     if store is None:  # made only now: a run that cannot start leaves no folder behind
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
         with store.held():
-            return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
-    return _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode)
+            return _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progress, on_episode)
+    return _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progress, on_episode)
 
 
-def _episodes(cfg, store, tasks, domains, opened, on_progress, on_episode):
+def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progress, on_episode):
     done = store.finished()
     jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
             if (t.task.id, trial) not in done]
-    agent, user_factory = build_parts(cfg, opened)
     rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
                          opening=cfg.opening, seed=cfg.seed)
     total = len(tasks) * cfg.trials

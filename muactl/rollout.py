@@ -209,7 +209,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 ep.tool_errors += 1
                 ep.records.append({"turn": ep.turns, "tool": None, "error": True, "changed": False, "malformed": True})
                 await emit({"role": "tool", "content": f"Error: your reply could not be parsed: {out.error}. "
-                            "Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, or write a message."})
+                            f"Call a tool with {agent.call_syntax}, or write a message."})
             if ep.tool_errors > cfg.max_tool_errors:
                 return "too_many_errors"
             if not calls and not out.error:

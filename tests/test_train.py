@@ -185,8 +185,8 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
     # the model card travels with every checkpoint: tiny is prompted with the compact tool list
     import json
 
-    assert json.loads((final / "muactl.json").read_text()) == {"tools": "compact"}
-    assert json.loads((run / "sft" / "checkpoint-1" / "muactl.json").read_text()) == {"tools": "compact"}
+    assert json.loads((final / "muactl.json").read_text()) == {"format": "chatml", "tools": "compact"}
+    assert json.loads((run / "sft" / "checkpoint-1" / "muactl.json").read_text()) == {"format": "chatml", "tools": "compact"}
     assert "max_steps: 2" in (run / "config.yaml").read_text()
     # an hf: agent loads it directly and runs an episode
     r = runner.invoke(app, ["eval", "bank", "--agent", f"hf:{final}", "--task", "move-quin", "--max-turns", "2",

@@ -15,6 +15,8 @@ def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0,
         from .oracle import OracleAgent
 
         return OracleAgent()
+    if spec.startswith(("hf:", "vllm:")):
+        check_local_model(spec.split(":", 1)[1])
     if spec.startswith("hf:"):
         from .local import HFAgent
 
@@ -29,3 +31,14 @@ def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0,
 
     return APIAgent(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries,
                               backoff_s=backoff_s, max_tokens=max_tokens))
+
+
+def check_local_model(ref: str) -> None:
+    """A checkpoint folder whose chat template cannot express tools fails here, before any episode runs
+    (loading is lazy; a refusal there would end every episode as agent_error instead)."""
+    from pathlib import Path
+
+    if Path(ref).expanduser().is_dir() and (Path(ref).expanduser() / "config.json").is_file():
+        from ..models import chat_format, load_tokenizer
+
+        chat_format(load_tokenizer(Path(ref).expanduser()))

@@ -366,9 +366,10 @@ set `user: hosted_vllm/<model>` with `user_api_base: http://HOST:PORT/v1`.
 
 ## How the loop maps onto verl
 
-- Tokens: the loop renders turns with muactl's ChatML template (Hermes tool calls, as in `muactl train`)
-  and appends the ids the server returns as they are; nothing generated is re-tokenized.
-- `response_mask`: 1 on tokens the policy sampled (with its `<|im_end|>`), 0 on user and tool tokens.
+- Tokens: the loop renders turns in the model's chat format, as `muactl train` does (muactl's ChatML for
+  its own models, else the model's own template and tool-call format), and appends the ids the server
+  returns as they are; nothing generated is re-tokenized.
+- `response_mask`: 1 on tokens the policy sampled (with its end-of-turn token), 0 on user and tool tokens.
   The episode is cut (reward 0) when it would exceed `data.max_response_length`.
 - Reward: muactl's task reward (1 only if the final database equals the gold end state, required
   outputs were said and assertions hold) is returned as `reward_score`; verl's reward function is unused.

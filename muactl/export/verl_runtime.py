@@ -3,8 +3,8 @@
 One `EpisodeRunner` per worker process holds the opened domain and plays one task per call through
 muactl's own episode engine (rollout.run_episode): the simulated user, the sandbox and the reward are
 exactly those of `muactl eval` and `muactl train grpo`. Only the policy differs: `VerlPolicy` renders
-turns with muactl's ChatML template like the local agents do, and asks verl's server manager for the
-tokens. The trajectory's ids and mask come from the TokenTrace as they grew, never re-tokenized:
+turns in the model's chat format like the local agents do (agents/formats.py), and asks verl's server
+manager for the tokens. The trajectory's ids and mask come from the TokenTrace as they grew, never re-tokenized:
 mask 1 on what the policy sampled, 0 on system, greeting, user and tool tokens.
 """
 
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ..agents.base import AgentError
-from ..agents.chatml import IM_END
 from ..agents.local import LocalAgent
 
 
@@ -29,9 +28,9 @@ class VerlPolicy(LocalAgent):
         self.name = "verl"
         self.server_manager = server_manager
         self.tokenizer = tokenizer
-        self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
-        if self.eos_id is None or self.eos_id == getattr(tokenizer, "unk_token_id", -1):
-            raise ValueError(f"the tokenizer has no {IM_END} token; muactl's format is ChatML (Qwen-style models)")
+        from ..models import chat_format
+
+        self.format = chat_format(tokenizer)  # its card's (ChatML for muactl's own), else its template's family
         self.sampling_params = dict(sampling_params)
         self.response_length = response_length
         self.request_id = request_id or uuid.uuid4().hex  # one per episode: sticky routing, prefix cache hits
@@ -43,12 +42,13 @@ class VerlPolicy(LocalAgent):
             # verl keeps only response_length tokens: a longer episode could not be trained on as played
             raise AgentError(f"response budget of {self.response_length} tokens used up")
         params = dict(self.sampling_params, max_tokens=min(self.max_new_tokens, budget - 1))
-        params["stop_token_ids"] = sorted(set(params.get("stop_token_ids") or []) | {self.eos_id})
+        params["stop_token_ids"] = sorted(set(params.get("stop_token_ids") or []) | set(self.format.end_ids))
         out = await self.server_manager.generate(request_id=self.request_id, prompt_ids=prompt, sampling_params=params)
         ids = list(out.token_ids)
         lps = list(out.log_probs) if getattr(out, "log_probs", None) else None
-        if self.eos_id in ids[:-1]:  # a server that ran past the stop token: keep the turn only
-            cut = ids.index(self.eos_id) + 1
+        ends = [i for i, t in enumerate(ids[:-1]) if t in self.format.end_ids]
+        if ends:  # a server that ran past the stop token: keep the turn only
+            cut = ends[0] + 1
             ids, lps = ids[:cut], (lps[:cut] if lps else None)
         return ids, lps
 

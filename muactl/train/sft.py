@@ -11,10 +11,32 @@ Checkpoints are plain HF folders (LoRA adapters merged at the end) that `hf:` ag
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from ..runs import RunStore
+
+
+def training_template(tokenizer) -> str:
+    """The template SFT renders with: the model's own when it marks assistant turns with {% generation %}
+    (muactl's ChatML does), else TRL's training version of it (the families TRL knows)."""
+    template = tokenizer.chat_template
+    if isinstance(template, str) and re.search(r"\{%-?\s*generation\s*-?%\}", template):
+        return template
+    try:
+        from trl.chat_template_utils import get_training_chat_template
+
+        patched = get_training_chat_template(tokenizer)
+    except Exception:  # noqa: BLE001 - TRL raises for templates it does not know
+        patched = None
+    if not patched or "generation" not in patched:
+        from ..errors import UsageError
+
+        raise UsageError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the model')} does not mark assistant "
+                         "turns ({% generation %}), which assistant-only SFT needs, and TRL has no training version of it; "
+                         "add the markers to the template, or train with muactl's ChatML ({\"format\": \"chatml\"} in muactl.json)")
+    return patched
 
 
 def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict[str, list[int]] | None:
@@ -24,7 +46,7 @@ def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict
     tools = prompt_tools(record.get("tools"), tool_format_of(tokenizer))
     context = set(record.get("not_trained") or [])  # the greeting: rendered as template text, no loss
     messages = [dict(m, fixed=True) if i in context else m for i, m in enumerate(record["messages"])]
-    out = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
+    out = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, chat_template=training_template(tokenizer),
                                         return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     if len(ids) > max_length:
