@@ -843,7 +843,7 @@ serve_app = typer.Typer(help="Serve a domain as an environment for other RL fram
 app.add_typer(serve_app, name="serve")
 
 
-@serve_app.command("openenv")
+@command("openenv", group=serve_app)
 def serve_openenv(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     tasks: Optional[str] = typer.Option(None, "--tasks", help="template:<id> or template:all (fresh instances), or "
@@ -876,9 +876,7 @@ def serve_openenv(
                       host=host, port=port, trust=trust)
     try:
         serve(cfg, log=lambda line: typer.echo(line, err=True))
-    except MuactlError as e:
-        _fail(str(e), e.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C is how a server is stopped: its normal end
         raise typer.Exit(0)
 
 

@@ -153,7 +153,9 @@ class ScriptedModel(LocalAgent):
     def __init__(self, tokenizer, task, domain, replies: list[str] | None = None):
         super().__init__("scripted")
         self.tokenizer, self.format = tokenizer, chat_format(tokenizer)
-        oracle, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=domain)
+        # the oracle waits for consent before writes: the scripted user will say yes, so the stand-in has
+        oracle = OracleAgent()
+        ctx = SimpleNamespace(state={}, task=task, domain=domain, messages=[{"role": "user", "content": "yes"}])
         self.replies = replies or []
         for _ in range(len(task.task.expect.actions) * 2 + 3):
             r = asyncio.run(oracle.act(ctx))

@@ -38,6 +38,7 @@ SKIPPED = {
     "muactl chat": "needs an interactive terminal (tests/test_chat.py drives the app)",
     "muactl synth --from-chats": "needs a chat run (tests/test_chat.py)",
     "muactl mcp serve": "runs in the slow test_readme_mcp",
+    "muactl serve openenv": "a server that runs until stopped (tests/test_openenv.py drives it with OpenEnv's client)",
     "cd out/verl-retail && MODEL=Qwen/Qwen3-8B ./launch.sh": "submits to a Ray cluster",
 }
 
