@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-from .compile import CompiledDomain, compile_domain
+from .compile import CompiledDomain, changelog, compile_domain
 from .compile.database import schema_connection
 from .compile.sql import Guard, explain, param_names
 from .env.sandbox import OUTSIDE_KINDS
@@ -51,6 +51,9 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
     tables = d.database.tables
     for tname, table in tables.items():
         base = ("database", "tables", tname)
+        if tname.startswith(changelog.PREFIX):
+            problems.append(doc.problem(base, f"table names starting with '{changelog.PREFIX}' are muactl's own "
+                                        "(its change log); rename the table"))
         for col in table.pk_columns():
             if col not in table.columns:
                 problems.append(doc.problem(base + ("primary_key",), f"primary key column '{col}' is not declared{_hint(col, table.columns)}"))
@@ -143,7 +146,9 @@ def _check_sql_tool(spec: DomainSpec, name: str, tool: m.SqlTool, conn, guard: G
     return problems
 
 
-def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
+def check_tasks(opened: Opened, replay: bool = True, verify_hash: bool = False) -> list[Problem]:
+    """Every task's references, arguments and assertions; with `replay`, its gold path on a fresh sandbox
+    (and with `verify_hash`, the incremental state hash checked against a full recompute there)."""
     d = opened.spec.domain
     compiled = opened.compiled
     problems: list[Problem] = []
@@ -175,12 +180,12 @@ def check_tasks(opened: Opened, replay: bool = True) -> list[Problem]:
                 problems.append(t.problem(("expect", "assert", i, "query"), error))
                 bad = True
         if replay and not bad:
-            problems.extend(_replay(opened, t))
+            problems.extend(_replay(opened, t, verify_hash))
     conn.close()
     return problems
 
 
-def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
+def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Problem]:
     from .templates import domain_for
 
     env = domain_for(opened, t).environment()  # a generated task runs on the random database it was drawn on
@@ -195,6 +200,9 @@ def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
                 if result.error:
                     return [t.problem(path0 + (i, tool_name), f"{group} fails when replayed: {result.content}")]
         out = []
+        if verify_hash and env.state_hash() != env.full_state_hash():
+            out.append(t.problem(("expect", "actions"), "the state hash after the gold actions differs from a full "
+                                 "recompute: a muactl bug, please report it with this domain"))
         for i, a in enumerate(task.expect.assert_):
             ok, why = assertion_result(env, a)
             if not ok:
@@ -241,11 +249,12 @@ def open_domain(name: str | DomainRef, with_tasks: bool = True, trust: bool = Fa
     return Opened(ref, spec, compiled, tasks, templates if with_tasks else [])
 
 
-def validate_domain(name: str, trust: bool = False) -> Opened:
+def validate_domain(name: str, trust: bool = False, verify_hash: bool = False) -> Opened:
     """Everything `muactl validate` checks; raises SpecError listing every problem. Gold paths that call
-    python tools are replayed only with trust (otherwise they are reported as needing --trust)."""
+    python tools are replayed only with trust (otherwise they are reported as needing --trust).
+    `verify_hash` also checks each gold end state's incremental hash against a full recompute."""
     opened = open_domain(name, trust=trust)
-    problems = check_tasks(opened)
+    problems = check_tasks(opened, verify_hash=verify_hash)
     if opened.templates:
         from .templates import check_templates
 

@@ -26,26 +26,26 @@ def log_columns(columns) -> list[str]:
     return sorted(columns)
 
 
-def _q(name: str) -> str:
+def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
 def ddl(table: str, columns) -> list[str]:
     cols = log_columns(columns)
-    log = _q(log_table(table))
+    log = quote(log_table(table))
     names = ", ".join(["sign", "rid"] + [f"v{i}" for i in range(len(cols))])
 
     def row(sign: int, ref: str) -> str:
-        values = ", ".join([str(sign), f"{ref}.rowid"] + [f"{ref}.{_q(c)}" for c in cols])
+        values = ", ".join([str(sign), f"{ref}.rowid"] + [f"{ref}.{quote(c)}" for c in cols])
         return f"INSERT INTO {log} ({names}) VALUES ({values});"
 
     trigger = PREFIX + table
     return [
         f"CREATE TABLE IF NOT EXISTS {log} (seq INTEGER PRIMARY KEY, sign INTEGER, rid INTEGER, "
         + ", ".join(f"v{i}" for i in range(len(cols))) + ")",
-        f"CREATE TRIGGER IF NOT EXISTS {_q(trigger + '_insert')} AFTER INSERT ON {_q(table)} BEGIN {row(1, 'NEW')} END",
-        f"CREATE TRIGGER IF NOT EXISTS {_q(trigger + '_delete')} AFTER DELETE ON {_q(table)} BEGIN {row(-1, 'OLD')} END",
-        f"CREATE TRIGGER IF NOT EXISTS {_q(trigger + '_update')} AFTER UPDATE ON {_q(table)} "
+        f"CREATE TRIGGER IF NOT EXISTS {quote(trigger + '_insert')} AFTER INSERT ON {quote(table)} BEGIN {row(1, 'NEW')} END",
+        f"CREATE TRIGGER IF NOT EXISTS {quote(trigger + '_delete')} AFTER DELETE ON {quote(table)} BEGIN {row(-1, 'OLD')} END",
+        f"CREATE TRIGGER IF NOT EXISTS {quote(trigger + '_update')} AFTER UPDATE ON {quote(table)} "
         f"BEGIN {row(-1, 'OLD')} {row(1, 'NEW')} END",
     ]
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..compile import changelog
 from ..compile.sql import Guard, bind_value
 from ..spec.models import call_parts
+from . import forkpool
 from .statehash import StateTracker, full_hash
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ class ToolResult:
     def to_dict(self) -> dict[str, Any]:
         return {"content": self.content, "error": self.error, "transfer": self.transfer, "changed": self.changed}
 
+
+_CLOSED = sqlite3.connect(":memory:", check_same_thread=False)  # what a closed environment holds
+_CLOSED.close()
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
@@ -84,10 +88,13 @@ class Environment:
 
     @classmethod
     def from_template(cls, domain: CompiledDomain, trust: bool = False) -> Environment:
-        # deserializing the template's bytes is one memory copy; the backup API measured 2-5x slower
-        # from 2 MB up (benchmarks/domains.py)
-        conn = sqlite3.connect(":memory:", check_same_thread=False)
-        conn.deserialize(domain.template_bytes())
+        # a closed sandbox put back to the template costs the rows it changed (forkpool.py); else
+        # deserializing the template's bytes, one memory copy (the backup API measured 2-8x slower
+        # from 2 MB up: benchmarks/domains.py)
+        conn = forkpool.take(domain)
+        if conn is None:
+            conn = sqlite3.connect(":memory:", check_same_thread=False)
+            conn.deserialize(domain.template_bytes())
         return cls(domain, conn, trust, domain.players, StateTracker(domain))
 
     def fork(self) -> Environment:
@@ -118,7 +125,11 @@ class Environment:
         return StateTracker(self.domain, known=False)
 
     def close(self) -> None:
-        self.conn.close()
+        """Done with this sandbox: its database goes back to the template for the next fork to reuse
+        (or is closed when it cannot). Using the environment afterwards raises, as on a closed connection."""
+        conn, self.conn = self.conn, _CLOSED
+        if conn is not _CLOSED and not forkpool.give_back(self.domain, conn, self.state):
+            conn.close()
 
     # ------------------------------------------------------------ tools
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compile import changelog
+from ..compile.changelog import quote
 
 _MOD = 1 << 256
 
@@ -49,15 +50,11 @@ class TableShape:
         return int.from_bytes(hashlib.blake2b(data, digest_size=32).digest(), "big")
 
     def select_all(self) -> str:
-        return "SELECT " + ", ".join(_q(c) for c in self.columns) + f" FROM {_q(self.name)}"
+        return "SELECT " + ", ".join(quote(c) for c in self.columns) + f" FROM {quote(self.name)}"
 
     def select_log(self) -> str:
         values = ", ".join(f"v{i}" for i in range(len(self.columns)))
-        return f"SELECT seq, sign, {values} FROM {_q(changelog.log_table(self.name))} WHERE seq > ? ORDER BY seq"
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+        return f"SELECT seq, sign, {values} FROM {quote(changelog.log_table(self.name))} WHERE seq > ? ORDER BY seq"
 
 
 def canonical_json(value: Any) -> Any:
@@ -161,7 +158,8 @@ class StateTracker:
     `delta` maps (table, row digest) to the net number of such rows added (negative: removed);
     `cursor` is the last log entry read per table. `known` is False when the database was replaced
     behind the log's back (a python tool, a connection from elsewhere): the next read then rebuilds
-    the difference from every row, once.
+    the difference from every row, once. `whole_log`: the log holds every change since the template
+    (so undoing it gives the template back; forkpool.py).
     """
 
     def __init__(self, domain, known: bool = True):
@@ -169,7 +167,7 @@ class StateTracker:
         self.shapes = shapes(domain.tables)
         self.delta: dict[tuple[str, int], int] = {}
         self.cursor: dict[str, int] = {s.name: 0 for s in self.shapes}
-        self.known = known
+        self.known = self.whole_log = known
         self._seen_changes = 0  # conn.total_changes when the log was last read
         self._digest: str | None = None
 
@@ -223,11 +221,11 @@ class StateTracker:
                     n = now.get(d, 0) - then.get(d, 0)
                     if n:
                         delta[(s.name, d)] = n
-                log = _q(changelog.log_table(s.name))
+                log = quote(changelog.log_table(s.name))
                 self.cursor[s.name] = conn.execute(f"SELECT coalesce(max(seq), 0) FROM {log}").fetchone()[0]
         finally:
             template.close()
-        self.delta, self.known, self._digest = delta, True, None
+        self.delta, self.known, self.whole_log, self._digest = delta, True, False, None
         self._seen_changes = conn.total_changes
 
     def digest(self) -> str:

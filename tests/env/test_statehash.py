@@ -247,3 +247,36 @@ def test_random_database_instances_hash_against_their_own_template(bank):
     acc = ea.conn.execute("SELECT account_id FROM accounts LIMIT 1").fetchone()[0]
     raw(ea, "UPDATE accounts SET balance = balance + 1 WHERE account_id = ?", (acc,))
     assert ea.state_hash() == ea.full_state_hash()
+
+
+def test_validate_verify_hash_checks_the_incremental_hash_against_a_full_recompute(monkeypatch):
+    from typer.testing import CliRunner
+
+    from muactl.cli import app
+    from muactl.env import statehash
+
+    ok = CliRunner().invoke(app, ["validate", "bank", "--verify-hash"])
+    assert ok.exit_code == 0 and "state hashes verified" in ok.output, ok.output
+    # a tracker that lost a change: every gold path that writes is reported, with the task file's line
+    monkeypatch.setattr(statehash.StateTracker, "digest", lambda self: "stale")
+    bad = CliRunner().invoke(app, ["validate", "bank", "--verify-hash"])
+    assert bad.exit_code == 2, bad.output
+    assert "differs from a full recompute" in bad.output and ".yaml:" in bad.output
+    assert CliRunner().invoke(app, ["validate", "bank"]).exit_code == 0  # the check runs only when asked
+
+
+def test_change_log_table_names_are_reserved(in_tmp):
+    from typer.testing import CliRunner
+
+    from muactl.cli import app
+
+    folder = in_tmp / "domains" / "notes"
+    folder.mkdir(parents=True)
+    (folder / "domain.yaml").write_text(
+        "name: notes\ndescription: Notes.\npolicy: Be kind.\ndatabase:\n  tables:\n"
+        "    _muactl_log_notes:\n      columns: {id: text}\n      primary_key: id\n"
+        "tools:\n  count_notes:\n    description: How many notes.\n    query: SELECT count(*) FROM _muactl_log_notes\n"
+        "    returns: value\n")
+    r = CliRunner().invoke(app, ["validate", "notes"])
+    assert r.exit_code == 2, r.output
+    assert "domain.yaml:6" in r.output and "muactl's own" in r.output and "Traceback" not in r.output
