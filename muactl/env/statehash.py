@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..compile import changelog
 from ..compile.changelog import quote
 
 _MOD = 1 << 256
+_FORMAT = 2  # bump when the digest changes, so stored template sums are not reused
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def shapes(tables: dict) -> tuple[TableShape, ...]:
 
 
 def combine(shapes_: tuple[TableShape, ...], sums: dict[str, tuple[int, int]]) -> str:
-    h = hashlib.sha256(b"muactl-state:2\x1e")
+    h = hashlib.sha256(f"muactl-state:{_FORMAT}\x1e".encode())
     for s in shapes_:
         count, total = sums[s.name]
         h.update(f"{s.name}\x1f{','.join(s.columns)}\x1f{count}\x1f{total:064x}\x1e".encode())
@@ -136,17 +140,55 @@ def template_state(domain) -> TemplateState:
         state = _TEMPLATES.get(key)
         if state is None:
             sh = shapes(domain.tables)
-            conn = _open_template(domain)
-            try:
-                state = TemplateState(sh, _sums(conn, sh))
-            finally:
-                conn.close()
+            sums = _stored_sums(domain, sh)
+            if sums is None:
+                conn = _open_template(domain)
+                try:
+                    sums = _sums(conn, sh)
+                finally:
+                    conn.close()
+                _store_sums(domain, sums)
+            state = TemplateState(sh, sums)
             _TEMPLATES[key] = state
             if len(_TEMPLATES) > _TEMPLATES_SIZE:
                 _TEMPLATES.popitem(last=False)
         else:
             _TEMPLATES.move_to_end(key)
         return state
+
+
+def _sums_path(domain) -> Path | None:
+    """Beside the cached template file (named by its content hash), so reading every row happens once
+    per template, not once per process (seconds at retail scale 100). Random instances live in memory."""
+    if getattr(domain, "instance_key", "") or not getattr(domain, "template_path", None):
+        return None
+    return Path(domain.template_path).with_suffix(f".sums-{_FORMAT}.json")
+
+
+def _stored_sums(domain, shapes_: tuple[TableShape, ...]) -> dict[str, tuple[int, int]] | None:
+    path = _sums_path(domain)
+    try:
+        stored = json.loads(path.read_text()) if path else None
+        return {s.name: (int(stored[s.name][0]), int(stored[s.name][1], 16)) for s in shapes_} if stored else None
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None  # absent or unreadable: computed again
+
+
+def _store_sums(domain, sums: dict[str, tuple[int, int]]) -> None:
+    path = _sums_path(domain)
+    if path is None:
+        return
+    tmp = None
+    try:  # written whole or not at all: a reader never sees half a file
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({t: [c, f"{total:064x}"] for t, (c, total) in sums.items()}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs the recomputation next time
+    finally:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 # ---------------------------------------------------------------- one sandbox's state

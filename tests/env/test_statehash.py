@@ -280,3 +280,31 @@ def test_change_log_table_names_are_reserved(in_tmp):
     r = CliRunner().invoke(app, ["validate", "notes"])
     assert r.exit_code == 2, r.output
     assert "domain.yaml:6" in r.output and "muactl's own" in r.output and "Traceback" not in r.output
+
+
+def test_template_sums_are_stored_beside_the_cached_template(bank):
+    """Read once per template, not per process; a damaged file is recomputed, and a wrong one is what
+    `validate --verify-hash` exists to catch."""
+    from muactl.env import statehash
+
+    compiled = bank.compiled
+    stored = statehash._sums_path(compiled)
+    statehash._TEMPLATES.clear()
+    stored.unlink(missing_ok=True)
+    start = compiled.environment().state_hash()
+    assert stored.exists() and set(json.loads(stored.read_text())) == set(compiled.tables)
+
+    stored.write_text("{not json")
+    statehash._TEMPLATES.clear()
+    env = compiled.environment()
+    assert env.state_hash() == start == env.full_state_hash()
+
+    sums = json.loads(stored.read_text())
+    sums["accounts"][1] = f"{int(sums['accounts'][1], 16) ^ 1:064x}"
+    stored.write_text(json.dumps(sums))
+    statehash._TEMPLATES.clear()
+    env = compiled.environment()
+    assert env.state_hash() != env.full_state_hash()  # the stored sums are what the hash starts from
+    stored.unlink()
+    statehash._TEMPLATES.clear()
+    assert compiled.environment().state_hash() == start
