@@ -8,6 +8,10 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
 - checks and writes run in one transaction that rolls back on any failure;
 - a failure is data: call() returns ToolResult(error=True) and the episode goes on;
 - python handlers run only with trust, in a child process with a timeout.
+
+State: the hash follows the change log the template's triggers fill (statehash.py, tested in
+tests/env/test_statehash.py), and close() puts the database back to the template for the next fork
+(forkpool.py, tests/env/test_forkpool.py); both cost the rows an episode changed.
 """
 
 from __future__ import annotations
