@@ -6,7 +6,8 @@ digests modulo 2**256: a multiset hash, so row order and SQLite's page layout ca
 a row added then removed cancels out. The state hash is sha256 over every table's name, columns,
 count and sum.
 
-The template's sums are computed once per process and template image. A sandbox keeps only its
+The template's sums are computed once per template image (kept beside the cached template file;
+random-database instances once per process). A sandbox keeps only its
 difference from the template (row digest -> net count), updated from the change log its triggers
 fill (compile/changelog.py); so hashing reads the new log entries, not the tables. The same
 difference, compared with the gold end state's, is how far an episode is from done
