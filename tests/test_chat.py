@@ -356,17 +356,21 @@ def test_chat_command_errors_are_clean():
 # ---------------------------------------------------------------- snapshots
 
 
-def _steady(app) -> None:
+async def _steady(pilot) -> None:
+    """Freeze what moves on its own (cursor blink, toasts) and let pending refreshes land."""
+    app = pilot.app
     for widget in app.screen.query("Input"):
         widget.cursor_blink = False
     app.clear_notifications()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
 
 
 def test_snapshot_picker(bank, snap_compare):
     async def before(pilot):
         await pilot.press(*"move")
         await pilot.pause()
-        _steady(pilot.app)
+        await _steady(pilot)
 
     assert snap_compare(make_app(bank), terminal_size=SIZE, run_before=before)
 
@@ -374,7 +378,7 @@ def test_snapshot_picker(bank, snap_compare):
 def test_snapshot_chat_with_tools_and_diff(bank, snap_compare):
     async def before(pilot):
         await play_mia(pilot)
-        _steady(pilot.app)
+        await _steady(pilot)
         await pilot.pause()
 
     assert snap_compare(make_app(bank, task="move-mia", show_goal=True), terminal_size=SIZE, run_before=before)
@@ -386,7 +390,7 @@ def test_snapshot_end_screen(bank, snap_compare):
         await pilot.press("ctrl+e")
         await until(pilot, lambda: isinstance(pilot.app.screen, EndScreen))
         await pilot.press("5")
-        _steady(pilot.app)
+        await _steady(pilot)
         await pilot.pause()
         assert pilot.app.screen.query_one(RatingBar).rating == 5
 

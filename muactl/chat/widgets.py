@@ -29,6 +29,11 @@ class Message(Static):
 class ConversationView(VerticalScroll):
     can_focus = False
 
+    def on_mount(self) -> None:
+        # anchored: stays at the newest turn as turns arrive (a scroll_end right after mount races the
+        # layout of the new widget, so the view could end up one turn short under load)
+        self.anchor()
+
     def add(self, role: str, text: str, note: str | None = None) -> Message:
         who = {"user": "you", "assistant": "agent", "sim": "simulated user", "system": "·"}.get(role, role)
         body = Text()
@@ -82,6 +87,7 @@ class ToolPanel(VerticalScroll):
         self.errors = 0
 
     def on_mount(self) -> None:
+        self.anchor()
         self.border_title = "Tool calls"
         self.mount(Static("No tool calls yet.", classes="empty"))
 
