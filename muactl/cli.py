@@ -116,6 +116,8 @@ def init(
 def validate(
     domain: str = typer.Argument(..., help="Domain name (./domains, installed, built-in) or a folder holding domain.yaml."),
     trust: bool = typer.Option(False, "--trust", help="Run the domain's Python tools when replaying gold paths."),
+    verify_hash: bool = typer.Option(False, "--verify-hash", help="Also check the incremental state hash against a "
+                                     "full recompute from every row after each gold path (a check of muactl itself)."),
 ) -> None:
     """Check a domain and its tasks: schema, SQL, references, seed rows, and every task's gold path.
 
@@ -124,7 +126,7 @@ def validate(
     """
     from .validate import domain_warnings, validate_domain
 
-    opened = validate_domain(domain, trust=trust)
+    opened = validate_domain(domain, trust=trust, verify_hash=verify_hash)
     for warning in domain_warnings(opened):
         typer.echo(f"warning: {warning}", err=True)
     d = opened.spec.domain
@@ -134,7 +136,7 @@ def validate(
     counts = ", ".join(f"{n} {s}" for s, n in sorted(splits.items())) or "no tasks"
     typer.echo(f"ok: {d.name} {d.version} ({opened.ref.origin}, {opened.ref.root}): "
                f"{len(d.database.tables)} tables, {len(d.tools)} tools, {len(opened.tasks)} tasks ({counts}); "
-               f"every gold path replayed"
+               f"every gold path replayed" + (", state hashes verified" if verify_hash else "")
                + (f"; {len(opened.templates)} templates checked (sample instances replayed)" if opened.templates else ""))
 
 

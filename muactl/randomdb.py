@@ -18,6 +18,7 @@ import sqlite3
 from collections import OrderedDict
 from typing import Any
 
+from .compile import changelog
 from .compile.database import coerce, schema_connection
 from .errors import Problem, SpecError, UsageError
 from .limits import MAX_GENERATED_ROWS, MAX_PATTERN_SLOT
@@ -275,6 +276,7 @@ def instance_bytes(compiled, seed: int) -> bytes:
             names = ", ".join(f'"{c}"' for c in cols)
             sql = f'INSERT INTO "{tname}" ({names}) VALUES ({", ".join("?" * len(cols))})'
             conn.executemany(sql, [[coerce(r.get(c), types[c], False) for c in cols] for r in trs])
+    changelog.install(conn, tables)  # after the rows, so the log starts empty
     data = conn.serialize()
     conn.close()
     _CACHE[key] = data

@@ -7,6 +7,8 @@ import sqlite3
 from typing import Any
 
 from .env.sandbox import decode_json_text
+from .env.statehash import distance as delta_distance
+from .env.statehash import template_key
 from .spec import models as m
 
 
@@ -40,7 +42,7 @@ def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
 
 # ---------------------------------------------------------------- episode reward (DESIGN.md, "Reward")
 
-_GOLD: dict[tuple[str, str], str] = {}
+_GOLD: dict[tuple[str, str], tuple[str, dict]] = {}
 
 
 def gold_actions(task, domain) -> list:
@@ -54,34 +56,33 @@ def gold_actions(task, domain) -> list:
     return [c for c in actions if not _writes(domain, next(iter(c)))]
 
 
-def gold_hash(task, domain) -> str:
-    """State hash after the task's setup and gold actions on a fresh sandbox (cached per task)."""
-    key = (domain.content_hash + ":" + getattr(domain, "instance_key", ""), task.task.id)
+def _gold_state(task, domain) -> tuple[str, dict]:
+    """Hash and row difference to the template after the task's setup and gold actions on a fresh
+    sandbox (cached per task and template)."""
+    key = (template_key(domain), task.task.id)
     if key not in _GOLD:
         env = domain.environment()
         env.replay(task.task.setup)
         env.replay(gold_actions(task, domain))
-        _GOLD[key] = env.state_hash()
+        _GOLD[key] = (env.state_hash(), env.state_delta())
         env.close()
     return _GOLD[key]
 
 
-def _row_set(env) -> set[tuple]:
-    return {(table, repr(tuple(sorted(row.items())))) for table in env.domain.tables for row in env.rows(table)}
+def gold_hash(task, domain) -> str:
+    """State hash of the task's gold end state."""
+    return _gold_state(task, domain)[0]
 
 
 class GoldDistance:
-    """How many rows differ between a state and the task's gold end state (for turn-level shaping)."""
+    """How many rows differ between a state and the task's gold end state (for turn-level shaping).
+    Both are kept as differences to the template, so this costs the rows they changed."""
 
     def __init__(self, task, domain):
-        env = domain.environment()
-        env.replay(task.task.setup)
-        env.replay(gold_actions(task, domain))
-        self.gold = _row_set(env)
-        env.close()
+        self.gold = _gold_state(task, domain)[1]
 
     def distance(self, env) -> int:
-        return len(_row_set(env) ^ self.gold)
+        return delta_distance(env.state_delta(), self.gold)
 
 
 def _norm(text: str) -> str:

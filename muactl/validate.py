@@ -8,7 +8,7 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 
-from .compile import CompiledDomain, compile_domain
+from .compile import CompiledDomain, changelog, compile_domain
 from .compile.arguments import ArgumentValidator, pattern_error
 from .compile.database import schema_connection
 from .compile.sql import Guard, explain, param_names
@@ -51,6 +51,9 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
     tables = d.database.tables
     for tname, table in tables.items():
         base = ("database", "tables", tname)
+        if tname.startswith(changelog.PREFIX):
+            problems.append(doc.problem(base, f"table names starting with '{changelog.PREFIX}' are muactl's own "
+                                        "(its change log); rename the table"))
         for col in table.pk_columns():
             if col not in table.columns:
                 problems.append(doc.problem(base + ("primary_key",), f"primary key column '{col}' is not declared{_hint(col, table.columns)}"))
@@ -213,8 +216,10 @@ def _check_sql_tool(spec: DomainSpec, name: str, tool: m.SqlTool, conn, guard: G
     return problems
 
 
-def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = frozenset()) -> list[Problem]:
-    """Task references, arguments, assertion SQL and (with `replay`) every gold path. Without a compiled
+def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = frozenset(),
+                verify_hash: bool = False) -> list[Problem]:
+    """Task references, arguments, assertion SQL and (with `replay`) every gold path, and with
+    `verify_hash` the incremental state hash checked against a full recompute there. Without a compiled
     domain (it has problems of its own) the checks that need none still run; references to entries that
     were left out of a broken domain.yaml (`dropped`) are not reported twice."""
     d = opened.spec.domain
@@ -252,13 +257,13 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
                 problems.append(t.problem(("expect", "assert", i, "query"), error))
                 bad = True
         if replay and not bad:
-            problems.extend(_replay(opened, t))
+            problems.extend(_replay(opened, t, verify_hash))
     if conn is not None:
         conn.close()
     return problems
 
 
-def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
+def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Problem]:
     from .reward import gold_actions
     from .templates import domain_for
 
@@ -280,6 +285,9 @@ def _replay(opened: Opened, t: TaskSpec) -> list[Problem]:
                     what = f"fails with {got!r}" if result.error else "succeeds"
                     return [t.problem(path0 + (i, "error"), f"{group} is expected to fail with {expected!r} but {what}")]
         out = []
+        if verify_hash and env.state_hash() != env.full_state_hash():
+            out.append(t.problem(("expect", "actions"), "the state hash after the gold actions differs from a full "
+                                 "recompute: a muactl bug, please report it with this domain"))
         for i, a in enumerate(task.expect.assert_):
             ok, why = assertion_result(env, a)
             if not ok:
@@ -336,16 +344,17 @@ def domain_warnings(opened: Opened) -> list[Problem]:
     return out
 
 
-def validate_domain(name: str, trust: bool = False) -> Opened:
+def validate_domain(name: str, trust: bool = False, verify_hash: bool = False) -> Opened:
     """Everything `muactl validate` checks; raises SpecError listing every problem. Gold paths that call
     python tools are replayed only with trust (otherwise they are reported as needing --trust).
     When the domain or some tasks have problems, the later checks still run on what parsed, so one run
-    reports everything it can."""
+    reports everything it can. `verify_hash` also checks each gold end state's incremental hash against a
+    full recompute."""
     try:
         opened = open_domain(name, trust=trust)
     except SpecError as e:
         raise SpecError(e.problems + _checks_on_what_parsed(name, trust)) from None
-    problems = check_tasks(opened)
+    problems = check_tasks(opened, verify_hash=verify_hash)
     if opened.templates:
         from .templates import check_templates
 

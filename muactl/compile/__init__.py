@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import __version__
 from ..spec.load import DomainSpec
 from ..spec.models import SPEC_VERSION
+from .changelog import with_log
 from .database import build_template, cache_dir, schema_connection
 from .prompt import agent_system_prompt
 from .tools import CompiledTool, compile_tool
@@ -44,11 +45,13 @@ class CompiledDomain:
         return [t for t in self.tools.values() if t.side == "user"]
 
     def template_bytes(self) -> bytes:
-        """The template, read once per process (read-only); forks deserialize a copy and never write it."""
+        """The template, read once per process (read-only) with its change log added (changelog.py);
+        forks deserialize a copy and never write it."""
         if self._template is None:
             disk = sqlite3.connect(f"file:{self.template_path}?mode=ro", uri=True)
-            self._template = disk.serialize()
+            data = disk.serialize()
             disk.close()
+            self._template = with_log(data, self.tables)
         return self._template
 
     def environment(self, trust: bool | None = None):

@@ -16,14 +16,16 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
   tool error;
 - a tool returns JSON-able values only (text, numbers, null, decoded json columns), at most
   MAX_RESULT_ROWS rows and MAX_RESULT_BYTES of text; a BLOB or a non-finite number is a tool error.
+
+State: the hash follows the change log the template's triggers fill (statehash.py, tested in
+tests/env/test_statehash.py), and close() puts the database back to the template for the next fork
+(forkpool.py, tests/env/test_forkpool.py); both cost the rows an episode changed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
-import hashlib
 import json
 import math
 import re
@@ -32,10 +34,13 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from ..compile import changelog
 from ..compile.sql import Guard, bind_value
 from ..limits import MAX_ARGUMENT_BYTES, MAX_RESULT_BYTES, MAX_RESULT_ROWS
 from ..spec.models import call_parts
+from . import forkpool
 from .budget import STOPPED, SqlBudget, SqlLimitExceeded
+from .statehash import StateTracker, full_hash
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
@@ -56,6 +61,9 @@ class ToolResult:
     def to_dict(self) -> dict[str, Any]:
         return {"content": self.content, "error": self.error, "transfer": self.transfer, "changed": self.changed}
 
+
+_CLOSED = sqlite3.connect(":memory:", check_same_thread=False)  # what a closed environment holds
+_CLOSED.close()
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
@@ -111,7 +119,9 @@ def typed(value: Any, ctype: str | None) -> Any:
 
 class Environment:
     def __init__(self, domain: CompiledDomain, conn: sqlite3.Connection, trust: bool = False,
-                 players: dict[str, ToolPlayer] | None = None):
+                 players: dict[str, ToolPlayer] | None = None, state: StateTracker | None = None):
+        """`state`: the tracker of where `conn`'s content stands against the template; without one
+        (a database from elsewhere) the first state hash reads every row, once."""
         self.domain = domain
         self.conn = conn
         self.trust = trust
@@ -122,18 +132,24 @@ class Environment:
         self._stop = threading.Event()  # set by interrupt(): a running python handler gives up too
         self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps, self._stop)
         conn.isolation_level = None  # transactions are explicit
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA query_only = ON")
+        self.state = state or self._adopt()
+        self._configure()
         self.guard.install(conn)
 
     @classmethod
     def from_template(cls, domain: CompiledDomain, trust: bool = False) -> Environment:
-        conn = sqlite3.connect(":memory:", check_same_thread=False)
-        conn.deserialize(domain.template_bytes())
-        return cls(domain, conn, trust, domain.players)
+        # a closed sandbox put back to the template costs the rows it changed (forkpool.py); else
+        # deserializing the template's bytes, one memory copy (the backup API measured 2-8x slower
+        # from 2 MB up: benchmarks/domains.py)
+        conn = forkpool.take(domain)
+        if conn is None:
+            conn = sqlite3.connect(":memory:", check_same_thread=False)
+            conn.deserialize(domain.template_bytes())
+        return cls(domain, conn, trust, domain.players, StateTracker(domain))
 
     def fork(self) -> Environment:
         """A copy of this environment's current state (players and trust carry over)."""
+        state = self.state.read(self.conn).copy()  # the copy's log is read up to the same entry
         self.guard.mode = "off"
         try:
             data = self.conn.serialize()
@@ -141,10 +157,32 @@ class Environment:
             self.guard.mode = "read"
         conn = sqlite3.connect(":memory:", check_same_thread=False)
         conn.deserialize(data)
-        return Environment(self.domain, conn, self.trust, self.players)
+        return Environment(self.domain, conn, self.trust, self.players, state)
+
+    def _configure(self) -> None:
+        """Connection settings the sandbox relies on (set again when a python tool swaps the database in)."""
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        # REPLACE deletes the rows it overwrites; only with this do those deletes reach the change log
+        self.conn.execute("PRAGMA recursive_triggers = ON")
+        self.conn.execute("PRAGMA query_only = ON")
+
+    def _adopt(self) -> StateTracker:
+        """A database muactl did not fork: give it the change log if it lacks one, and a tracker that
+        rebuilds its difference to the template from every row on first use."""
+        if not changelog.installed(self.conn, self.domain.tables):
+            self.conn.execute("PRAGMA query_only = OFF")
+            changelog.install(self.conn, self.domain.tables)
+        return StateTracker(self.domain, known=False)
 
     def close(self) -> None:
-        self.conn.close()
+        """Done with this sandbox: its database goes back to the template for the next fork to reuse
+        (or is closed when it cannot). Using the environment afterwards raises, as on a closed connection."""
+        conn, self.conn = self.conn, _CLOSED
+        if conn is _CLOSED:
+            return
+        # a call still running on a tool thread (a session closed mid-call) keeps the connection from reuse
+        if self._pending or not forkpool.give_back(self.domain, conn, self.state):
+            conn.close()
 
     def select(self, sql: str, params: dict | None = None, max_rows: int = 1) -> tuple[list[str], list[tuple]]:
         """Run one of the domain's read statements (an assertion, a template's sample or derive) under the
@@ -382,8 +420,9 @@ class Environment:
             self.guard.mode = "off"
             try:
                 self.conn.deserialize(new_data)
-                self.conn.execute("PRAGMA foreign_keys = ON")
-                self.conn.execute("PRAGMA query_only = ON")
+                # the handler could have done anything to the file: the state is rebuilt from its rows
+                self.state = self._adopt()
+                self._configure()
             finally:
                 self.guard.mode = "read"
         return ToolResult(content, changed=changed)
@@ -404,34 +443,18 @@ class Environment:
         return [dict(zip(cols, r)) for r in self.conn.execute(sql)]
 
     def state_hash(self) -> str:
-        """Digest of the database content: independent of row order and of SQLite's page layout.
-        JSON columns are compared by value, so key order and spacing do not matter."""
-        h = hashlib.sha256()
-        for table in sorted(self.domain.tables):
-            spec = self.domain.tables[table]
-            cols = sorted(spec.columns)
-            json_cols = {i for i, c in enumerate(cols) if spec.columns[c] == "json"}
-            sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
-            lines = []
-            for row in self.conn.execute(sql):
-                if json_cols:
-                    row = tuple(_canonical_json(v) if i in json_cols else v for i, v in enumerate(row))
-                lines.append(repr(row))  # repr of str/int/float/None tuples is exact and deterministic
-            lines.sort()
-            h.update(f"{table}\x1f{','.join(cols)}\x1f{len(lines)}\x1e".encode())
-            h.update("\x1e".join(lines).encode())
-            h.update(b"\x1d")
-        return h.hexdigest()
+        """Digest of the database content: independent of row order and of SQLite's page layout;
+        JSON columns are compared by value, so key order and spacing do not matter. Costs the rows
+        changed since the last call (statehash.py), not the rows the database holds."""
+        return self.state.read(self.conn).digest()
 
+    def state_delta(self) -> dict[tuple[str, int], int]:
+        """The rows this state differs from the template by: (table, row digest) -> net count."""
+        return dict(self.state.read(self.conn).delta)
 
-@functools.lru_cache(maxsize=200_000)  # most rows are unchanged between episodes: parse each text once
-def _canonical_json(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.dumps(json.loads(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except ValueError:
-        return value
+    def full_state_hash(self) -> str:
+        """The state hash recomputed from every row: the check the incremental one must pass."""
+        return full_hash(self.conn, self.domain.tables)
 
 
 def _result_problem(names: list[str], rows: list[tuple]) -> str | None:
