@@ -31,44 +31,61 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def command(*args, **kwargs):
-    """app.command that turns MuactlError into a clean message and exit code 2."""
+def guarded(fn):
+    """Wrap a command so bad input is one line and exit 2 (MuactlError, or an OSError on a path the
+    user named), Ctrl-C is exit 130, and a bug in muactl is one line with exit 1, never a traceback."""
+
+    @functools.wraps(fn)
+    def inner(*a, **kw):
+        import os
+
+        try:
+            return fn(*a, **kw)
+        except MuactlError as e:
+            _fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except (typer.Exit, typer.Abort):
+            raise
+        except BrokenPipeError:  # `muactl tools retail | head`: the reader left; exit quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0)
+        except OSError as e:
+            if os.environ.get("MUACTL_DEBUG"):
+                raise
+            if e.filename is None:
+                _fail(f"internal error: {type(e).__name__}: {e} (set MUACTL_DEBUG=1 for the traceback and please report it)", 1)
+            # a file the user named (an output path in an unwritable place, a missing folder...)
+            _fail(f"{e.filename}: {e.strerror or e}")
+        except Exception as e:  # a bug in muactl: one line for the user, the traceback on request
+            if os.environ.get("MUACTL_DEBUG"):
+                raise
+            _fail(f"internal error: {type(e).__name__}: {e} (set MUACTL_DEBUG=1 for the traceback and please report it)", 1)
+
+    return inner
+
+
+def command(*args, group: typer.Typer | None = None, **kwargs):
+    """`group.command` (the top-level app by default) with every command behind `guarded`."""
 
     def wrap(fn):
-        @functools.wraps(fn)
-        def inner(*a, **kw):
-            try:
-                return fn(*a, **kw)
-            except MuactlError as e:
-                _fail(str(e), e.exit_code)
-            except KeyboardInterrupt:
-                _fail("interrupted", 130)
-            except typer.Exit:
-                raise
-            except BrokenPipeError:  # `muactl tools retail | head`: the reader left; exit quietly
-                import os
-
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                raise typer.Exit(0)
-            except Exception as e:  # a bug in muactl: one line for the user, the traceback on request
-                import os
-
-                if os.environ.get("MUACTL_DEBUG"):
-                    raise
-                _fail(f"internal error: {type(e).__name__}: {e} (set MUACTL_DEBUG=1 for the traceback and please report it)", 1)
-
-        return app.command(*args, **kwargs)(inner)
+        return (group or app).command(*args, **kwargs)(guarded(fn))
 
     return wrap
 
 
-@app.callback()
-def main(version: bool = typer.Option(False, "--version", help="Print the version and exit.")) -> None:
-    if version:
+def _print_version(value: bool) -> None:
+    if value:
         from . import __version__
 
         typer.echo(f"muactl {__version__}")
         raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                      help="Print the version and exit.")) -> None:
+    pass
 
 
 # ---------------------------------------------------------------- domains
@@ -82,6 +99,8 @@ def init(
 ) -> None:
     """Scaffold a small working domain: 2 tables, 3 tools, 2 personas, 4 tasks.
 
+    [bold]init clinic[/bold] writes the README's clinic front desk; any other name a neutral starter
+    (a small help desk) under that name, to edit into your own domain.
     Example: [bold]muactl init clinic && muactl validate clinic[/bold]
     """
     if not re.match(r"^[a-z][a-z0-9_-]*$", name):
@@ -98,15 +117,19 @@ def init(
 def validate(
     domain: str = typer.Argument(..., help="Domain name (./domains, installed, built-in) or a folder holding domain.yaml."),
     trust: bool = typer.Option(False, "--trust", help="Run the domain's Python tools when replaying gold paths."),
+    verify_hash: bool = typer.Option(False, "--verify-hash", help="Also check the incremental state hash against a "
+                                     "full recompute from every row after each gold path (a check of muactl itself)."),
 ) -> None:
     """Check a domain and its tasks: schema, SQL, references, seed rows, and every task's gold path.
 
     Problems are printed as file:line:column: key: message, all at once; exit code 2 if any.
     Example: [bold]muactl validate retail[/bold]
     """
-    from .validate import validate_domain
+    from .validate import domain_warnings, validate_domain
 
-    opened = validate_domain(domain, trust=trust)
+    opened = validate_domain(domain, trust=trust, verify_hash=verify_hash)
+    for warning in domain_warnings(opened):
+        typer.echo(f"warning: {warning}", err=True)
     d = opened.spec.domain
     splits: dict[str, int] = {}
     for t in opened.tasks:
@@ -114,8 +137,31 @@ def validate(
     counts = ", ".join(f"{n} {s}" for s, n in sorted(splits.items())) or "no tasks"
     typer.echo(f"ok: {d.name} {d.version} ({opened.ref.origin}, {opened.ref.root}): "
                f"{len(d.database.tables)} tables, {len(d.tools)} tools, {len(opened.tasks)} tasks ({counts}); "
-               f"every gold path replayed"
+               f"every gold path replayed" + (", state hashes verified" if verify_hash else "")
                + (f"; {len(opened.templates)} templates checked (sample instances replayed)" if opened.templates else ""))
+
+
+import_app = typer.Typer(help="Import another benchmark's worlds as muactl domains and task sets.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@command("tau2", group=import_app)
+def import_tau2_cmd(
+    checkout: Path = typer.Argument(..., help="A τ²-bench checkout (sierra-research/tau2-bench)."),
+    domain: str = typer.Option(..., "--domain", help="retail | airline | telecom."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
+) -> None:
+    """Import a τ²-bench domain: writes domains/tau2-DOMAIN/ (muactl's YAML tools, τ²'s data and policy)
+    and tasks/tau2-DOMAIN/ (τ²'s tasks, split as in its split_tasks.json).
+
+    Example: [bold]muactl import tau2 ../tau2-bench --domain retail && muactl validate tau2-retail[/bold]
+    """
+    from .importers.tau2 import import_tau2
+
+    d, t, counts = import_tau2(checkout, domain, directory, force)
+    shown = ", ".join(f"{n} {s}" for s, n in counts.items())
+    typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
 
 
 @command("domains")
@@ -184,7 +230,7 @@ def call(
     """Run one tool on a fresh sandbox of the domain's database and print the result.
 
     Nothing is saved: every call starts from the seed data.
-    Example: [bold]muactl call retail find_user_id_by_email '{"email": "ava.lee@example.com"}'[/bold]
+    Example: [bold]muactl call retail find_user_id_by_email '{"email": "maya.novak34@example.com"}'[/bold]
     """
     from .errors import ToolNotFound
     from .validate import open_domain
@@ -220,6 +266,7 @@ def schema() -> None:
 
     Example: [bold]muactl schema > muactl-domain.schema.json[/bold]
     """
+    from . import limits
     from .spec.models import Domain, Task
 
     out = Domain.model_json_schema(by_alias=True)
@@ -227,6 +274,7 @@ def schema() -> None:
     for name, d in out["$defs"]["Task"].pop("$defs", {}).items():
         out["$defs"].setdefault(name, d)
     out["title"] = "muactl domain.yaml"
+    out["$comment"] = limits.summary()
     typer.echo(json.dumps(out, indent=2))
 
 
@@ -250,8 +298,8 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
     for k in keys + ["avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
-                     "user_errors", "tasks", "avg_turns", "tool_error_rate", "avg_tool_errors",
-                     "prompt_tokens", "completion_tokens", "cost"]:
+                     "user_errors", "tasks", "avg_turns", "effective_turns", "first_correct_write",
+                     "correct_write_share", "user_turns", "tool_error_rate", "avg_tool_errors", "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:
             table.add_row(k, _fmt(summary[k]))
     if "outcomes" in summary:
@@ -261,6 +309,22 @@ def print_summary(summary: dict, title: str) -> None:
     console.print(table)
     for line in excluded_lines(summary):
         console.print(line, markup=False, highlight=False)
+    if summary.get("user_fidelity", {}).get("episodes"):
+        print_fidelity([{"task_id": "all tasks", **summary["user_fidelity"]}], "simulated user fidelity")
+
+
+def print_fidelity(rows: list[dict], title: str) -> None:
+    """Each fidelity check as the share of episodes where it held (of those it applies to)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .fidelity import CHECKS
+
+    table = Table("task", *[c.replace("_", " ") for c in CHECKS], "faithful", title=title)
+    for r in rows:
+        cells = [f"{_fmt(r[c])} ({r[c + '_n']})" if r.get(c) is not None else "-" for c in CHECKS]
+        table.add_row(r["task_id"], *cells, _fmt(r.get("faithful")))
+    Console().print(table)
 
 
 def excluded_lines(summary: dict) -> list[str]:
@@ -299,6 +363,18 @@ def with_progress(kind: str, label: str, run, on_interrupt: str):
             _fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
 
 
+# Episode limits and API-call settings, shared by eval and synth: EvalConfig's fields (tests check that
+# every field has its option and the same default).
+MAX_TOOL_ERRORS = typer.Option(4, "--max-tool-errors", min=0, help="Failed tool calls (and malformed replies) an "
+                               "episode survives; one more ends it (too_many_errors).")
+EPISODE_TIMEOUT = typer.Option(600.0, "--episode-timeout", min=1.0, help="Seconds one episode may run (then: timeout).")
+MAX_TOKENS = typer.Option(1024, "--max-tokens", min=1, help="Tokens per API reply: API agents, LLM users, judges, "
+                          "simulated tools (local models: --max-new-tokens).")
+REQUEST_TIMEOUT = typer.Option(60.0, "--request-timeout", min=1.0, help="Seconds per API request before it is "
+                               "retried; raise it for a slow (CPU-hosted) server.")
+RETRIES = typer.Option(4, "--retries", min=0, help="Retries of a failed API call (rate limit, 5xx, timeout); then "
+                       "the episode is infra_error (not counted).")
+BACKOFF = typer.Option(1.0, "--backoff", min=0.0, help="Seconds before the first API retry; doubles per retry.")
 # shared by eval and synth (synth keeps only episodes whose reward, judged assertions included, is 1)
 JUDGE = typer.Option(None, "--judge", help="litellm model id or hf:<model> that checks the tasks' "
                      "expect.nl_assertions (without it they are reported as not judged and do not count).")
@@ -321,6 +397,12 @@ def eval_cmd(
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes in flight at once."),
     seed: int = typer.Option(0, "--seed", help="Run seed (each episode's seed derives from it)."),
     max_turns: int = typer.Option(24, "--max-turns", min=1, help="Agent turns before an episode is cut."),
+    max_tool_errors: int = MAX_TOOL_ERRORS,
+    episode_timeout: float = EPISODE_TIMEOUT,
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
+    backoff: float = BACKOFF,
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent."),
     user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
     temperature: float = typer.Option(0.0, "--temperature", help="Agent sampling temperature (0: greedy)."),
@@ -359,6 +441,8 @@ def eval_cmd(
                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                      user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
                      max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust,
+                     max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
+                     llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff,
                      judge=judge, judge_api_base=judge_api_base)
     store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb),
                                    "finished episodes are saved. Continue with: muactl eval --resume {run_id}")
@@ -389,6 +473,12 @@ def synth(
     temperature: float = typer.Option(0.0, "--temperature", help="Teacher temperature (use > 0 with trials > 1)."),
     user_temperature: float = typer.Option(0.0, "--user-temperature"),
     max_turns: int = typer.Option(24, "--max-turns", min=1),
+    max_tool_errors: int = MAX_TOOL_ERRORS,
+    episode_timeout: float = EPISODE_TIMEOUT,
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
+    backoff: float = BACKOFF,
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
     judge: Optional[str] = JUDGE,
     judge_api_base: Optional[str] = JUDGE_API_BASE,
@@ -430,11 +520,14 @@ def synth(
                       concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
                       user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
                       tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode,
+                      max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
+                      llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff,
                       judge=judge, judge_api_base=judge_api_base)
     store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
                                  "continue with: muactl synth --resume {run_id}")
-    typer.echo(f"kept {stats['kept']} of {stats['episodes']} episodes ({stats['successes']} with reward 1, "
-               f"{stats['duplicates_dropped']} duplicates dropped) -> {stats['output']}")
+    from .train.synth import describe
+
+    typer.echo(describe(stats))
     typer.echo(f"run: {store.path}/  (inspect with: muactl data show {stats['output']})")
 
 
@@ -442,7 +535,7 @@ data_app = typer.Typer(help="Look at SFT data files.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
 
-@data_app.command("show")
+@command("show", group=data_app)
 def data_show(
     path: Path = typer.Argument(..., help="A JSONL file from muactl synth."),
     index: int = typer.Option(0, "--index", "-i", help="Which conversation (0-based)."),
@@ -452,13 +545,6 @@ def data_show(
 
     Example: [bold]muactl data show data/bank-sft.jsonl --index 3[/bold]
     """
-    try:
-        _data_show(path, index, system)
-    except MuactlError as e:
-        _fail(str(e))
-
-
-def _data_show(path: Path, index: int, system: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
 
@@ -527,13 +613,22 @@ def train(
     typer.echo(to_yaml(cfg))
     if show_config:
         return
+    from .preflight import check_backend
+
+    # an LLM user or teacher that cannot answer fails here, before a run folder exists, not as infra errors
+    if cfg.user.kind != "scripted":
+        check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
+    if stage is None and "synth" in cfg.stages:
+        check_backend(str(cfg.synth.agent), None, "synth.agent")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     kind = stage or "train"
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():
         store = RunStore.open(cfg.run_id)  # naming an existing run continues it, like --resume
     if store is None:
         store = RunStore.create(kind, str(cfg.domain), resolved, run_id=cfg.run_id)
+        store.lock()
     else:
+        store.lock()  # one process at a time writes a run (two --resume of it would double its work)
         (store.path / "config.yaml").write_text(to_yaml(cfg))
     typer.echo(f"run: {store.path}/")
     store.update(status="running")
@@ -565,6 +660,8 @@ def train(
     except BaseException:
         store.update(status="failed")
         raise
+    finally:
+        store.unlock()
 
 
 def print_before_after(state: dict) -> None:
@@ -603,6 +700,7 @@ app.add_typer(runs_app, name="runs")
 
 
 @runs_app.callback()
+@guarded
 def runs_main(ctx: typer.Context) -> None:
     """List runs under ./runs with their headline numbers.
 
@@ -625,9 +723,12 @@ def runs_main(ctx: typer.Context) -> None:
         table.add_row(r["id"], r["kind"], r["domain"], r["status"], str(c.get("agent", "-")),
                       _fmt(s.get("episodes")), _fmt(s.get("pass^1")), _fmt(s.get("avg_reward")))
     Console().print(table)
+    for r in rows:
+        if r.get("resume"):
+            typer.echo(f"{r['status']}: {r['id']}; continue with: {r['resume']}")
 
 
-@runs_app.command("show")
+@command("show", group=runs_app)
 def runs_show(
     run_id: str = typer.Argument(..., help="Run id (a folder name under runs/) or a run folder."),
     episode: Optional[int] = typer.Option(None, "--episode", "-e", help="Show one episode's transcript (its number in the table)."),
@@ -636,17 +737,10 @@ def runs_show(
 
     Example: [bold]muactl runs show RUN_ID --episode 3[/bold]
     """
-    try:
-        _runs_show(run_id, episode)
-    except MuactlError as e:
-        _fail(str(e))
-
-
-def _runs_show(run_id: str, episode: Optional[int]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .evaluate import per_task
+    from .evaluate import fidelity_per_task, per_task
     from .runs import RunStore
 
     store = RunStore.open(run_id)
@@ -656,11 +750,16 @@ def _runs_show(run_id: str, episode: Optional[int]) -> None:
         info = store.info()
         if info["summary"]:
             print_summary(info["summary"], f"{store.id} ({info['status']})")
+        if info.get("resume"):
+            console.print(f"{info['status']}; continue with: {info['resume']}")
         table = Table("task", "trials", "successes", "excluded", "terminations")
         for r in per_task(eps):
             table.add_row(r["task_id"], str(r["trials"]), str(r["successes"]), str(r["excluded"]),
                           ", ".join(f"{k} {v}" for k, v in r["terminations"].items()))
         console.print(table)
+        fidelity = [r for r in fidelity_per_task(eps) if r["episodes"]]
+        if fidelity:
+            print_fidelity(fidelity, "simulated user fidelity per task (share of episodes; in brackets: how many it applies to)")
         table = Table("#", "task", "trial", "reward", "outcome", "termination", "turns", "tool calls", "tool errors")
         for i, e in enumerate(eps, 1):
             table.add_row(str(i), e["task_id"], str(e["trial"]), _fmt(e["reward"]), e["outcome"], e["termination"], str(e["turns"]),
@@ -720,7 +819,8 @@ def pack(
 @command()
 def install(
     pack_file: Path = typer.Argument(..., help="A .muapack file made by `muactl pack`."),
-    force: bool = typer.Option(False, "--force", help="Replace an installed domain of the same name (another version)."),
+    force: bool = typer.Option(False, "--force", help="Replace an installed domain of the same name (another version), "
+                               "or install a pack named like a built-in domain (bank, retail), hiding it."),
 ) -> None:
     """Install a domain pack into your library (checksums and spec verified; nothing in it is run).
 
@@ -733,6 +833,8 @@ def install(
         typer.echo(f"{r.name} {r.version} is already installed from this pack at {r.root}; nothing to do")
         return
     typer.echo(f"installed {r.name} {r.version} -> {r.root}" + (f" (replaced {r.replaced})" if r.replaced else ""))
+    if r.shadows_builtin:
+        typer.echo(f"note: it hides the built-in domain {r.name}; `muactl uninstall {r.name}` brings the built-in back", err=True)
     if r.manifest.get("has_python"):
         tools = ", ".join(r.manifest.get("python_tools") or []) or "none declared"
         typer.echo(f"note: this pack holds Python code (tools: {tools}); those tools run only with --trust", err=True)
@@ -758,7 +860,7 @@ mcp_app = typer.Typer(help="Serve a domain's tools over MCP.", no_args_is_help=T
 app.add_typer(mcp_app, name="mcp")
 
 
-@mcp_app.command("serve")
+@command("serve", group=mcp_app)
 def mcp_serve(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     http: Optional[str] = typer.Option(None, "--http", help="Serve streamable HTTP on HOST:PORT instead of stdio."),
@@ -776,9 +878,50 @@ def mcp_serve(
     try:
         # stdout is the protocol channel on stdio: every human-readable line goes to stderr
         serve(domain, http=http, trust=trust, log=lambda line: typer.echo(line, err=True))
-    except MuactlError as e:
-        _fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the way to stop a server: not an error
+        raise typer.Exit(0)
+
+
+# ---------------------------------------------------------------- sharing: OpenEnv
+
+serve_app = typer.Typer(help="Serve a domain as an environment for other RL frameworks.", no_args_is_help=True)
+app.add_typer(serve_app, name="serve")
+
+
+@command("openenv", group=serve_app)
+def serve_openenv(
+    domain: str = typer.Argument(..., help="Domain name or folder."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="template:<id> or template:all (fresh instances), or "
+                                        "task ids separated by commas; default: the task files of --split."),
+    split: str = typer.Option("train", "--split", help="train | test | all (task files; templates: which stream)."),
+    db: str = typer.Option("random", "--db", help="With --tasks template:...: random (a fresh database each) | fixed."),
+    user: str = typer.Option("scripted", "--user", help="scripted | hf:<model> | a litellm model id."),
+    user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
+    user_temperature: float = typer.Option(0.0, "--user-temperature", help="User simulator temperature."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the template stream and of the episodes."),
+    max_turns: int = typer.Option(24, "--max-turns", min=1, help="Agent turns before an episode is cut."),
+    max_sessions: int = typer.Option(64, "--max-sessions", min=1, help="Concurrent client sessions."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python (and MCP) tools to run."),
+) -> None:
+    """Serve a domain as an OpenEnv environment: reset() draws a task, step() is one agent turn.
+
+    Each client session (OpenEnv's EnvClient, over WebSocket at /ws) gets its own simulated user and
+    sandbox database; the last step carries the reward and its breakdown.
+    Examples:
+      [bold]muactl serve openenv bank --port 8000[/bold]
+      [bold]muactl serve openenv bank --tasks template:all --db random --port 8000[/bold]
+      [bold]muactl serve openenv retail --user openai/gpt-4o-mini --split test[/bold]
+    """
+    from .openenv_server import ServeConfig, serve
+
+    cfg = ServeConfig(domain=domain, tasks=tasks, split=split, db=db, user=user, user_api_base=user_api_base,
+                      user_temperature=user_temperature, seed=seed, max_turns=max_turns, max_sessions=max_sessions,
+                      host=host, port=port, trust=trust)
+    try:
+        serve(cfg, log=lambda line: typer.echo(line, err=True))
+    except KeyboardInterrupt:  # Ctrl-C is how a server is stopped: its normal end
         raise typer.Exit(0)
 
 
@@ -792,6 +935,9 @@ def chat(
     user: str = typer.Option("scripted", "--user", help="The simulated user in --watch: scripted | hf:<model> | a litellm model id."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent (and the --watch user)."),
     pace: float = typer.Option(1.0, "--pace", min=0.0, help="Seconds before each simulated user turn in --watch."),
+    max_tokens: int = MAX_TOKENS,
+    request_timeout: float = REQUEST_TIMEOUT,
+    retries: int = RETRIES,
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
 ) -> None:
     """Talk to an agent as its user in a terminal UI; see every tool call and what it did to the database.
@@ -801,7 +947,7 @@ def chat(
     agent turn, ctrl+t takes over / gives back the user's seat in --watch, ctrl+q quits.
     Examples:
       [bold]muactl chat retail --agent hf:runs/<id>/checkpoint-final[/bold]
-      [bold]muactl chat retail --agent openai/gpt-4o-mini --task cancel-unneeded-order --show-goal[/bold]
+      [bold]muactl chat retail --agent openai/gpt-4o-mini --task cancel-gift-card-order --show-goal[/bold]
       [bold]muactl chat bank --agent hf:tiny --watch --user scripted[/bold]
     """
     from .validate import open_domain
@@ -809,12 +955,16 @@ def chat(
     opened = open_domain(domain, trust=trust)
     if task:
         opened.task(task)  # an unknown id fails here, with suggestions, before the screen opens
+    from .preflight import check_episode_parts
+
+    check_episode_parts(agent, user if watch else "scripted", api_base, api_base)  # a missing key or model folder too
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         raise UsageError("muactl chat needs an interactive terminal (stdin and stdout must be a TTY)")
     from .chat import ChatConfig, run_chat  # imports textual: only this command pays for it
 
     cfg = ChatConfig(domain=domain, agent=agent, task=task, show_goal=show_goal, watch=watch, user=user,
-                     api_base=api_base, user_api_base=api_base, trust=trust, pace_s=pace)
+                     api_base=api_base, user_api_base=api_base, trust=trust, pace_s=pace, max_tokens=max_tokens,
+                     llm_timeout_s=request_timeout, retries=retries)
     chats = run_chat(cfg, opened)
     if chats.store is None:
         typer.echo("no chat was saved")
@@ -831,7 +981,7 @@ export_app = typer.Typer(help="Export a domain to another training stack.", no_a
 app.add_typer(export_app, name="export")
 
 
-@export_app.command("verl")
+@command("verl", group=export_app)
 def export_verl_cmd(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     output: Path = typer.Option(..., "-o", "--output", help="Folder to write (parquet, agent loop, config, launch script)."),
@@ -849,14 +999,11 @@ def export_verl_cmd(
 
     Example: [bold]muactl export verl retail -o out/verl-retail && cat out/verl-retail/README.md[/bold]
     """
-    try:
-        from .export.verl import VerlExport, export_verl
+    from .export.verl import VerlExport, export_verl
 
-        info = export_verl(VerlExport(domain, output, model=model, user=user, user_api_base=user_api_base, nnodes=nnodes,
-                                      gpus_per_node=gpus_per_node, max_prompt_length=max_prompt_length,
-                                      max_response_length=max_response_length, overrides=list(grpo), force=force))
-    except MuactlError as e:
-        _fail(str(e))
+    info = export_verl(VerlExport(domain, output, model=model, user=user, user_api_base=user_api_base, nnodes=nnodes,
+                                  gpus_per_node=gpus_per_node, max_prompt_length=max_prompt_length,
+                                  max_response_length=max_response_length, overrides=list(grpo), force=force))
     typer.echo(f"wrote {info['output']}/: train.parquet ({info['rows']['train']} tasks), test.parquet ({info['rows']['test']}), "
                f"tools.json, muactl_agent_loop.py, agent_loop.yaml, launch.sh, README.md")
     typer.echo(f"Next: read {info['output']}/README.md, then run {info['output']}/launch.sh against your Ray cluster")
@@ -866,7 +1013,7 @@ tasks_app = typer.Typer(help="Task templates: generate concrete task files.", no
 app.add_typer(tasks_app, name="tasks")
 
 
-@tasks_app.command("generate")
+@command("generate", group=tasks_app)
 def tasks_generate(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     template: list[str] = typer.Option([], "--template", help="Template id (repeatable)."),
@@ -882,16 +1029,10 @@ def tasks_generate(
     and reported, duplicate bindings are written once.
 
     Examples:
-      [bold]muactl tasks generate retail --template cancel-pending --n 500 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
+      [bold]muactl tasks generate retail --template cancel-pending --n 100 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
       [bold]muactl tasks generate bank --all-templates --n 200 --seed 9000 --db-seed 9000 --split test -o tasks/bank/gen-test.yaml[/bold]
     """
-    try:
-        _tasks_generate(domain, template, all_templates, n, seed, db_seed, split, output)
-    except MuactlError as e:
-        _fail(str(e), e.exit_code)
-
-
-def _tasks_generate(domain, template, all_templates, n, seed, db_seed, split, output) -> None:
+    from .library import refuse_builtin_write
     from .templates import generate, write_tasks
     from .validate import open_domain
 
@@ -899,6 +1040,10 @@ def _tasks_generate(domain, template, all_templates, n, seed, db_seed, split, ou
         raise UsageError("give --template ID (repeatable) or --all-templates")
     if split not in ("train", "test"):
         raise UsageError("--split must be train or test")
+    from .outputs import prepare_output
+
+    refuse_builtin_write(output)
+    prepare_output(output)
     opened = open_domain(domain)
     drawn = generate(opened, None if all_templates else list(template), n, seed, db_seed, split)
     header = (f"Generated by: muactl tasks generate {opened.ref.name} "

@@ -6,7 +6,7 @@ Bad input becomes a UsageError naming the key, never a hydra traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,14 +44,16 @@ class SynthConf:
     tools: str = "real"
     tool_model: Optional[str] = None
     output: Optional[str] = None
+    api_base: Optional[str] = None
+    max_turns: int = 24
 
 
 @dataclass
 class SFTConf:
     epochs: float = 3
     max_steps: int = -1
-    batch_size: int = 8
-    grad_accum: int = 1
+    batch_size: Optional[int] = None  # null: what fits the model on this device (models.sft_batch)
+    grad_accum: Optional[int] = None  # null: with batch_size null, 8 examples per optimizer step; else 1
     lr: float = 2e-4
     scheduler: str = "cosine"
     warmup_ratio: float = 0.05
@@ -81,7 +83,7 @@ class GRPOConf:
     turn_credit: str = "equalized"
     gamma: float = 0.9
     trajectory_score: str = "mean"
-    resample_equal_groups: bool = False
+    resample_equal_groups: bool = True
     lora: bool = False
     grad_accum: int = 1
     save_steps: int = 10
@@ -100,6 +102,32 @@ class EvalConf:
     max_turns: int = 12
 
 
+def _eval_default(name: str):
+    """A default taken from EvalConfig, so `muactl eval`'s options and the train config cannot drift."""
+    from .evaluate import EvalConfig
+
+    return next(f.default for f in fields(EvalConfig) if f.name == name)
+
+
+@dataclass
+class APIConf:
+    """Every API call of every stage: LLM users, judges, simulated tools, an API teacher in synth."""
+
+    max_tokens: int = _eval_default("max_tokens")
+    timeout_s: float = _eval_default("llm_timeout_s")  # per request; raise it for a slow (CPU-hosted) server
+    retries: int = _eval_default("retries")
+    backoff_s: float = _eval_default("backoff_s")
+
+
+@dataclass
+class EpisodeConf:
+    """Limits of every episode in synth, grpo and eval (max turns are per stage)."""
+
+    max_tool_errors: int = _eval_default("max_tool_errors")
+    timeout_s: float = _eval_default("timeout_s")
+    opening: Optional[str] = None  # agent (the domain's greeting) | user; null: greeting if the domain has one
+
+
 @dataclass
 class TrainConf:
     model: ModelConf = field(default_factory=ModelConf)
@@ -108,6 +136,8 @@ class TrainConf:
     sft: SFTConf = field(default_factory=SFTConf)
     grpo: GRPOConf = field(default_factory=GRPOConf)
     eval: EvalConf = field(default_factory=EvalConf)
+    api: APIConf = field(default_factory=APIConf)
+    episode: EpisodeConf = field(default_factory=EpisodeConf)
     domain: str = "bank"
     data: Optional[str] = None
     seed: int = 0
@@ -116,6 +146,18 @@ class TrainConf:
     run_id: Optional[str] = None
     tasks: Optional[str] = None  # template:<id>|all: GRPO draws a fresh task instance per group (train seed stream)
     db: str = "fixed"  # fixed | random: with template tasks, each instance on a fresh random database
+
+
+def api_options(cfg) -> dict[str, Any]:
+    """A composed config's `api` settings as make_user, make_agent and the tool players take them."""
+    return {k: cfg.api[k] for k in ("max_tokens", "timeout_s", "retries", "backoff_s")}
+
+
+def eval_limits(cfg) -> dict[str, Any]:
+    """A composed config's `api` and `episode` settings as EvalConfig (and SynthConfig) fields."""
+    a, e = cfg.api, cfg.episode
+    return {"max_tokens": a.max_tokens, "llm_timeout_s": a.timeout_s, "retries": a.retries, "backoff_s": a.backoff_s,
+            "max_tool_errors": e.max_tool_errors, "timeout_s": e.timeout_s, "opening": e.opening}
 
 
 def options(group: str) -> list[str]:

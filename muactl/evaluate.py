@@ -33,8 +33,8 @@ class EvalConfig:
     concurrency: int = 8
     seed: int = 0
     max_turns: int = 24
-    max_tool_errors: int = 4
-    timeout_s: float = 600.0
+    max_tool_errors: int = 4  # an episode ends (too_many_errors) past this many failed tool calls
+    timeout_s: float = 600.0  # wall-clock limit of one episode (timeout)
     opening: str | None = None
     api_base: str | None = None  # for the agent
     user_api_base: str | None = None
@@ -43,11 +43,37 @@ class EvalConfig:
     max_new_tokens: int = 256
     tool_model: str | None = None  # litellm model that plays simulated tools
     trust: bool = False
+    # every API call (API agents and users, judges, simulated tools): a slow server needs a longer timeout
+    max_tokens: int = 1024  # tokens per API reply
     retries: int = 4
-    llm_timeout_s: float = 60.0
+    llm_timeout_s: float = 60.0  # per request
     backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
     judge: str | None = None  # litellm model id or hf:<model> that checks expect.nl_assertions
     judge_api_base: str | None = None
+
+    def llm_options(self) -> dict[str, Any]:
+        """The API-call settings as make_agent, make_user and the tool players take them."""
+        return {"timeout_s": self.llm_timeout_s, "retries": self.retries, "backoff_s": self.backoff_s,
+                "max_tokens": self.max_tokens}
+
+
+def stored_config(cls, store: RunStore, **changes: Any):
+    """The config a run was started with (its runs.sqlite), as `cls`, with `changes` applied: what a
+    resume continues. A key this muactl does not know is an error naming it, not a TypeError."""
+    import dataclasses
+
+    saved = store.info()["config"]
+    known = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(saved, dict):
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config is not a mapping; this run cannot be resumed")
+    unknown = sorted(set(saved) - known)
+    if unknown:
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config has unknown key(s) {', '.join(unknown)} "
+                         f"(written by another muactl version?); this muactl cannot resume the run")
+    try:
+        return cls(**{**saved, **changes})
+    except TypeError as e:  # a required key is missing
+        raise UsageError(f"{store.path / 'runs.sqlite'}: the stored config is incomplete ({e})") from None
 
 
 def select_tasks(opened, split: str | None, ids: list[str]):
@@ -130,7 +156,35 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
     for key in ("first_call_right", "gold_calls_made"):
         vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
         out[key] = sum(vals) / len(vals) if vals else None
+    out.update({k: v for k, v in interaction_summary(episodes).items() if k != "tool_errors"})  # avg_tool_errors
+    out["user_fidelity"] = fidelity_summary(episodes)
     return out
+
+
+def _played(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Episodes that ran (an API that kept failing says nothing about the agent or the user)."""
+    return [e for e in episodes if e["termination"] != "infra_error"]
+
+
+def interaction_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """UserRL's interaction figures per episode."""
+    from .fidelity import summarize_interaction
+
+    return summarize_interaction([e["interaction"] for e in _played(episodes) if e.get("interaction")])
+
+
+def fidelity_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the simulated user behaved, check by check (muactl/fidelity.py)."""
+    from .fidelity import summarize_fidelity
+
+    return summarize_fidelity([e["fidelity"] for e in _played(episodes) if e.get("fidelity")])
+
+
+def fidelity_per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for e in episodes:
+        by_task.setdefault(e["task_id"], []).append(e)
+    return [{"task_id": tid, **fidelity_summary(eps)} for tid, eps in by_task.items()]
 
 
 def per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,19 +205,17 @@ def build_parts(cfg: EvalConfig, opened):
     from .env.user import make_user
 
     agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                       max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.llm_timeout_s, retries=cfg.retries,
-                       backoff_s=cfg.backoff_s)
+                       max_new_tokens=cfg.max_new_tokens, **cfg.llm_options())
     if cfg.tool_model:
         from .env.simulated import simulated_player
 
-        player = simulated_player(cfg.tool_model, cfg.api_base, cfg.llm_timeout_s, cfg.retries, cfg.backoff_s)
+        player = simulated_player(cfg.tool_model, cfg.api_base, **cfg.llm_options())
         opened.compiled.players["simulated"] = player
         if getattr(cfg, "tools", "real") == "simulated":  # the LLM plays every SQL tool; the real DB keeps score
             opened.compiled.players["sql"] = player
 
     def user_factory():
-        return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature,
-                         timeout_s=cfg.llm_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s)
+        return make_user(cfg.user, api_base=cfg.user_api_base, temperature=cfg.user_temperature, **cfg.llm_options())
 
     return agent, user_factory
 
@@ -183,16 +235,26 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
              opened=None, kind: str = "eval",
              on_episode: Callable[[Any, RunStore], None] | None = None) -> tuple[RunStore, dict[str, Any]]:
     """Run (or resume) every (task, trial) episode; returns the run store and its summary. Episodes are
-    saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode."""
-    from .validate import open_domain
-
+    saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode.
+    The run is locked while episodes are written into it (RunStore.lock)."""
     if resume:
         store = RunStore.open(resume)
-        saved = store.info()["config"]
-        cfg = type(cfg)(**{**saved, "concurrency": cfg.concurrency})
+        with store.held():  # before anything is read for the resume: a second resume of this run stops here
+            return _run_eval(cfg, store, on_progress, opened, kind, on_episode)
+    return _run_eval(cfg, None, on_progress, opened, kind, on_episode)
+
+
+def _run_eval(cfg, store, on_progress, opened, kind, on_episode):
+    from .validate import open_domain
+
+    if store is not None:
+        cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
         store.forget_excluded()  # infra and user errors said nothing about the agent: play them again
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
+    from .preflight import check_episode_parts
     from .templates import domain_for, draw_stream, is_template_spec
+
+    check_episode_parts(cfg.agent, cfg.user, cfg.api_base, cfg.user_api_base, cfg.tool_model)
 
     if is_template_spec(cfg.tasks):  # fresh instances; the same config draws the same ones, so resume works
         tasks = draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db,
@@ -200,12 +262,18 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
     else:
         tasks = select_tasks(opened, cfg.split, cfg.tasks)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
-    if not resume:
+    agent, user_factory = build_parts(cfg, opened)  # a model that cannot be used fails before the run exists
+    if store is None:  # made only now: a run that cannot start leaves no folder behind
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
+        with store.held():
+            return _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progress, on_episode)
+    return _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progress, on_episode)
+
+
+def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progress, on_episode):
     done = store.finished()
     jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
             if (t.task.id, trial) not in done]
-    agent, user_factory = build_parts(cfg, opened)
     rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
                          opening=cfg.opening, seed=cfg.seed)
     total = len(tasks) * cfg.trials

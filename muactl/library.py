@@ -1,7 +1,9 @@
 """Where domains live: ./domains (the working directory), the user's installed library, the built-ins.
 
 A name is looked up in that order, so a local copy shadows an installed or built-in domain of the
-same name. A path to a folder holding domain.yaml works too. Tasks sit in `<root>/tasks/` when the
+same name. A path to a folder holding domain.yaml works too. Trust follows where a domain came from,
+never how it was named: a folder that holds an install record (an installed pack, reached by its path,
+or copied elsewhere) is "installed", so its code runs only with --trust however it is named. Tasks sit in `<root>/tasks/` when the
 domain carries them (installed packs), else in `tasks/<name>/` next to the `domains/` folder.
 """
 
@@ -11,9 +13,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DomainNotFound
+from .errors import DomainNotFound, UsageError
 
 ORIGIN_ORDER = ("local", "installed", "builtin")
+INSTALLED_MANIFEST = ".muapack.json"  # beside domain.yaml in the library: what was installed, from where
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,11 @@ class DomainRef:
     root: Path  # the folder holding domain.yaml
     tasks_dir: Path | None
     origin: str  # local | installed | builtin | path
+
+    @property
+    def untrusted(self) -> bool:
+        """Someone else's domain (an installed pack): its MCP commands and Python run only with --trust."""
+        return self.origin == "installed"
 
 
 def builtin_root() -> Path:
@@ -32,6 +40,20 @@ def builtin_root() -> Path:
     if (repo / "domains").is_dir() and (repo / "pyproject.toml").is_file():
         return repo
     return here / "_builtin"
+
+
+def refuse_builtin_write(path: Path) -> None:
+    """The built-in domains and tasks are muactl's own, never a user's project: no command writes into them.
+    Run from the source checkout, `./domains` and `./tasks` *are* the built-ins, so a scaffold or a generated
+    task file there would silently become (or grow) a built-in; the user is sent to a project folder instead."""
+    target = path.resolve()
+    for folder in (builtin_root() / "domains", builtin_root() / "tasks"):
+        folder = folder.resolve()
+        if target == folder or folder in target.parents:
+            raise UsageError(
+                f"{path} is inside muactl's built-in {folder.name}/ folder ({folder}), which muactl never writes to "
+                f"(run from the source checkout, ./domains and ./tasks are the built-ins, not a project); work in a "
+                f"project folder of your own: mkdir my-project && cd my-project && muactl init NAME")
 
 
 def user_library() -> Path:
@@ -56,18 +78,22 @@ def _roots() -> list[tuple[str, Path, Path | None]]:
     return [o for i, o in enumerate(out) if not (o[0] == "local" and o[1].resolve() == out[2][1].resolve())]
 
 
+def _by_path(candidate: Path) -> DomainRef:
+    root = candidate.resolve()
+    installed = (root / INSTALLED_MANIFEST).is_file() or root.parent == user_library().resolve()
+    return DomainRef(root.name, root, _tasks_for(root, None), "installed" if installed else "path")
+
+
 def find_domain(name: str) -> DomainRef:
     candidate = Path(name)
     if (candidate / "domain.yaml").is_file() and (os.sep in name or name.startswith(".") or not _named(name)):
-        root = candidate.resolve()
-        return DomainRef(root.name, root, _tasks_for(root, None), "path")
+        return _by_path(candidate)
     for origin, folder, project in _roots():
         root = folder / name
         if (root / "domain.yaml").is_file():
             return DomainRef(name, root, _tasks_for(root, project), origin)
     if (candidate / "domain.yaml").is_file():
-        root = candidate.resolve()
-        return DomainRef(root.name, root, _tasks_for(root, None), "path")
+        return _by_path(candidate)
     known = ", ".join(sorted({d.name for d in list_domains()})) or "none"
     raise DomainNotFound(
         f"no domain named '{name}' in ./domains, {user_library()} or the built-ins (known: {known}). "

@@ -2,7 +2,9 @@
 
 Used by API agents, LLM user simulators, simulated tools and the judge. Failures fall in three kinds:
 - transient (rate limits, 5xx, timeouts, connection errors, malformed responses): retried with
-  exponential backoff; when retries run out the caller gets InfraError (`infra_error`, excluded);
+  exponential backoff, waiting at least what the server asks for in `Retry-After` (or
+  `retry-after-ms`); when retries run out, or the wait asked is over MAX_RETRY_AFTER_S, the caller
+  gets InfraError (`infra_error`, excluded);
 - the service refuses to serve at all (bad credentials, unknown model or provider, no permission or
   credit, a parameter it does not take): InfraError at once, retrying cannot help;
 - the request itself is refused (400 bad request, context window exceeded, content policy, 422):
@@ -14,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from .agents.base import InfraError, RequestRejected
@@ -40,6 +44,29 @@ def litellm():
     _litellm.suppress_debug_info = True
     _litellm.telemetry = False
     return _litellm
+
+
+MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer wait is treated as down for this episode
+
+
+def retry_after(exc: Exception) -> float | None:
+    """Seconds the server asked us to wait (Retry-After: seconds or an HTTP date; retry-after-ms), if any."""
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        value = value.strip()
+        if value.replace(".", "", 1).isdigit():
+            return float(value)
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):  # a header we cannot read: fall back to our own backoff
+        return None
 
 
 def classify(exc: Exception) -> str:
@@ -103,6 +130,10 @@ async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[d
             if kind != "transient" or attempt == cfg.retries:
                 break
             delay = cfg.backoff_s * (2 ** attempt) * (0.5 + random.random() / 2)
-            await asyncio.sleep(delay)
+            asked = retry_after(e)
+            if asked is not None and asked > MAX_RETRY_AFTER_S:
+                raise InfraError(f"{cfg.model}: {type(e).__name__}: the server asks to retry after {asked:.0f} s, "
+                                 f"over muactl's {MAX_RETRY_AFTER_S:.0f} s limit: {str(e)[:200]}") from None
+            await asyncio.sleep(max(delay, asked or 0.0))
     message = f"{cfg.model}: {type(last).__name__}: {str(last)[:300]}"
     raise (RequestRejected if kind == "rejected" else InfraError)(message)

@@ -93,7 +93,7 @@ def build_server(opened, trust: bool = False):
     async def call_tool(ctx, params) -> Any:
         env = sandbox(ctx)
         if params.name == STATE_TOOL:
-            digest = env.state_hash()
+            digest = await env.off_loop(env.state_hash)  # after this session's calls in flight
             return types.CallToolResult(content=[types.TextContent(type="text", text=digest)],
                                         structured_content={"state_hash": digest})
         if params.name not in tools:
@@ -129,13 +129,30 @@ def parse_bind(value: str) -> tuple[str, int]:
     from .errors import UsageError
 
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise UsageError(f"--http wants HOST:PORT (e.g. 127.0.0.1:8765), got {value!r}")
+    if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
+        raise UsageError(f"--http wants HOST:PORT with a port in 1..65535 (e.g. 127.0.0.1:8765), got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def check_bind(host: str, port: int) -> None:
+    """Fail with one clear line (not uvicorn's log and exit code 3) when HOST:PORT cannot be listened on."""
+    import socket
+
+    from .errors import UsageError
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            s.bind((host, port))
+    except OSError as e:
+        raise UsageError(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
 
 
 def serve_http(server, host: str, port: int, log=None) -> None:
     import uvicorn
+
+    check_bind(host, port)
 
     app = server.streamable_http_app(host=host)
     if log:

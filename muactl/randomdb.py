@@ -18,8 +18,10 @@ import sqlite3
 from collections import OrderedDict
 from typing import Any
 
+from .compile import changelog
 from .compile.database import coerce, schema_connection
 from .errors import Problem, SpecError, UsageError
+from .limits import MAX_GENERATED_ROWS, MAX_PATTERN_SLOT
 from .spec.generators import Gen, TableGen
 
 _SLOT = re.compile(r"\{([^{}]+)\}")
@@ -40,6 +42,7 @@ class Drawer:
         self.rng = random.Random(seed)
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.used: dict[tuple[str, str], set] = {}
+        self.count = 0  # rows drawn so far, all tables
 
     def draw_all(self) -> dict[str, list[dict[str, Any]]]:
         for table, tg in self.gens.items():
@@ -65,6 +68,10 @@ class Drawer:
         return out
 
     def _row(self, table: str, cols: dict[str, Gen], parent: dict | None) -> dict[str, Any]:
+        self.count += 1
+        if self.count > MAX_GENERATED_ROWS:
+            raise _Exhausted(f"{table}: an instance would hold more than {MAX_GENERATED_ROWS:,} rows "
+                             "(MAX_GENERATED_ROWS); lower `rows` or the parents' counts")
         row: dict[str, Any] = {}
         for col, gen in cols.items():
             if not gen.unique:
@@ -122,6 +129,8 @@ class Drawer:
 
     def _slot(self, slot: str, row: dict) -> str:
         rng = self.rng
+        if len(slot) > MAX_PATTERN_SLOT:
+            raise _Exhausted(f"pattern slot {{{slot[:20]}...}} is over {MAX_PATTERN_SLOT} characters (MAX_PATTERN_SLOT)")
         if set(slot) == {"n"}:
             return str(rng.randint(10 ** (len(slot) - 1) if len(slot) > 1 else 1, 10 ** len(slot) - 1))
         if set(slot) == {"d"}:
@@ -267,6 +276,7 @@ def instance_bytes(compiled, seed: int) -> bytes:
             names = ", ".join(f'"{c}"' for c in cols)
             sql = f'INSERT INTO "{tname}" ({names}) VALUES ({", ".join("?" * len(cols))})'
             conn.executemany(sql, [[coerce(r.get(c), types[c], False) for c in cols] for r in trs])
+    changelog.install(conn, tables)  # after the rows, so the log starts empty
     data = conn.serialize()
     conn.close()
     _CACHE[key] = data

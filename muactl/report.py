@@ -10,12 +10,19 @@ from typing import Any
 
 from .runs import RunStore
 
-PLOTS = [  # (file, title, metric names tried in order)
-    ("reward.png", "reward per step", ["reward", "rewards/reward_from_episode/mean"]),
-    ("success.png", "success rate per step", ["rollout/success"]),
-    ("turns.png", "agent turns per episode", ["rollout/turns"]),
-    ("kl.png", "KL to the reference per step", ["kl"]),
-    ("sft_loss.png", "SFT loss per step", ["sft/loss"]),
+# (file, title, y label, metric names tried in order, y range: "unit" for [0, 1] rates and binary rewards,
+# "zero" for counts and losses: the axis starts at 0, so a flat series looks flat and not like noise)
+PLOTS = [
+    ("reward.png", "Mean reward per GRPO step", "mean reward", ["reward", "rewards/reward_from_episode/mean"], "unit"),
+    ("success.png", "Task success per GRPO step", "episodes succeeded (share)", ["rollout/success"], "unit"),
+    ("turns.png", "Agent turns per episode", "turns", ["rollout/turns"], "zero"),
+    ("kl.png", "KL divergence to the reference model", "KL", ["kl"], "zero"),
+    ("sft_loss.png", "SFT training loss", "loss", ["sft/loss"], "zero"),
+    ("effective_turns.png", "Effective agent turns per episode (no tool error)", "turns",
+     ["rollout/effective_turns"], "zero"),
+    ("first_correct_write.png", "Agent turn of the first correct write", "agent turn", ["rollout/first_correct_write"], "zero"),
+    ("user_turns.png", "User turns per episode", "turns", ["rollout/user_turns"], "zero"),
+    ("tool_errors.png", "Tool errors per episode", "tool errors", ["rollout/tool_errors"], "zero"),
 ]
 
 
@@ -34,26 +41,47 @@ def write_plots(store: RunStore, out: Path) -> list[Path]:
 
     series = metric_series(store)
     written = []
-    for name, title, keys in PLOTS:
+    for name, title, label, keys, yrange in PLOTS:
         key = next((k for k in keys if k in series), None)
         if key is None:
             continue
         xs, ys = zip(*series[key])
-        fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
-        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.5)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.set_ylabel(key)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
+        fig = figure(plt, xs, ys, title, label, yrange)
         fig.savefig(out / name)
         plt.close(fig)
         written.append(out / name)
     return written
 
 
+def figure(plt, xs, ys, title: str, label: str, yrange: str):
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+    ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.5)
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    top = max(ys)
+    if yrange == "unit" and min(ys) >= 0 and top <= 1:
+        ax.set_ylim(-0.05, 1.05)
+    else:
+        ax.set_ylim(min(0.0, min(ys)), max(top * 1.1, 1e-3))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def kl_note(config: dict[str, Any], plots: list[Path]) -> str | None:
+    """Why a GRPO run has no KL plot: with beta 0 there is no reference model, so no KL is computed."""
+    grpo = config.get("grpo") or {}
+    if any(p.name == "kl.png" for p in plots) or "beta" not in grpo or grpo["beta"]:
+        return None
+    return "No KL plot: grpo.beta is 0, so training keeps no reference model and computes no KL (set grpo.beta > 0 for it)."
+
+
 def _substores(store: RunStore) -> list[RunStore]:
-    return [RunStore(p.parent) for p in sorted(store.path.glob("*/runs.sqlite"))]
+    return [RunStore.read(p.parent) for p in sorted(store.path.glob("*/runs.sqlite"))]
 
 
 def _transcript(store: RunStore, episode: dict[str, Any]) -> str:
@@ -108,13 +136,21 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
         parts.append("<h2>Summary</h2>" + _table([summary]))
     if plots:
         parts.append("<h2>Training</h2>" + "".join(f"<img src='{p.name}' alt='{p.stem}'>" for p in plots))
+        note = kl_note(info["config"], plots)
+        if note:
+            parts.append(f"<p>{html.escape(note)}</p>")
     for sub in [store, *_substores(store)]:
         eps = sub.episodes()
         if not eps:
             continue
-        from .evaluate import per_task
+        from .evaluate import fidelity_per_task, fidelity_summary, interaction_summary, per_task
 
         parts.append(f"<h2>Episodes: {html.escape(sub.id)}</h2>" + _table(per_task(eps)[:50]))
+        parts.append("<h3>Interaction</h3>" + _table([interaction_summary(eps)]))
+        fidelity = [r for r in [{"task_id": "all tasks", **fidelity_summary(eps)}, *fidelity_per_task(eps)] if r["episodes"]]
+        if fidelity:
+            parts.append("<h3>Simulated user fidelity</h3><p>share of episodes where each check held "
+                         "(<code>_n</code>: how many it applies to)</p>" + _table(fidelity[:51]))
         shown = sorted(eps, key=lambda e: (-e["reward"], e["id"]))[:1] + [e for e in eps if e["reward"] < 1][: transcripts - 1]
         for e in shown:
             parts.append(f"<h3>{html.escape(e['task_id'])} (trial {e['trial']}): reward {e['reward']}, {html.escape(e['termination'])}</h3>"

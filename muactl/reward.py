@@ -13,6 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 from .env.sandbox import decode_json_text
+from .env.statehash import distance as delta_distance
+from .env.statehash import template_key
 from .spec import models as m
 
 
@@ -32,12 +34,11 @@ def values_equal(got: Any, want: Any) -> bool:
 
 def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
     """Evaluate one SQL assertion on an environment's state. Returns (holds, explanation)."""
-    env.guard.mode = "read"
     try:
-        row = env.conn.execute(assertion.query).fetchone()
+        _, rows = env.select(assertion.query)
     except sqlite3.Error as e:
         return False, f"query failed: {e}"
-    got = row[0] if row else None
+    got = rows[0][0] if rows else None
     if "equals" in assertion.model_fields_set:
         ok = values_equal(got, assertion.equals)
         return ok, "" if ok else f"got {got!r}, expected {assertion.equals!r}"
@@ -48,19 +49,30 @@ def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
 # ---------------------------------------------------------------- episode reward (README, "Episodes and rewards")
 
 GOLD_CACHE_SIZE = 4096  # gold end states kept; a GRPO run draws fresh template tasks for hours
-_GOLD: OrderedDict[str, str] = OrderedDict()
+_GOLD: OrderedDict[str, tuple[str, dict]] = OrderedDict()
+
+
+def gold_actions(task, domain) -> list:
+    """The calls whose end state is the right outcome: the gold path, without its writes when the task's
+    user declines them (user.consent: false)."""
+    actions = task.task.expect.actions
+    if task.task.user.consent:
+        return actions
+    from .agents.oracle import _writes
+
+    return [c for c in actions if not _writes(domain, next(iter(c)))]
 
 
 def _gold_key(task, domain) -> str:
     """The gold state depends on the database the task runs on and on its setup and gold actions, not
     on its id: two tasks (or two versions of one task) with one id but other actions differ."""
-    t = task.task
-    calls = json.dumps([t.setup, t.expect.actions], sort_keys=True, default=str)
-    return hashlib.sha256(f"{domain.content_hash}:{getattr(domain, 'instance_key', '')}:{calls}".encode()).hexdigest()
+    calls = json.dumps([task.task.setup, gold_actions(task, domain)], sort_keys=True, default=str)
+    return hashlib.sha256(f"{template_key(domain)}:{calls}".encode()).hexdigest()
 
 
-def gold_hash(task, domain) -> str:
-    """State hash after the task's setup and gold actions on a fresh sandbox (cached by content, LRU)."""
+def _gold_state(task, domain) -> tuple[str, dict]:
+    """Hash and row difference to the template after the task's setup and gold actions on a fresh
+    sandbox (cached by content, least recently used dropped first)."""
     key = _gold_key(task, domain)
     if key in _GOLD:
         _GOLD.move_to_end(key)
@@ -68,8 +80,8 @@ def gold_hash(task, domain) -> str:
     env = domain.environment()
     try:
         env.replay(task.task.setup)
-        env.replay(task.task.expect.actions)
-        value = env.state_hash()
+        env.replay(gold_actions(task, domain))
+        value = (env.state_hash(), env.state_delta())
     finally:
         env.close()
     _GOLD[key] = value
@@ -90,22 +102,20 @@ def changes_nothing(task, domain) -> bool:
     return start == gold_hash(task, domain)
 
 
-def _row_set(env) -> set[tuple]:
-    return {(table, repr(tuple(sorted(row.items())))) for table in env.domain.tables for row in env.rows(table)}
+def gold_hash(task, domain) -> str:
+    """State hash of the task's gold end state."""
+    return _gold_state(task, domain)[0]
 
 
 class GoldDistance:
-    """How many rows differ between a state and the task's gold end state (for turn-level shaping)."""
+    """How many rows differ between a state and the task's gold end state (for turn-level shaping).
+    Both are kept as differences to the template, so this costs the rows they changed."""
 
     def __init__(self, task, domain):
-        env = domain.environment()
-        env.replay(task.task.setup)
-        env.replay(task.task.expect.actions)
-        self.gold = _row_set(env)
-        env.close()
+        self.gold = _gold_state(task, domain)[1]
 
     def distance(self, env) -> int:
-        return len(_row_set(env) ^ self.gold)
+        return delta_distance(env.state_delta(), self.gold)
 
 
 # A number stands alone: no letter or digit right before or after it, so "12" is not in "112" or in the

@@ -105,6 +105,8 @@ class Episode:
     final_hash: str = ""
     error: str | None = None
     trace: TokenTrace | None = None
+    fidelity: dict[str, bool | None] = field(default_factory=dict)  # how the simulated user behaved (fidelity.py)
+    interaction: dict[str, float | None] = field(default_factory=dict)  # effective turns, first correct write ...
 
     @property
     def outcome(self) -> str:
@@ -140,7 +142,6 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
 
     seed = episode_seed(cfg.seed, task.task.id, trial)
     env = env or domain.environment()
-    setup = env.replay(task.task.setup)
     messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt}]
     ctx = EpisodeContext(task, domain, env, messages,
                          [t.openai_schema() for t in domain.agent_tools()],
@@ -164,6 +165,9 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 await res
 
     async def loop() -> str:
+        # tool work runs on the environment's thread (Environment.acall): a slow call never stalls the
+        # loop, so other episodes go on and this one's timeout fires on time
+        setup = await env.off_loop(env.replay, task.task.setup)
         if any(r.error for r in setup):
             ep.error = "task setup failed: " + "; ".join(r.content for r in setup if r.error)
             return "infra_error"
@@ -223,7 +227,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 ep.tool_errors += 1
                 ep.records.append({"turn": ep.turns, "tool": None, "error": True, "changed": False, "malformed": True})
                 await emit({"role": "tool", "content": f"Error: your reply could not be parsed: {out.error}. "
-                            "Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, or write a message."})
+                            f"Call a tool with {agent.call_syntax}, or write a message."})
             if ep.tool_errors > cfg.max_tool_errors:
                 return "too_many_errors"
             if not calls and not out.error:
@@ -240,20 +244,27 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     except AgentError as e:
         ep.termination, ep.error = "agent_error", str(e)
     except asyncio.CancelledError:
+        env.interrupt()
         raise
     except Exception as e:  # a bug in a backend must not take the whole run down
         ep.termination, ep.error = "agent_error", f"{type(e).__name__}: {e}"
+    await env.settle()  # a call cut off by the timeout is interrupted, and done with, before scoring
     ep.trace = ctx.trace
     t0 = time.perf_counter()
-    ep.final_hash = env.state_hash()
+    ep.final_hash = await env.off_loop(env.state_hash)
     verdicts = None
     if judge is not None and task.task.expect.nl_assertions and ep.counted:
         try:
             verdicts = await judge.verdicts(task.task.expect.nl_assertions, messages, domain)
         except InfraError as e:  # the judge failed, not the agent: the episode cannot be scored
             ep.termination, ep.error = "infra_error", f"judge: {e}"
-    ep.reward, ep.breakdown = score(task, domain, env, ep, verdicts)
+    ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
     timing["reward"] = time.perf_counter() - t0
+    from .agents.oracle import _writes
+    from .fidelity import interaction_metrics, user_fidelity
+
+    ep.fidelity = user_fidelity(task, ep, lambda name: _writes(domain, name))
+    ep.interaction = interaction_metrics(task, ep)
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing
     env.close()

@@ -16,14 +16,17 @@ import hashlib
 import json
 import random
 import re
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from .compile.database import schema_connection
 from .compile.sql import Guard, bind_value, explain, param_names
+from .env.budget import SqlBudget
 from .env.sandbox import OUTSIDE_KINDS, decode_json_text
 from .errors import Problem, SpecError, UsageError
+from .limits import MAX_SAMPLE_ROWS
 from .randomdb import Drawer, instance
 from .reward import assertion_result
 from .spec import models as m
@@ -59,9 +62,13 @@ class TemplateSpec:
 
 def load_templates(tasks_dir: Path | None) -> list[TemplateSpec]:
     """The domain's templates ([] when it has no templates.yaml); problems raised together."""
-    if tasks_dir is None or not (tasks_dir / TEMPLATES_FILE).is_file():
+    found = [tasks_dir / name for name in (TEMPLATES_FILE, "templates.yml")] if tasks_dir is not None else []
+    found = [p for p in found if p.is_file()]
+    if not found:
         return []
-    path = tasks_dir / TEMPLATES_FILE
+    if len(found) > 1:
+        raise SpecError.single(found[1], f"both {found[0].name} and {found[1].name} exist; keep one templates file")
+    path = found[0]
     doc = load_yaml(path)
     data, prefix = doc.data, ()
     if isinstance(data, dict) and set(data) == {"templates"}:
@@ -130,7 +137,12 @@ def _check_static(ts: TemplateSpec, opened, conn, guard) -> list[Problem]:
     if error:
         return out + [ts.problem(("sample",), error)]
     guard.mode = "read"
-    bound = [c[0] for c in conn.execute(t.sample).description]
+    budget = SqlBudget(conn, d.limits.sql_steps)  # executing it steps to its first row, even on no data
+    try:
+        with budget.limit():
+            bound = [c[0] for c in conn.execute(t.sample).description]
+    except sqlite3.Error as e:
+        return out + [ts.problem(("sample",), f"the sample query {budget.stopped(e) or f'failed: {e}'}")]
     for name, spec in t.derive.items():
         path = ("derive", name)
         if name in bound:
@@ -175,8 +187,8 @@ def _check_instances(ts: TemplateSpec, opened, n: int) -> list[Problem]:
                 reasons.add(why)
         where = "the seed database" if db_seed is None else f"random database {db_seed}"
         for why in sorted(reasons):
-            path = (("sample",) if why.startswith("the sample query") else ("expect", "assert")
-                    if why.startswith("assertion") else ("expect", "actions"))
+            path = (("sample",) if why.startswith("the sample query") else ("derive",) if why.startswith("derive")
+                    else ("expect", "assert") if why.startswith("assertion") else ("expect", "actions"))
             out.append(ts.problem(path, f"on {where}: {why}"))
     return out
 
@@ -228,13 +240,11 @@ def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
     domain = instance(opened.compiled, db_seed)
     env = domain.environment()
     try:
-        env.guard.mode = "read"
         try:
-            cur = env.conn.execute(t.sample)
+            names, raw = env.select(t.sample, max_rows=MAX_SAMPLE_ROWS)
         except Exception as e:  # a driver error on real data (a bad json path, say): data for the report
             return None, f"the sample query failed: {e}"
-        names = [c[0] for c in cur.description]
-        rows = [dict(zip(names, (decode_json_text(v) for v in r))) for r in cur.fetchall()]
+        rows = [dict(zip(names, (decode_json_text(v) for v in r))) for r in raw]
         if not rows:
             return None, "the sample query returned no rows"
         rows.sort(key=lambda r: json.dumps(r, sort_keys=True, default=str))  # independent of the query plan
@@ -245,10 +255,10 @@ def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
         for name, spec in t.derive.items():
             if isinstance(spec, str):
                 try:
-                    row = env.conn.execute(spec, {p: bind_value(b[p]) for p in param_names(spec)}).fetchone()
+                    _, found = env.select(spec, {p: bind_value(b[p]) for p in param_names(spec)})
                 except Exception as e:
                     return None, f"derive {name} failed: {e}"
-                b[name] = decode_json_text(row[0]) if row else None
+                b[name] = decode_json_text(found[0][0]) if found else None
             else:
                 b[name] = drawer.value(spec, {}, None)
         pool = [t.persona] if isinstance(t.persona, str) else list(t.persona or [])

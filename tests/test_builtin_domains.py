@@ -135,9 +135,11 @@ def test_template_cache_is_keyed_by_content(project):
 
 @pytest.mark.slow
 def test_wheel_ships_the_builtin_domains(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
                           "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
+    # a quiet build: no setuptools deprecations, no "absent from the packages configuration" per data folder
+    assert "Warning" not in out.stdout + out.stderr, (out.stdout + out.stderr)[-3000:]
     wheel = next(tmp_path.glob("muactl-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("retail", "bank"):
@@ -156,3 +158,21 @@ def test_wheel_ships_the_builtin_domains(tmp_path):
 
 def test_builtin_root_is_the_checkout_here():
     assert builtin_root() == ROOT
+
+
+def test_the_checkout_is_not_a_project(monkeypatch, tmp_path):
+    """Run from the source checkout (whose domains/ and tasks/ are the built-ins), nothing writes into the
+    built-ins: init and tasks generate refuse with a user error, and the built-in test split stays as it is."""
+    monkeypatch.chdir(ROOT)
+    before = sorted(p.name for p in (ROOT / "tasks" / "bank").iterdir())
+    r = runner.invoke(app, ["init", "clinic"])
+    assert r.exit_code == 2 and "built-in domains/ folder" in r.output and "mkdir my-project" in r.output
+    assert not (ROOT / "domains" / "clinic").exists() and not (ROOT / "tasks" / "clinic").exists()
+    r = runner.invoke(app, ["tasks", "generate", "bank", "--all-templates", "--n", "3", "-o", "tasks/bank/gen-test.yaml"])
+    assert r.exit_code == 2 and "built-in tasks/ folder" in r.output
+    # an absolute path into the built-ins, from anywhere, is refused as well
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["tasks", "generate", "bank", "--all-templates", "--n", "3", "-o", str(ROOT / "tasks/bank/x.yaml")])
+    assert r.exit_code == 2
+    assert sorted(p.name for p in (ROOT / "tasks" / "bank").iterdir()) == before
+    assert sorted(d.name for d in list_domains() if d.origin == "builtin") == ["bank", "retail"]

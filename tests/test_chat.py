@@ -198,7 +198,9 @@ async def test_failing_agent_notifies_and_retries_malformed_and_errors_marked(ba
         await say(pilot, "Move 150 please.")
         await until(pilot, lambda: app.screen.guard is not None and app.screen.guard.failed is not None)
         assert any("Agent failed" in n and "CUDA out of memory" in n for n in notifications(app))
-        assert "ctrl+r" in str(app.screen.query_one(StatusLine).render())
+        status = str(app.screen.query_one(StatusLine).render())
+        assert "ctrl+r" in status and "RuntimeError: CUDA out of memory" in status  # the reason, not just "failed"
+        assert any("the agent failed: RuntimeError: CUDA out of memory" in t for t in texts(app.screen, ".msg.note"))
         await pilot.press("ctrl+r")
         await until(pilot, lambda: your_turn(app))
         chat = app.screen
@@ -224,6 +226,21 @@ async def test_slow_agent_turn_can_be_abandoned_and_retried(bank):
         await pilot.press("ctrl+r")  # abandons the hung turn; the next call is the malformed one
         await until(pilot, lambda: your_turn(app))
         assert agent.calls == 4
+
+
+async def test_ending_while_the_agent_thinks_is_acknowledged_at_once(bank):
+    agent = FlakyAgent(hang_first=True)
+    app = make_app(bank, agent=agent, task="move-mia", slow_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "Move 150 please.")
+        await until(pilot, lambda: "thinking" in str(app.screen.query_one(StatusLine).render()))
+        await pilot.press("ctrl+e")
+        await pilot.pause(0.05)
+        assert "Ending the chat" in str(app.screen.query_one(StatusLine).render())
+        assert any("Ending the chat" in n for n in notifications(app))
+        await pilot.press("ctrl+r")  # abandon the hung turn; when the next one ends, so does the chat
+        await until(pilot, lambda: isinstance(app.screen, EndScreen))
+        assert app.screen.episode.termination == "user_stop"
 
 
 async def test_failed_turn_then_end_saves_agent_error(bank):
@@ -335,7 +352,10 @@ async def test_synth_from_chats_exports_good_chats(bank, tmp_path):
     assert record["task_id"] == "move-mia" and record["reward"] == 1.0
     assert {t["function"]["name"] for t in record["tools"]} >= {"find_customer", "transfer_funds"}
     calls = [c for m in record["messages"] for c in m.get("tool_calls", [])]
-    assert calls[0] == {"type": "function", "function": {"name": "find_customer", "arguments": {"name": "Mia"}}}
+    assert calls[0] == {"type": "function", "id": calls[0]["id"],
+                        "function": {"name": "find_customer", "arguments": {"name": "Mia"}}}
+    answers = [m for m in record["messages"] if m["role"] == "tool"]
+    assert answers[0]["tool_call_id"] == calls[0]["id"]
     res = CliRunner().invoke(cli, ["synth", "--from-chats", "chats-1", "--min-rating", "2", "-o", str(out)])
     assert "kept 2 of 2 chats" in res.output
     res = CliRunner().invoke(cli, ["synth", "--from-chats", "nope", "-o", str(out)])
@@ -351,6 +371,8 @@ def test_chat_command_errors_are_clean():
     assert res.exit_code == 2 and "did you mean move-mia" in res.output
     res = CliRunner().invoke(cli, ["chat", "bank", "--task", "move-mia"])  # CliRunner is not a terminal
     assert res.exit_code == 2 and "interactive terminal" in res.output
+    res = CliRunner().invoke(cli, ["chat", "bank", "--agent", "hf:/nonexistent"])  # before the screen opens
+    assert res.exit_code == 2 and "--agent hf:/nonexistent: unknown model" in res.output
 
 
 # ---------------------------------------------------------------- snapshots

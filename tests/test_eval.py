@@ -195,7 +195,7 @@ def test_runs_list_show_and_episode(runs_root):
     r = runner.invoke(app, ["runs", "show", store.id], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "pass^1" in r.output and "pass^2" in r.output and "move-mia" in r.output and "user_stop" in r.output
-    assert r.output.count("move-mia") == 3  # the per-task row and one row per episode
+    assert r.output.count("move-mia") == 4  # the per-task row, its user-fidelity row and one row per episode
 
     r = runner.invoke(app, ["runs", "show", store.id, "--episode", "1"], env=WIDE)
     assert r.exit_code == 0, r.output
@@ -250,3 +250,112 @@ def test_partial_credit_moves_before_success(tmp_path, monkeypatch):
     monkeypatch.setattr(ev, "build_parts", lambda cfg, opened: (Quits(), orig(cfg, opened)[1]))
     _, summary = run_eval(EvalConfig(domain="bank", split="test"))
     assert summary["first_call_right"] == 0.0 and summary["gold_calls_made"] == 0.0
+
+
+# ---------------------------------------------------------------- damaged runs, stored configs, two resumes
+
+
+def _damaged(runs_root, how: str) -> str:
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    db = store.path / "runs.sqlite"
+    store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.db.conn.close()
+    data = db.read_bytes()
+    if how == "truncated":
+        db.write_bytes(data[: len(data) // 2])
+    elif how == "corrupt":
+        db.write_bytes(b"\x13" * 5000)
+    else:  # a SQLite file that is not a run
+        import sqlite3
+
+        db.unlink()
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE notes (x)")
+        conn.commit()
+        conn.close()
+    return store.id
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupt", "no-tables"])
+@pytest.mark.parametrize("command", [["runs", "show"], ["eval", "--resume"], ["report"]])
+def test_damaged_runs_sqlite_is_a_clean_error(runs_root, how, command):
+    run_id = _damaged(runs_root, how)
+    r = runner.invoke(app, command + [run_id], env=WIDE)
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (r.output, r.exception)
+    assert "runs.sqlite" in r.output and "internal error" not in r.output
+    assert len(r.output.strip().splitlines()) == 1  # one line
+    r = runner.invoke(app, ["runs"], env=WIDE)  # the listing shows it as unreadable and goes on
+    assert r.exit_code == 0 and "unreadable" in r.output
+
+
+def test_resume_with_an_unknown_stored_config_key_names_it(runs_root):
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    config = store.info()["config"]
+    store.db["runs"].update(store.id, {"config": json.dumps({**config, "warp_factor": 9})})
+    r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)
+    assert r.exit_code == 2 and "unknown key(s) warp_factor" in r.output and "internal error" not in r.output
+
+
+def test_two_resumes_of_one_run_the_second_is_told_who_holds_it(runs_root):
+    import subprocess
+    import sys
+
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from muactl.runs import RunStore; RunStore.open(sys.argv[1]).lock(); "
+        "print('held', flush=True); time.sleep(60)"), store.id], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)
+        assert r.exit_code == 2, r.output
+        assert f"run {store.id} is in use by pid {holder.pid}" in r.output
+    finally:
+        holder.kill()
+        holder.wait()
+    r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)  # the holder died: the lock went with it
+    assert r.exit_code == 0, r.output
+
+
+def test_a_run_whose_process_died_shows_as_interrupted_with_its_resume_command(runs_root):
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys; from muactl.runs import RunStore; s = RunStore.create('eval', 'bank', {}, run_id=sys.argv[1]); "
+            "s.update(status='running'); print('up', flush=True); sys.stdin.readline(); os.kill(os.getpid(), signal.SIGKILL)")
+    env = dict(os.environ, MUACTL_RUNS=str(runs_root))
+    proc = subprocess.Popen([sys.executable, "-c", code, "r1"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    assert RunStore.open("r1").info()["status"] == "running"  # its process is alive: still running
+    proc.communicate("go\n")  # now it dies by SIGKILL, without a word to the run store
+    info = RunStore.open("r1").info()
+    assert info["status"] == "interrupted" and info["resume"] == "muactl eval --resume r1"
+    r = runner.invoke(app, ["runs"], env=WIDE)
+    assert "interrupted" in r.output and "continue with: muactl eval --resume r1" in r.output, r.output
+    r = runner.invoke(app, ["runs", "show", "r1"], env=WIDE)
+    assert "continue with: muactl eval --resume r1" in r.output, r.output
+
+
+def test_report_plots_have_integer_steps_readable_labels_honest_ranges_and_a_kl_note(runs_root):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from muactl.report import figure, write_report
+
+    store = RunStore.create("grpo", "bank", {"grpo": {"beta": 0.0}}, run_id="g")
+    for step in (1, 2, 3):
+        store.log_metrics(step, {"reward": 0.5 + 0.001 * step, "rollout/turns": 4.0})
+    store.update(status="finished")
+    page = write_report("g").read_text()
+    assert "grpo.beta is 0" in page and "no KL" in page
+    assert (runs_root / "g" / "report" / "reward.png").is_file() and not (runs_root / "g" / "report" / "kl.png").exists()
+    fig = figure(plt, [1, 2, 3], [0.501, 0.502, 0.503], "Mean reward per GRPO step", "mean reward", "unit")
+    ax = fig.axes[0]
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert ax.get_ylim() == (-0.05, 1.05)  # a flat reward looks flat, not like noise
+    assert ax.get_ylabel() == "mean reward" and ax.get_xlabel() == "training step"
+    turns = figure(plt, [1, 2], [4.0, 4.0], "Agent turns per episode", "turns", "zero").axes[0]
+    assert turns.get_ylim()[0] == 0.0
+    plt.close("all")

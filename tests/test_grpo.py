@@ -74,7 +74,7 @@ def make_rollouts(tmp_path, user_factory=None, **grpo):
 
 
 def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
-    rollouts, lm = make_rollouts(tmp_path)
+    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=False)
     ids = ["move-quin", "move-quin", "close-ned", "close-ned"]
     trainer = FakeTrainer(lm.model)
     out = rollouts([[{"role": "user", "content": t}] for t in ids], trainer)
@@ -92,6 +92,10 @@ def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
         assert all(x == 0.0 for x, k in zip(lp, m) if k == 0)
     assert all(r in (0.0, 1.0) for r in out["episode_reward"])
     assert trainer._metrics["train"]["rollout/success"]
+    # UserRL's interaction figures, and how the (scripted) user behaved
+    metrics = trainer._metrics["train"]
+    assert metrics["rollout/user_turns"][0] >= 1 and metrics["rollout/user_faithful"] == [1.0]
+    assert 0 <= metrics["rollout/effective_turns"][0] <= metrics["rollout/turns"][0]
     saved = rollouts.store.episodes(step=1)
     assert sorted(e["task_id"] for e in saved) == sorted(ids)
 
@@ -115,11 +119,22 @@ def test_excluded_episodes_are_dropped_not_scored_zero(tmp_path, failure):
 
 
 def test_all_equal_groups_are_counted(tmp_path):
-    rollouts, lm = make_rollouts(tmp_path)
+    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=False)
     trainer = FakeTrainer(lm.model)
     # a refusal task: the untrained policy never acts, so both rollouts succeed: no signal in the group
     rollouts([[{"role": "user", "content": "refuse-overdraft-fay"}]] * 2, trainer)
     assert trainer._metrics["train"]["rollout/all_equal_groups"] == [1.0]
+
+
+def test_groups_without_signal_are_rerun_on_another_training_task(tmp_path):
+    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=True)
+    trainer = FakeTrainer(lm.model)
+    out = rollouts([[{"role": "user", "content": "refuse-overdraft-fay"}]] * 2, trainer)
+    assert len(out["episode_reward"]) == 2
+    saved = {e["task_id"] for e in rollouts.store.episodes(step=1)}
+    train_ids = {t.task.id for t in rollouts.opened.tasks if t.split == "train"}
+    assert len(saved) == 1 and saved != {"refuse-overdraft-fay"} and saved <= train_ids  # never a test task
+    assert trainer._metrics["train"]["rollout/equal_after_resample"][0] in (0.0, 1.0)
 
 
 # ---------------------------------------------------------------- real runs
@@ -135,11 +150,13 @@ def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     store = RunStore.open("g1")
     names = {row["name"] for row in store.db["metrics"].rows}
     assert {"reward", "rollout/success", "rollout/turns", "rollout/all_equal_groups", "time/generation_s",
-            "entropy"} <= names
+            "entropy", "rollout/effective_turns", "rollout/user_turns", "rollout/tool_errors"} <= names
     assert {e["step"] for e in store.episodes()} == {1, 2}
     assert list((run / "tensorboard" / "grpo").rglob("events.out.tfevents*"))
     r = runner.invoke(app, ["report", "g1"])
     assert r.exit_code == 0 and (run / "report" / "index.html").is_file() and (run / "report" / "reward.png").is_file()
+    assert (run / "report" / "effective_turns.png").is_file() and (run / "report" / "user_turns.png").is_file()
+    assert "Interaction" in (run / "report" / "index.html").read_text()
 
 
 def test_userrl_reward_runs(in_tmp):
@@ -219,6 +236,7 @@ def test_pipeline_synth_and_eval_stages_draw_template_instances(in_tmp):
     assert r.exit_code == 0, r.output
     stages = json.loads((in_tmp / "runs" / "p2" / "stages.json").read_text())
     assert stages["synth"]["kept"] == 7
+    assert "synth: kept 7 of 7 episodes: 0 duplicates dropped, 0 failed (reward 0)" in r.output
     records = [json.loads(line) for line in open(stages["synth"]["data"])]
     templates = {rec["task_id"].rsplit("-", 1)[0] for rec in records}
     assert templates == {"move", "move-all", "close", "balance", "refuse-overdraft", "refuse-close-nonempty", "human"}

@@ -32,10 +32,12 @@ def _norm(name: str) -> str:
 
 
 def _installed_requirements() -> list[Requirement]:
-    """What `make` installs: the core dependencies and the dev and mcp extras."""
+    """What `make` installs: the core dependencies, the dev, mcp and openenv extras, and openenv itself
+    (installed with --no-deps, see pyproject.toml)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    return [Requirement(r) for r in project["dependencies"] + extras["dev"] + extras["mcp"]]
+    return [Requirement(r) for r in project["dependencies"] + extras["dev"] + extras["mcp"] + extras["openenv"]
+            + ["openenv>=0.10,<0.11"]]
 
 
 def test_every_dependency_is_pinned_within_its_range():

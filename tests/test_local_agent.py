@@ -56,8 +56,10 @@ def hermes(content: str, calls: list[dict] | None = None) -> str:
 
 
 def oracle_script(task, compiled) -> list[str]:
-    """What the oracle says, turn by turn, against the scripted user (it ignores the conversation)."""
-    agent, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=compiled)
+    """What the oracle says, turn by turn, against the scripted user (it reads only the consent)."""
+    # the user said yes to every proposed change
+    agent, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=compiled,
+                                                messages=[{"role": "user", "content": "Yes, go ahead."}])
     out = []
     for _ in range(len(task.task.expect.actions) * 2 + 3):
         reply = asyncio.run(agent.act(ctx))

@@ -217,3 +217,171 @@ def test_not_an_archive_and_missing_file(tmp_path):
     assert result.exit_code == 2 and "is not a file" in result.output
     with pytest.raises(PackNotInstalled):
         packs.uninstall("clinic")
+
+
+# ---------------------------------------------------------------- trust and containment
+
+
+def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, tmp_path, monkeypatch):
+    """An installed pack's MCP command and Python tools stay off without --trust when the domain is
+    named by its folder's path (absolute, or ./name from inside the library), or copied elsewhere."""
+    import shutil
+    import sys
+
+    from muactl.validate import open_domain
+
+    marker = tmp_path / "command-ran"
+    root = project / "domains" / "clinic"
+    (root / "handlers.py").write_text("def count_patients(db):\n    return 3\n")
+    text = (root / "domain.yaml").read_text()
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')"]
+    (root / "domain.yaml").write_text(text.replace("\n# How simulated users behave",
+        "\n  count_patients:\n    description: Count patients.\n    python: handlers:count_patients\n"
+        f"  lookup:\n    mcp: {{command: {json.dumps(command)}, tool: find_patient_by_phone}}\n"
+        "\n# How simulated users behave"))
+    assert runner.invoke(app, ["install", str(_pack(project))]).exit_code == 0
+    installed = user_library() / "clinic"
+    copy = tmp_path / "copied" / "clinic"
+    shutil.copytree(installed, copy)
+    monkeypatch.chdir(user_library())
+    for name in (str(installed), "./clinic", str(copy)):
+        assert find_domain(name).origin == "installed", name
+        r = runner.invoke(app, ["tools", name])
+        assert not marker.exists(), f"{name}: the pack's MCP command ran without --trust"
+        r = runner.invoke(app, ["call", name, "count_patients"])
+        assert r.exit_code == 1 and "--trust" in r.output, r.output
+    r = runner.invoke(app, ["validate", "./clinic"])
+    assert not marker.exists()
+    from muactl.errors import SpecError
+
+    with pytest.raises(SpecError, match="could not list the server's tools"):  # with trust it starts (and is no server)
+        open_domain("./clinic", with_tasks=False, trust=True)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("key,value", [
+    ("policy", "/etc/hostname.txt"),
+    ("policy", "../../../secret.txt"),
+    ("seed", "{patients: ../../secret-rows.csv, appointments: data/appointments.csv}"),
+    ("seed", "../../"),
+])
+def test_files_outside_the_domain_folder_are_refused(project, tmp_path, key, value):
+    """A local domain gets an error naming the key; a pack referring outside itself is refused at install."""
+    from muactl.errors import SpecError
+    from muactl.validate import open_domain
+
+    (project / "secret.txt").write_text("the secret\n")
+    (project / "secret-rows.csv").write_text("patient_id,name,phone\np9,Eve,5550199\n")
+    yaml_path = project / "domains" / "clinic" / "domain.yaml"
+    text = yaml_path.read_text()
+    if key == "policy":
+        text = text.replace("policy: policy.md", f"policy: {value}")
+    else:
+        text = text.replace("  seed: data/", f"  seed: {value}")
+    assert text != yaml_path.read_text()
+    yaml_path.write_text(text)
+    with pytest.raises(SpecError, match="outside the domain's folder") as err:
+        open_domain("clinic")
+    assert any(p.key.startswith("policy" if key == "policy" else "database.seed") for p in err.value.problems), err.value
+    r = runner.invoke(app, ["validate", "clinic"])
+    assert r.exit_code == 2 and "outside the domain's folder" in r.output and "the secret" not in r.output
+
+
+def test_a_pack_whose_policy_points_outside_is_refused_at_install(project, tmp_path):
+    files = _good_files(project)
+    files["domain/domain.yaml"] = files["domain/domain.yaml"].replace(b"policy: policy.md", b"policy: ../../../../../etc/x.txt")
+    pack = _build(tmp_path / "out.muapack", [("manifest.json", _manifest_for(files)), *files.items()])
+    r = runner.invoke(app, ["install", str(pack)])
+    assert r.exit_code == 2 and "outside the domain's folder" in r.output, r.output
+    assert not (user_library() / "clinic").exists()
+
+
+@pytest.mark.parametrize("kind", ["pax", "gnu"])
+def test_oversized_tar_headers_are_refused_before_they_are_read(project, tmp_path, kind, monkeypatch):
+    import tracemalloc
+
+    files = _good_files(project)
+    pack = tmp_path / f"{kind}.muapack"
+    with tarfile.open(pack, "w:gz", format=tarfile.PAX_FORMAT if kind == "pax" else tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("manifest.json")
+        data = _manifest_for(files)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        bomb = tarfile.TarInfo("domain/" + "a" * 4_000_000 if kind == "gnu" else "domain/data/x.csv")
+        if kind == "pax":
+            bomb.pax_headers = {"comment": "x" * 4_000_000}
+        tar.addfile(bomb, io.BytesIO(b""))
+    tracemalloc.start()
+    with pytest.raises(UnsafePack, match=r"header of \d+ bytes is over the 65536-byte limit"):
+        packs.install_pack(pack)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 2_000_000  # the 4 MB header was never read into memory
+
+
+def test_a_pack_named_like_a_built_in_needs_force(project, tmp_path):
+    files = _good_files(project)
+    renamed = {k: v.replace(b"name: clinic", b"name: bank") for k, v in files.items()}
+    manifest = _manifest_for(renamed, name="bank")
+    pack = _build(tmp_path / "bank-0.1.0.muapack", [("manifest.json", manifest), *renamed.items()])
+    r = runner.invoke(app, ["install", str(pack)])
+    assert r.exit_code == 2 and "built-in domain bank" in r.output and "--force" in r.output, r.output
+    assert not (user_library() / "bank").exists()
+    r = runner.invoke(app, ["install", str(pack), "--force"])
+    assert r.exit_code == 0 and "hides the built-in domain bank" in r.output, r.output
+    assert find_domain("bank").origin == "installed"
+
+
+def test_install_cleans_staging_folders_an_interrupted_install_left(project):
+    staging = user_library().parent / "staging"
+    stale = [staging / "clinic-abc123", staging / "clinic.999999999.xyz"]  # old naming; a pid that is gone
+    live = staging / f"clinic.{__import__('os').getpid()}.live"  # an install in progress in this process
+    for folder in stale + [live]:
+        (folder / "clinic").mkdir(parents=True)
+    packs.install_pack(_pack(project))
+    assert not any(f.exists() for f in stale) and live.exists()
+
+
+def test_shadowing_order_is_local_then_installed_then_builtin(project, tmp_path):
+    """The order the README documents: ./domains beats the installed library, which beats the built-ins."""
+    packs.install_pack(_pack(project))  # clinic: local and installed
+    bank = project / "bank-pack.muapack"
+    assert runner.invoke(app, ["pack", "bank", "-o", str(bank)]).exit_code == 0
+    packs.install_pack(bank, force=True)  # bank: installed and built-in (a built-in's name needs force)
+    assert find_domain("clinic").origin == "local"
+    assert find_domain("bank").origin == "installed"
+    assert find_domain("retail").origin == "builtin"
+    rows = json.loads(runner.invoke(app, ["domains", "--json"]).output)
+    assert [(r["origin"], r["shadowed"]) for r in rows if r["name"] == "clinic"] == [("local", False), ("installed", True)]
+    assert [(r["origin"], r["shadowed"]) for r in rows if r["name"] == "bank"] == [("installed", False), ("builtin", True)]
+
+
+# ---------------------------------------------------------------- packs whose content would hang install (issue 17)
+
+LAUGHS = "".join(f"# x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 10) if i else ', '.join(['a'] * 10)}]\n" for i in range(9))
+RUNAWAY_TASK = """
+- id: runaway-assertion
+  user: {reason: Nothing.}
+  expect:
+    assert:
+      - query: WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) > 0 FROM c
+"""
+
+
+@pytest.mark.timeout(120, method="thread")  # before the limits: laughs at 9 levels took 2.2 GB, the runaway never ended
+@pytest.mark.parametrize("case, message", [
+    ("laughs", "train.yaml:5:45: YAML limit exceeded: the document holds more than 100,000 values"),
+    ("runaway", "ran past the budget of 10,000,000 SQLite steps"),
+])
+def test_a_pack_whose_content_would_hang_install_is_refused(project, tmp_path, case, message):
+    files = _good_files(project)
+    train = files["tasks/train.yaml"].decode()
+    if case == "laughs":  # uncommented, the anchors sit at the top of the task list
+        train = LAUGHS.replace("# ", "") + "tasks: *x8\n"
+    else:
+        train += RUNAWAY_TASK
+    files["tasks/train.yaml"] = train.encode()
+    pack = _build(tmp_path / f"{case}.muapack", [("manifest.json", _manifest_for(files)), *files.items()])
+    result = runner.invoke(app, ["install", str(pack)])
+    assert result.exit_code == 2 and message in result.output.replace("\n", " "), result.output
+    assert not user_library().exists() or not any(user_library().iterdir())

@@ -124,3 +124,15 @@ def test_generator_pattern_naming_a_later_column_is_reported(project):
     _with_generate(project, GEN.replace('pattern: "p{nn}"', 'pattern: "p-{name}"'))
     probs = _problems()
     assert any("{name}" in p.message and "drawn after" in p.message for p in probs), [p.message for p in probs]
+
+
+@pytest.mark.timeout(120)  # before the limits: a billion rows were drawn in Python until memory ran out
+def test_generators_are_bounded(project, monkeypatch):
+    monkeypatch.setattr("muactl.randomdb.MAX_GENERATED_ROWS", 1000)  # the real 100,000 takes seconds to reach
+    _with_generate(project, GEN.replace("rows: 5", "rows: 1000000000").replace('"p{nn}"', '"p{nnnnnnnnnnnn}"').replace(
+        "name: {choice: [Ann, Bob, Cid, Dee, Eve, Fay], unique: true}", "name: {pattern: 'n{nnnnnn}'}"))
+    assert any("more than 1,000 rows (MAX_GENERATED_ROWS)" in p.message for p in _problems())
+    path = project / "domains/clinic/domain.yaml"
+    path.write_text(path.read_text().replace("rows: 1000000000", "rows: 5").replace("n{nnnnnn}", "n{" + "n" * 5000 + "}"))
+
+    assert any("over 64 characters (MAX_PATTERN_SLOT)" in p.message for p in _problems())

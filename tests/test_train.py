@@ -73,6 +73,7 @@ def test_synth_keeps_successes_drops_duplicates_and_writes_trl_format(in_tmp):
     assert stats["episodes"] == 88 and stats["successes"] == 88
     # oracle + scripted user is deterministic: the second trial of each task is an exact duplicate
     assert stats["kept"] == len(rows) and stats["duplicates_dropped"] >= 44
+    assert f"kept {len(rows)} of 88 episodes: {stats['duplicates_dropped']} duplicates dropped, 0 failed" in r.output
     assert len({json.dumps(r["messages"]) for r in rows}) == len(rows)
     calls = [c for r in rows for m in r["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])]
     assert calls and all(c["type"] == "function" and isinstance(c["function"]["arguments"], dict) for c in calls)
@@ -106,6 +107,7 @@ def test_synth_rejects_failed_episodes(in_tmp):
     # a do-nothing agent still "succeeds" on refusal tasks (no change is the right outcome) and nowhere else
     refuse = {t for t, row in stats["per_task"].items() if row["successes"]}
     assert stats["kept"] + stats["duplicates_dropped"] == len(refuse) < stats["episodes"]
+    assert stats["failed"] == stats["episodes"] - len(refuse) and stats["infra_errors"] == 0
     assert all(r["reward"] == 1 for r in map(json.loads, (in_tmp / "x.jsonl").read_text().splitlines()))
 
 
@@ -145,11 +147,16 @@ def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
     turns.append(cur)
     roles = [m["role"] for m in record["messages"]]
     assert len(turns) == len(roles)
-    assert record["messages"][1].get("fixed")  # the greeting is template text
+    assert record["not_trained"] == [1]  # the greeting is template text
+    # OpenAI's shape, nothing muactl-only inside messages: call ids, and the id each tool result answers
+    assert not any("fixed" in m or "error" in m for m in record["messages"])
+    call_ids = [c["id"] for m in record["messages"] for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in record["messages"] if m["role"] == "tool"]
+    assert call_ids and answered == call_ids and len(set(call_ids)) == len(call_ids)
     for k, (role, idx) in enumerate(zip(roles, turns)):
         text = tok.decode([ids[i] for i in idx])
         masked = [ids[i] for i in idx if mask[i]]
-        if role == "assistant" and not record["messages"][k].get("fixed"):
+        if role == "assistant" and k not in record["not_trained"]:
             header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
             # everything after the header is trained: content or tool calls, and <|im_end|>; not the newline after it
             assert masked and masked == [ids[i] for i in idx][len(header):-1], text
@@ -171,14 +178,15 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
             "sft.logging_steps=1", "run_id=sft-test"]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
+    assert "sft: precision: " in r.output and "batch 2 x grad_accum 1" in r.output
     run = in_tmp / "runs" / "sft-test"
     final = run / "checkpoint-final"
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()
     # the model card travels with every checkpoint: tiny is prompted with the compact tool list
     import json
 
-    assert json.loads((final / "muactl.json").read_text()) == {"tools": "compact"}
-    assert json.loads((run / "sft" / "checkpoint-1" / "muactl.json").read_text()) == {"tools": "compact"}
+    assert json.loads((final / "muactl.json").read_text()) == {"format": "chatml", "tools": "compact"}
+    assert json.loads((run / "sft" / "checkpoint-1" / "muactl.json").read_text()) == {"format": "chatml", "tools": "compact"}
     assert "max_steps: 2" in (run / "config.yaml").read_text()
     # an hf: agent loads it directly and runs an episode
     r = runner.invoke(app, ["eval", "bank", "--agent", f"hf:{final}", "--task", "move-quin", "--max-turns", "2",
@@ -254,3 +262,25 @@ def test_example_configs_compose():
     assert quick.model.name == "smollm2-135m" and list(quick.stages) == ["synth", "sft", "grpo", "eval"]
     gpu = compose(examples / "gpu-qwen3.yaml", [])
     assert "Qwen3" in gpu.model.name and gpu.user.kind == "litellm"
+
+
+def test_precision_note_says_which_and_why(monkeypatch):
+    import torch
+
+    from muactl.models import precision_note
+
+    assert precision_note("float32") == "precision: float32 weights (model.dtype=float32)"
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("MUACTL_CPU_BF16", "0")
+        assert precision_note(None) == "precision: float32 weights (MUACTL_CPU_BF16=0)"
+
+
+def test_sft_batch_defaults_fit_the_model():
+    from muactl.models import sft_batch
+
+    assert sft_batch("smollm2-135m", None, None, cuda=False) == (2, 4)  # 8 examples per update, 2 at a time
+    assert sft_batch("tiny", None, None, cuda=False) == (8, 1)
+    assert sft_batch("Qwen/Qwen3-8B", None, None, cuda=False) == (1, 8)
+    assert sft_batch("Qwen/Qwen3-8B", None, None, cuda=True) == (8, 1)
+    assert sft_batch("smollm2-135m", 4, None, cuda=False) == (4, 1)  # explicit settings are taken as given
+    assert sft_batch("smollm2-135m", 2, 3, cuda=False) == (2, 3)

@@ -58,6 +58,7 @@ def test_export_writes_datasets_loop_config_script_and_readme(exported, clinic):
     assert entry["name"] == "muactl_clinic" and entry["_target_"] == "muactl_agent_loop.MuactlAgentLoop"
     grpo = grpo_defaults()
     assert (entry["max_turns"], entry["max_new_tokens"]) == (grpo["max_turns"], grpo["max_new_tokens"])
+    assert (entry["max_tool_errors"], entry["timeout_s"], entry["request_timeout_s"]) == (4, 600.0, 60.0)
     script = (exported / "launch.sh").read_text()
     subprocess.run(["bash", "-n", str(exported / "launch.sh")], check=True)
     for line in ["ray job submit", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo",
@@ -100,7 +101,9 @@ class FakeServerManager:
 
 
 def oracle_turns(task, compiled) -> list[str]:
-    agent, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=compiled)
+    # the user said yes to every proposed change
+    agent, ctx = OracleAgent(), SimpleNamespace(state={}, task=task, domain=compiled,
+                                                messages=[{"role": "user", "content": "Yes, go ahead."}])
     out = []
     for _ in range(len(task.task.expect.actions) * 2 + 3):
         reply = asyncio.run(agent.act(ctx))
@@ -191,3 +194,101 @@ def test_generated_module_subclasses_verl_base_and_runs_one_episode(exported, cl
     assert len(out.response_mask) == len(out.response_ids) and 0 in out.response_mask and 1 in out.response_mask
     tensors = out.as_dict()  # what verl's worker turns it into
     assert tensors["rm_scores"][-1] == 1.0 and tensors["response_mask"].sum() == sum(out.response_mask)
+
+
+# ---------------------------------------------------------------- the oldest verl the README names (0.8.0)
+
+
+def _verl_080(monkeypatch):
+    """verl is not installed here (it needs CUDA's stack): a stand-in for verl 0.8.0's agent_loop module
+    with exactly what its AgentLoopBase gives a subclass (read from the 0.8.0 wheel): config,
+    rollout_config, server_manager, tokenizer, processor, dataset_cls, data_config; no
+    _cap_text_prompt_length, which came later. The output models carry 0.8.0's fields."""
+    import types
+
+    from pydantic import BaseModel, ConfigDict
+
+    class AgentLoopMetrics(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        generate_sequences: float = 0.0
+        tool_calls: float = 0.0
+        compute_score: float = 0.0
+        num_preempted: int = -1
+
+    class AgentLoopOutput(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        prompt_ids: list[int]
+        response_ids: list[int]
+        response_mask: list[int]
+        response_logprobs: list[float] | None = None
+        routed_experts: object = None
+        multi_modal_data: dict | None = None
+        reward_score: float | None = None
+        num_turns: int = 0
+        metrics: AgentLoopMetrics
+        extra_fields: dict = {}
+
+    class DictConfigWrap:
+        def __init__(self, config):
+            self.config = config
+
+    class AgentLoopBase:
+        def __init__(self, trainer_config, server_manager, tokenizer, processor, dataset_cls, data_config, **kwargs):
+            self.config = trainer_config.config
+            self.rollout_config = self.config.actor_rollout_ref.rollout
+            self.server_manager, self.tokenizer, self.processor = server_manager, tokenizer, processor
+            self.dataset_cls, self.data_config = dataset_cls, data_config.config
+
+    mod = types.ModuleType("verl.experimental.agent_loop.agent_loop")
+    mod.AgentLoopBase, mod.AgentLoopOutput, mod.AgentLoopMetrics, mod.DictConfigWrap = \
+        AgentLoopBase, AgentLoopOutput, AgentLoopMetrics, DictConfigWrap
+    for name in ("verl", "verl.experimental", "verl.experimental.agent_loop"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return mod
+
+
+def test_generated_module_runs_on_verl_080_with_its_own_seed_per_rollout(exported, clinic, tok, monkeypatch):
+    import hydra
+    from omegaconf import OmegaConf
+
+    verl = _verl_080(monkeypatch)
+    monkeypatch.syspath_prepend(str(exported))
+    sys.modules.pop("muactl_agent_loop", None)
+    module = importlib.import_module("muactl_agent_loop")
+    assert issubclass(module.MuactlAgentLoop, verl.AgentLoopBase)
+    (entry,) = OmegaConf.load(exported / "agent_loop.yaml")
+    task = clinic.task("cancel-next-appointment")
+    kwargs = {"raw_prompt": [], "extra_info": {"task_id": task.task.id, "index": 0}, "agent_name": "muactl_clinic",
+              "index": 0}
+    outs = []
+    for prompt_length in (4096, 4096, 16):  # the last prompt does not fit: cut from the left, as verl does
+        fake = _fake(tok, task, clinic.compiled)
+        trainer = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": prompt_length,
+                                                                      "response_length": 4096}}})
+        loop = hydra.utils.instantiate(entry, trainer_config=verl.DictConfigWrap(trainer), server_manager=fake,
+                                       tokenizer=tok, processor=None, dataset_cls=None,
+                                       data_config=verl.DictConfigWrap(OmegaConf.create({})))
+        out = asyncio.run(loop.run({"temperature": 1.0, "logprobs": True}, **kwargs))
+        assert isinstance(out, verl.AgentLoopOutput) and out.reward_score == 1.0
+        assert (loop.runner.max_tool_errors, loop.runner.timeout_s, loop.runner.llm["timeout_s"]) == (4, 600.0, 60.0)
+        outs.append((out, fake))
+    full, _ = outs[0]
+    assert full.prompt_ids == outs[1][0].prompt_ids and len(full.prompt_ids) > 16
+    assert outs[2][0].prompt_ids == full.prompt_ids[-16:]
+    # the rows of a group share extra_info.index; every rollout still gets its own seed
+    seeds = [o.extra_fields["muactl_seed"] for o, _ in outs]
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_verl_extra_names_what_verls_agent_loop_imports_undeclared():
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    names = {Requirement(r).name for r in project["optional-dependencies"]["verl"]}
+    # verl 0.8.0 and 0.9.1: verl.workers.rollout.llm_server imports cachetools, rollout.utils fastapi;
+    # verl's own requirements list neither
+    assert {"verl", "ray", "tensordict", "cachetools", "fastapi"} <= names

@@ -61,6 +61,8 @@ class Agent(ABC):
     name = "agent"
     #: local agents keep token-exact trajectories (ids, mask, logprobs) in ctx.trace
     keeps_tokens = False
+    #: how a tool call is written, for the error turn after a reply that could not be parsed
+    call_syntax = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
     @abstractmethod
     async def act(self, ctx: EpisodeContext) -> AgentReply: ...

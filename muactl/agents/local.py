@@ -2,8 +2,9 @@
 
 Each episode's TokenTrace grows as the conversation does: messages the template renders (system,
 greeting, user and tool turns) are tokenized segment by segment with mask 0; the generation prompt
-`<|im_start|>assistant\\n` is mask 0; the tokens the policy samples, its <|im_end|> included, are
-appended as generated with mask 1 and their logprobs. Nothing generated is ever re-tokenized.
+(`<|im_start|>assistant\\n` in ChatML) is mask 0; the tokens the policy samples, its end-of-turn token
+included, are appended as generated with mask 1 and their logprobs. Nothing generated is ever
+re-tokenized. The model's chat format (agents/formats.py) says how turns render and parse.
 
 Batching: every episode waiting for an agent turn puts its prompt in one queue; the queue waits until
 no other episode can make progress (scripted users and tools answer within the same event-loop tick),
@@ -18,7 +19,6 @@ from abc import abstractmethod
 from typing import Any, Callable
 
 from .base import Agent, AgentReply, InfraError
-from .chatml import AFTER_TURN, GENERATION_PROMPT, parse_assistant, prompt_tools, render
 
 Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[int], list[float]]]]
 
@@ -84,11 +84,11 @@ class LocalAgent(Agent):
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         self.tokenizer = None
-        self.eos_id: int | None = None
+        self.format = None  # ChatFormat: how turns render and parse, and the end-of-turn ids
 
     @abstractmethod
     async def _complete(self, prompt: list[int], ctx) -> tuple[list[int], list[float] | None]:
-        """The next turn's ids (ending in <|im_end|> unless cut) and their sampling logprobs."""
+        """The next turn's ids (ending in an end-of-turn token unless cut) and their sampling logprobs."""
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -99,19 +99,17 @@ class LocalAgent(Agent):
     def extend_trace(self, ctx) -> list[int]:
         """Append template ids for every message since the last generation; return the prompt ids."""
         trace = ctx.trace
-        # the template's newline after our last <|im_end|>, whether sampled or added after a cut
-        # (so not `mask[-1] == 1`: a turn cut at max_new_tokens ends with an unsampled <|im_end|>)
-        if trace.ids and trace.ids[-1] == self.eos_id:
-            trace.add(self._encode(AFTER_TURN), sampled=False)
-        new = ctx.messages[trace.rendered_upto:]
-        if new:
-            from ..models import tool_format_of
-
-            tools = prompt_tools(ctx.tools, tool_format_of(self.tokenizer)) if trace.rendered_upto == 0 else None
-            text = render(new, tools)
+        if trace.rendered_upto == 0:
+            segments = self.format.opening(ctx.messages, ctx.tools)
+        else:  # after our last turn, whose end token (sampled, or added after a cut) is in the trace
+            segments = self.format.continuation(ctx.messages, trace.rendered_upto)
+        for text in segments:
             trace.add(self._encode(text), sampled=False)
-        trace.add(self._encode(GENERATION_PROMPT), sampled=False)
         return list(trace.ids)
+
+    @property
+    def call_syntax(self) -> str:
+        return self.format.call_syntax if self.format else Agent.call_syntax
 
     async def act(self, ctx) -> AgentReply:
         await self.prepare(ctx.domain)
@@ -119,10 +117,12 @@ class LocalAgent(Agent):
         ids, logprobs = await self._complete(prompt, ctx)
         trace = ctx.trace
         trace.add(ids, sampled=True, logprobs=logprobs)
-        if not ids or ids[-1] != self.eos_id:  # cut at max_new_tokens: close the turn as the template would
-            trace.add([self.eos_id], sampled=False)
+        if not ids or ids[-1] not in self.format.end_ids:  # cut at max_new_tokens: close the turn as the template would
+            trace.add([self.format.end_ids[0]], sampled=False)
         trace.rendered_upto = len(ctx.messages) + 1  # the engine appends our assistant message next
-        parsed = parse_assistant(self._decode(ids))
+        parsed = self.format.parse(self._decode(ids))
+        if self.format.family != "chatml":  # some templates check ids (Mistral's: 9 letters or digits)
+            parsed.tool_calls = [dict(c, id=f"c{len(ctx.messages):04d}{i:04d}") for i, c in enumerate(parsed.tool_calls)]
         return AgentReply(parsed.content, parsed.tool_calls, parsed.error,
                           usage={"prompt_tokens": len(prompt), "completion_tokens": len(ids)})
 
@@ -142,7 +142,7 @@ class BatchedAgent(LocalAgent):
 
     @abstractmethod
     def _load(self, domain) -> None:
-        """Load the model and tokenizer, then set self.tokenizer, self.eos_id and self.batcher."""
+        """Load the model and tokenizer, then set self.tokenizer, self.format and self.batcher."""
 
     async def prepare(self, domain) -> None:
         if self.batcher is None:
@@ -168,8 +168,10 @@ class HFAgent(BatchedAgent):
             from ..models import load_model
 
             self.lm = load_model(self.model_ref, domain)
+        from ..models import chat_format
+
         self.tokenizer = self.lm.tokenizer
-        self.eos_id = self.lm.eos_id
+        self.format = chat_format(self.tokenizer)
         self.batcher = Batcher(self.lm.generate, self.max_batch)
 
 
@@ -184,11 +186,11 @@ class VLLMAgent(BatchedAgent):
 
     def _load(self, domain) -> None:
         vllm = import_vllm()
-        from ..models import load_tokenizer, resolve
+        from ..models import chat_format, load_tokenizer, resolve
 
         path = resolve(self.model_ref, domain)
         self.tokenizer = load_tokenizer(path)
-        self.eos_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.format = chat_format(self.tokenizer)
         if self.engine is None:
             self.engine = vllm.LLM(model=str(path), tokenizer=str(path), gpu_memory_utilization=self.gpu_memory_utilization)
         self._vllm = vllm
@@ -196,7 +198,7 @@ class VLLMAgent(BatchedAgent):
 
     def _generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int | None):
         params = self._vllm.SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed,
-                                           stop_token_ids=[self.eos_id], logprobs=0)
+                                           stop_token_ids=list(self.format.end_ids), logprobs=0)
         outs = self.engine.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         results = []
         for o in outs:

@@ -124,6 +124,9 @@ class PickerScreen(Screen):
 # ---------------------------------------------------------------- the chat
 
 
+ENDING = "Ending the chat: the agent finishes its turn first"
+
+
 class ChatScreen(Screen):
     BINDINGS = [
         # priority: the Input keeps focus and would take ctrl+e (end of line) for itself
@@ -285,7 +288,7 @@ class ChatScreen(Screen):
             self._slow_timer.stop()
             self._slow_timer = None
         if on:
-            self.status("The agent is thinking", "busy", timed=True)
+            self.status(ENDING if self._ending else "The agent is thinking", "busy", timed=True)
             self._slow_timer = self.set_timer(self.app.cfg.slow_s, self._slow)
 
     def _slow(self) -> None:
@@ -294,7 +297,10 @@ class ChatScreen(Screen):
                     "again; ctrl+e ends the chat after it.", title="Slow agent", severity="warning", timeout=10)
 
     def _failed(self, error: Exception) -> None:
-        self.status("The agent failed: ctrl+r retries this turn, ctrl+e ends the chat", "error")
+        # the reason stays in the transcript: a toast fades, and "failed" alone does not say what to fix
+        reason = f"{type(error).__name__}: {error}"
+        self.query_one(ConversationView).add("note", f"the agent failed: {reason}")
+        self.status(f"The agent failed ({reason[:160]}): ctrl+r retries this turn, ctrl+e ends the chat", "error")
         self.notify(f"{type(error).__name__}: {error}\nctrl+r retries the turn; ctrl+e ends the chat.",
                     title="Agent failed", severity="error", timeout=15)
 
@@ -316,17 +322,21 @@ class ChatScreen(Screen):
         self.human.send(text)
 
     def action_end(self) -> None:
-        if self.episode is not None or self._ending:
+        if self.episode is not None:
             return
-        if self.guard is not None and self.guard.give_up():
-            self._ending = True
+        if self._ending:  # a second press: say again what is happening rather than nothing
+            self.notify(ENDING + ".")
             return
         self._ending = True
+        if self.guard is not None and self.guard.give_up():
+            self.status("Ending the chat", "busy")
+            return
         if self.seat is not None and not self.seat.human_has_it:
             self.seat.take()
         self.human.stop()
-        if not self.human.waiting:
-            self.notify("The chat ends when the agent finishes its turn.")
+        if not self.human.waiting:  # acknowledged at once; the reward comes when the agent's turn ends
+            self.status(ENDING, "busy", timed=True)
+            self.notify(ENDING + ".")
 
     def action_retry(self) -> None:
         if self.guard is not None and self.guard.retry():
@@ -507,7 +517,9 @@ class ChatApp(App):
             return self._simulator()
         from ..env.user import make_user
 
-        return make_user(self.cfg.user, api_base=self.cfg.user_api_base)
+        cfg = self.cfg
+        return make_user(cfg.user, api_base=cfg.user_api_base, max_tokens=cfg.max_tokens, timeout_s=cfg.llm_timeout_s,
+                         retries=cfg.retries)
 
     async def ensure_agent(self, status: Callable[..., None]) -> Agent:
         """Build and load the agent off the event loop; on failure, wait for the person to retry."""
@@ -533,7 +545,8 @@ class ChatApp(App):
 
             cfg = self.cfg
             self.agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                                    max_new_tokens=cfg.max_new_tokens)
+                                    max_new_tokens=cfg.max_new_tokens, max_tokens=cfg.max_tokens,
+                                    timeout_s=cfg.llm_timeout_s, retries=cfg.retries)
 
     def retry_load(self) -> bool:
         if self._load_retry is not None:

@@ -41,6 +41,9 @@ class ChatConfig:
     max_turns: int = 60
     # A person types slowly: the engine's default 10-minute episode timeout would cut real chats.
     timeout_s: float = 24 * 3600.0
+    max_tokens: int = 1024  # API agents and users: tokens per reply, request timeout, retries
+    llm_timeout_s: float = 60.0
+    retries: int = 4
     # Watch mode: a pause before each simulated user turn, so a person can read along and take over.
     pace_s: float = 1.0
     slow_s: float = 30.0  # an agent turn longer than this gets a notification offering a retry

@@ -10,12 +10,13 @@ from pathlib import Path
 from .. import __version__
 from ..spec.load import DomainSpec
 from ..spec.models import SPEC_VERSION
-from .database import build_template, cache_dir
+from .changelog import with_log
+from .database import build_template, cache_dir, schema_connection
 from .prompt import agent_system_prompt
 from .tools import CompiledTool, compile_tool
 
 # bump when the template layout changes, so old cache entries are not reused
-TEMPLATE_FORMAT = 1
+TEMPLATE_FORMAT = 2
 
 
 @dataclass
@@ -44,11 +45,13 @@ class CompiledDomain:
         return [t for t in self.tools.values() if t.side == "user"]
 
     def template_bytes(self) -> bytes:
-        """The template, read once per process (read-only); forks deserialize a copy and never write it."""
+        """The template, read once per process (read-only) with its change log added (changelog.py);
+        forks deserialize a copy and never write it."""
         if self._template is None:
             disk = sqlite3.connect(f"file:{self.template_path}?mode=ro", uri=True)
-            self._template = disk.serialize()
+            data = disk.serialize()
             disk.close()
+            self._template = with_log(data, self.tables)
         return self._template
 
     def environment(self, trust: bool | None = None):
@@ -74,7 +77,11 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
     path = cache_dir() / "templates" / f"{spec.domain.name}-{digest}.sqlite"
     if not path.exists():
         build_template(spec, path)
-    tools = {name: compile_tool(name, t) for name, t in spec.domain.tools.items()}
+    conn = schema_connection(spec.domain)  # to read which table columns each tool's query returns
+    try:
+        tools = {name: compile_tool(name, t, spec.domain, conn) for name, t in spec.domain.tools.items()}
+    finally:
+        conn.close()
     prompt = agent_system_prompt(spec.domain.description, spec.policy_text)
     return CompiledDomain(spec, tools, path, prompt, digest)
 

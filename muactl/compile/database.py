@@ -13,8 +13,9 @@ from typing import Any
 import sqlite_utils
 
 from ..errors import Problem, SpecError
+from ..limits import SQLITE_INT_MAX, SQLITE_INT_MIN, quote
 from ..spec import models as m
-from ..spec.load import DomainSpec, SeedSource
+from ..spec.load import DomainSpec, SeedSource, parse_json
 
 _PY_TYPES = {"text": str, "integer": int, "real": float, "boolean": int, "json": str}
 
@@ -24,8 +25,8 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
-    """Create every declared table, referenced tables first so foreign keys resolve."""
+def create_schema(db: sqlite_utils.Database, domain: m.Domain, views: bool = True) -> None:
+    """Create every declared table, referenced tables first so foreign keys resolve, then the views."""
     tables = domain.database.tables
     done: set[str] = set()
     deferred: list[tuple[str, str, str, str]] = []
@@ -57,36 +58,52 @@ def create_schema(db: sqlite_utils.Database, domain: m.Domain) -> None:
         create(name)
     if deferred:
         db.add_foreign_keys(deferred)
+    if views:
+        for name, select in domain.database.views.items():
+            create_view(db.conn, name, select)
+
+
+def create_view(conn: sqlite3.Connection, name: str, select: str) -> None:
+    conn.execute(f'CREATE VIEW "{name}" AS {select}')
 
 
 def coerce(value: Any, ctype: str, from_text: bool) -> Any:
-    """Seed value -> stored value. CSV cells are text, so they are parsed; JSON/YAML values must already match."""
+    """Seed value -> stored value. CSV cells are text, so they are parsed; JSON/YAML values must already match.
+    Messages quote at most a short prefix of the value (a seed cell may be 128 KiB)."""
     if value is None or (from_text and value == "" and ctype != "text"):
         return None
     if ctype == "text":
         if isinstance(value, str):
             return value
-        raise TypeError(f"expected text, got {type(value).__name__} {value!r}; quote it")
+        raise TypeError(f"expected text, got {type(value).__name__} {quote(value)}; quote it")
     if ctype == "integer":
         if from_text and isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:  # int()'s own message names Python, not the column type
-                raise TypeError(f"expected integer, got {value!r}") from None
+            text = value.strip()
+            digits = text[1:] if text[:1] in "+-" else text
+            # int() would also take '1_000' and non-ASCII digits, and gives up past 4,300 digits
+            if not (digits.isascii() and digits.isdigit()):
+                raise TypeError(f"expected integer, got {quote(value)}")
+            if len(digits) > 19:
+                raise TypeError(f"an integer of {len(digits)} digits is out of range (SQLite integers lie between "
+                                f"{SQLITE_INT_MIN} and {SQLITE_INT_MAX})")
+            value = int(text)
         if isinstance(value, int) and not isinstance(value, bool):
+            if not SQLITE_INT_MIN <= value <= SQLITE_INT_MAX:
+                raise TypeError(f"integer {quote(value)} is out of range (SQLite integers lie between "
+                                f"{SQLITE_INT_MIN} and {SQLITE_INT_MAX})")
             return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise TypeError(f"expected integer, got {type(value).__name__} {value!r}")
+            return coerce(int(value), ctype, False)
+        raise TypeError(f"expected integer, got {type(value).__name__} {quote(value)}")
     if ctype == "real":
         if from_text and isinstance(value, str):
             try:
                 value = float(value.strip())
             except ValueError:
-                raise TypeError(f"expected a number, got {value!r}") from None
+                raise TypeError(f"expected a number, got {quote(value)}") from None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
-        raise TypeError(f"expected a finite number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"expected a finite number, got {type(value).__name__} {quote(value)}")
     if ctype == "boolean":
         if from_text and isinstance(value, str):
             v = value.strip().lower()
@@ -96,14 +113,16 @@ def coerce(value: Any, ctype: str, from_text: bool) -> Any:
                 return 0
         if isinstance(value, bool):
             return int(value)
-        raise TypeError(f"expected true or false, got {value!r}")
+        raise TypeError(f"expected true or false, got {quote(value)}")
     if ctype == "json":
         if from_text and isinstance(value, str):
             try:
-                value = json.loads(value)
+                value = parse_json(value)
             except json.JSONDecodeError as e:
                 raise TypeError(f"invalid JSON in a json column: {e.msg} (character {e.pos + 1})") from None
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+            except ValueError as e:
+                raise TypeError(f"json column: {e}") from None
+        return json.dumps(value, ensure_ascii=False)  # key order as written; the state hash canonicalizes
     raise TypeError(f"unknown column type {ctype}")
 
 
@@ -191,8 +210,8 @@ def build_template(spec: DomainSpec, path: Path) -> None:
             os.unlink(tmp)
 
 
-def schema_connection(domain: m.Domain) -> sqlite3.Connection:
+def schema_connection(domain: m.Domain, views: bool = True) -> sqlite3.Connection:
     """An empty in-memory database with the declared schema, for compiling statements."""
     conn = sqlite3.connect(":memory:")
-    create_schema(sqlite_utils.Database(conn), domain)
+    create_schema(sqlite_utils.Database(conn), domain, views)
     return conn

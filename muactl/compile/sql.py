@@ -8,10 +8,14 @@ change the schema.
 
 from __future__ import annotations
 
+import ast
 import json
+import operator
 import re
 import sqlite3
 from typing import Any
+
+from . import changelog
 
 _READ_OPS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _WRITE_OPS = _READ_OPS | {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
@@ -29,6 +33,65 @@ def param_names(sql: str) -> list[str]:
     for name in _PARAM.findall(stripped):
         seen.setdefault(name)
     return list(seen)
+
+
+def _py_round(x: Any, digits: Any = 0) -> Any:
+    if x is None or digits is None:
+        return None
+    return float(round(float(x), int(digits)))
+
+
+def _py_number(x: Any) -> Any:
+    # SQLite writes reals into JSON with 15 significant digits (3.9200000000000017 -> 3.92); Python's
+    # repr is the shortest text that reads back as the same float
+    return None if x is None else repr(x) if isinstance(x, float) else str(x)
+
+
+_CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def _calc(expression: Any) -> Any:
+    """+ - * / and parentheses over numbers, as Python evaluates them; NULL for anything else."""
+    if not isinstance(expression, str) or len(expression) > 1000:
+        return None
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _CALC_OPS:
+            return _CALC_OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+            return -ev(node.operand) if isinstance(node.op, ast.USub) else ev(node.operand)
+        raise ValueError("not arithmetic")
+
+    try:
+        return float(ev(ast.parse(expression, mode="eval")))
+    except (ValueError, SyntaxError, ZeroDivisionError, RecursionError, OverflowError):
+        return None
+
+
+class _PySum:
+    """sum() as a Python loop adds: left to right, no compensation (SQLite's own sum() is compensated
+    from 3.43 on, so its last digit depends on the SQLite version)."""
+
+    def __init__(self) -> None:
+        self.total: Any = None
+
+    def step(self, x: Any) -> None:
+        if x is not None:
+            self.total = x if self.total is None else self.total + x
+
+    def finalize(self) -> Any:
+        return self.total
+
+
+# Deterministic helper functions muactl registers on every connection (README, "SQL functions").
+# SQLite's round() rounds half away from zero on the decimal text (round(2.675, 2) = 2.68); py_round is
+# Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
+SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1)}
+SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 
 class Guard:
@@ -50,7 +113,8 @@ class Guard:
             self.denied = f"function {arg2}"
             return sqlite3.SQLITE_DENY
         if action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE):
-            if arg1 not in self.tables:
+            # the change log's triggers (changelog.py) append to their log tables, and only they may
+            if arg1 not in self.tables and not (_is_log(arg1) and _is_log(source)):
                 self.denied = f"writing table {arg1}"
                 return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
@@ -59,7 +123,15 @@ class Guard:
         # json_each/json_tree register their virtual tables on first use, which SQLite reports as a
         # write to sqlite_master; do that once before the guard is on, so domains may use them
         conn.execute("SELECT count(*) FROM json_each('[]'), json_tree('[]')").fetchone()
+        for name, (fn, nargs) in SQL_FUNCTIONS.items():
+            conn.create_function(name, nargs, fn, deterministic=True)
+        for name, (cls, nargs) in SQL_AGGREGATES.items():
+            conn.create_aggregate(name, nargs, cls)
         conn.set_authorizer(self)
+
+
+def _is_log(name: Any) -> bool:
+    return isinstance(name, str) and name.startswith(changelog.PREFIX)
 
 
 # authorizer action codes only: result codes share their numbers (SQLITE_ERROR == SQLITE_CREATE_INDEX)
@@ -95,7 +167,29 @@ def explain(conn: sqlite3.Connection, guard: Guard, sql: str, mode: str) -> str 
 
 
 def bind_value(value: Any) -> Any:
-    """Arrays and objects are bound as JSON text (use json_each/json_extract in SQL); bools as 0/1."""
+    """Arrays and objects are bound as JSON text (use json_each/json_extract in SQL), keys in the order
+    given; bools as 0/1."""
     if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True)
+        return json.dumps(value, ensure_ascii=False)
     return value
+
+
+_FRAGMENT = re.compile(r"\{\{\s*([A-Za-z_]\w*)\s*\}\}")
+
+
+def expand_fragments(sql: str, fragments: dict[str, str]) -> tuple[str, list[str]]:
+    """Paste named SQL fragments where a statement says {{name}} (fragments may use other fragments).
+    Returns the statement and the names that are not declared."""
+    unknown: list[str] = []
+    for _ in range(10):  # nesting depth; a cycle stays unexpanded and fails to compile
+        def sub(m: re.Match) -> str:
+            if m[1] in fragments:
+                return f"({fragments[m[1]]})"
+            unknown.append(m[1])
+            return m[0]
+
+        new = _FRAGMENT.sub(sub, sql)
+        if new == sql:
+            break
+        sql = new
+    return sql, unknown

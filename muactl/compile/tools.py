@@ -3,12 +3,13 @@ feeds the model's schema, the docs (`muactl tools`) and the MCP server."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
 from ..spec import models as m
+from .arguments import ArgumentValidator, argument_errors
 
 BUILTIN_DESCRIPTIONS = {
     "transfer": "Transfer the user to a human agent, with a summary of the issue. Use only when the request "
@@ -31,6 +32,8 @@ class CompiledTool:
     side: str
     # an mcp tool's JSON schema, as its server declares it (set when the server is discovered)
     schema: dict[str, Any] | None = None
+    # result column -> declared type (json, boolean...), for typing sql tool results
+    result_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -48,22 +51,16 @@ class CompiledTool:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def validator(self) -> jsonschema.Draft202012Validator:
+    def validator(self) -> jsonschema.Validator:
         # rebuilt when discovery sets an mcp tool's schema
         if not hasattr(self, "_validator") or self._validator_for is not self.schema:
-            self._validator = jsonschema.Draft202012Validator(self.parameters)
+            self._validator = ArgumentValidator(self.parameters)
             self._validator_for = self.schema
         return self._validator
 
     def argument_errors(self, args: Any) -> list[str]:
-        """Every way `args` breaks the schema, as short sentences naming the argument."""
-        if not isinstance(args, dict):
-            return [f"arguments must be a JSON object, got {type(args).__name__}"]
-        out = []
-        for err in sorted(self.validator().iter_errors(args), key=lambda e: list(e.path)):
-            where = ".".join(str(p) for p in err.path)
-            out.append(f"'{where}': {err.message}" if where else err.message)
-        return out
+        """Every way `args` breaks the schema (sizes first, bounded work: compile/arguments.py)."""
+        return argument_errors(self.validator(), args)
 
     def with_defaults(self, args: dict[str, Any]) -> dict[str, Any]:
         out = dict(args)
@@ -73,11 +70,44 @@ class CompiledTool:
         return out
 
 
-def compile_tool(name: str, spec: Any) -> CompiledTool:
+def result_types(domain: m.Domain, conn, sql: str | None) -> dict[str, str]:
+    """Result column -> declared type, for the table columns a query reads: SQLite's authorizer names
+    every (table, column) it reads while compiling, so `SELECT * FROM users` types users' columns and
+    a `name` that is json in one table and text in another is typed by the table actually read."""
+    import sqlite3
+
+    if not sql:
+        return {}
+    from .sql import param_names
+
+    read: set[tuple[str, str]] = set()
+
+    def spy(action, arg1, arg2, *_):
+        if action == sqlite3.SQLITE_READ:
+            read.add((arg1, arg2))
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(spy)
+    try:
+        conn.execute("EXPLAIN " + sql, {p: None for p in param_names(sql)}).fetchall()
+    except sqlite3.Error:
+        return {}  # validate reports the statement
+    finally:
+        conn.set_authorizer(None)
+    seen: dict[str, set[str]] = {}
+    for table, col in read:
+        ctype = domain.database.tables.get(table) and domain.database.tables[table].columns.get(col)
+        if ctype:
+            seen.setdefault(col, set()).add(ctype)
+    return {col: next(iter(types)) for col, types in seen.items() if len(types) == 1}
+
+
+def compile_tool(name: str, spec: Any, domain: m.Domain | None = None, conn=None) -> CompiledTool:
     kind = spec.kind
     if kind == "builtin":
         return CompiledTool(name, kind, spec, spec.description or BUILTIN_DESCRIPTIONS[spec.builtin],
                             BUILTIN_PARAMS[spec.builtin], spec.side)
     if kind == "mcp":  # the schema comes from the server when the tool is discovered
         return CompiledTool(name, kind, spec, spec.description or f"MCP tool {spec.mcp.tool}", {}, spec.side)
-    return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side)
+    types = {**result_types(domain, conn, spec.query), **spec.types} if kind == "sql" and domain else {}
+    return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side, result_types=types)

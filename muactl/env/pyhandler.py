@@ -12,6 +12,8 @@ import json
 import multiprocessing as mp
 import sqlite3
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -35,15 +37,22 @@ def _child(root: str, target: str, args: dict, data: bytes, conn_out) -> None:
         conn_out.send((False, f"{type(e).__name__}: {e}{where}", b""))
 
 
-def run_handler(root: Path, target: str, args: dict[str, Any], data: bytes, timeout: float) -> tuple[bool, str, bytes]:
+def run_handler(root: Path, target: str, args: dict[str, Any], data: bytes, timeout: float,
+                stop: threading.Event | None = None) -> tuple[bool, str, bytes]:
+    """Run the handler in a child; (ok, content, new database bytes). It is killed after `timeout`
+    seconds, or as soon as `stop` is set (the episode it serves has ended)."""
     ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(str(root), target, args, data, send), daemon=True)
     proc.start()
     send.close()
     try:
-        if not recv.poll(timeout):
-            return False, f"timed out after {timeout:g} s", b""
+        deadline = time.monotonic() + timeout
+        while not recv.poll(min(0.05, max(0.0, deadline - time.monotonic()))):
+            if stop is not None and stop.is_set():
+                return False, "stopped: the episode ended", b""
+            if time.monotonic() >= deadline:
+                return False, f"timed out after {timeout:g} s", b""
         return recv.recv()
     except EOFError:
         return False, "the handler process exited without a result", b""

@@ -7,21 +7,40 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
 - reads run with `query_only` on and the authorizer in read mode;
 - checks and writes run in one transaction that rolls back on any failure;
 - a failure is data: call() returns ToolResult(error=True) and the episode goes on;
-- python handlers run only with trust, in a child process with a timeout.
+- python handlers run only with trust, in a child process with a timeout;
+- acall() does the tool's work (argument validation, SQL, Python) on a worker thread, one call at a time
+  per environment, so a slow call never stalls the event loop that runs every other episode or MCP
+  session; interrupt() stops the statement in flight and every later one until settle() (an episode
+  past its timeout);
+- every domain statement runs under the SQL budget (env/budget.py): a runaway is stopped and becomes a
+  tool error;
+- a tool returns JSON-able values only (text, numbers, null, decoded json columns), at most
+  MAX_RESULT_ROWS rows and MAX_RESULT_BYTES of text; a BLOB or a non-finite number is a tool error.
+
+State: the hash follows the change log the template's triggers fill (statehash.py, tested in
+tests/env/test_statehash.py), and close() puts the database back to the template for the next fork
+(forkpool.py, tests/env/test_forkpool.py); both cost the rows an episode changed.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
+import asyncio
+import concurrent.futures
 import json
+import math
 import re
 import sqlite3
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from ..compile import changelog
 from ..compile.sql import Guard, bind_value
+from ..limits import MAX_ARGUMENT_BYTES, MAX_RESULT_BYTES, MAX_RESULT_ROWS
 from ..spec.models import call_parts
+from . import forkpool
+from .budget import STOPPED, SqlBudget, SqlLimitExceeded
+from .statehash import StateTracker, full_hash
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
@@ -43,6 +62,9 @@ class ToolResult:
         return {"content": self.content, "error": self.error, "transfer": self.transfer, "changed": self.changed}
 
 
+_CLOSED = sqlite3.connect(":memory:", check_same_thread=False)  # what a closed environment holds
+_CLOSED.close()
+
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
 
@@ -57,8 +79,23 @@ def fill(template: str, args: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+TOOL_THREADS = 64  # calls in flight at once across all environments; more wait their turn
+
+
+def tool_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads tool work runs on (created on first use; threads start as calls need them)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = concurrent.futures.ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="muactl-tool")
+        return _POOL
+
+
 def decode_json_text(value: Any) -> Any:
-    """JSON columns are stored as text; give them back as values (other text is left alone)."""
+    """Best-effort decoding of a value whose column type is unknown (assertions, template samples):
+    text that parses as a JSON array or object. Tool results use `typed` instead."""
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
@@ -67,27 +104,52 @@ def decode_json_text(value: Any) -> Any:
     return value
 
 
+def typed(value: Any, ctype: str | None) -> Any:
+    """A result value as its column was declared: json text decoded, booleans as true/false; other text
+    is never parsed (a name that happens to start with '[' stays a string)."""
+    if ctype == "json" and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    if ctype == "boolean" and isinstance(value, int):
+        return bool(value)
+    return value
+
+
 class Environment:
     def __init__(self, domain: CompiledDomain, conn: sqlite3.Connection, trust: bool = False,
-                 players: dict[str, ToolPlayer] | None = None):
+                 players: dict[str, ToolPlayer] | None = None, state: StateTracker | None = None):
+        """`state`: the tracker of where `conn`'s content stands against the template; without one
+        (a database from elsewhere) the first state hash reads every row, once."""
         self.domain = domain
         self.conn = conn
         self.trust = trust
         self.players: dict[str, ToolPlayer] = dict(players or {})
         self.guard = Guard(set(domain.tables))
+        self._busy = threading.Lock()  # one call at a time touches the connection (and the guard's mode)
+        self._pending: set[concurrent.futures.Future] = set()
+        self._stop = threading.Event()  # set by interrupt(): a running python handler gives up too
+        self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps, self._stop)
         conn.isolation_level = None  # transactions are explicit
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA query_only = ON")
+        self.state = state or self._adopt()
+        self._configure()
         self.guard.install(conn)
 
     @classmethod
     def from_template(cls, domain: CompiledDomain, trust: bool = False) -> Environment:
-        conn = sqlite3.connect(":memory:", check_same_thread=False)
-        conn.deserialize(domain.template_bytes())
-        return cls(domain, conn, trust, domain.players)
+        # a closed sandbox put back to the template costs the rows it changed (forkpool.py); else
+        # deserializing the template's bytes, one memory copy (the backup API measured 2-8x slower
+        # from 2 MB up: benchmarks/domains.py)
+        conn = forkpool.take(domain)
+        if conn is None:
+            conn = sqlite3.connect(":memory:", check_same_thread=False)
+            conn.deserialize(domain.template_bytes())
+        return cls(domain, conn, trust, domain.players, StateTracker(domain))
 
     def fork(self) -> Environment:
         """A copy of this environment's current state (players and trust carry over)."""
+        state = self.state.read(self.conn).copy()  # the copy's log is read up to the same entry
         self.guard.mode = "off"
         try:
             data = self.conn.serialize()
@@ -95,10 +157,51 @@ class Environment:
             self.guard.mode = "read"
         conn = sqlite3.connect(":memory:", check_same_thread=False)
         conn.deserialize(data)
-        return Environment(self.domain, conn, self.trust, self.players)
+        return Environment(self.domain, conn, self.trust, self.players, state)
+
+    def _configure(self) -> None:
+        """Connection settings the sandbox relies on (set again when a python tool swaps the database in)."""
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        # REPLACE deletes the rows it overwrites; only with this do those deletes reach the change log
+        self.conn.execute("PRAGMA recursive_triggers = ON")
+        self.conn.execute("PRAGMA query_only = ON")
+
+    def _adopt(self) -> StateTracker:
+        """A database muactl did not fork: give it the change log if it lacks one, and a tracker that
+        rebuilds its difference to the template from every row on first use."""
+        if not changelog.installed(self.conn, self.domain.tables):
+            self.conn.execute("PRAGMA query_only = OFF")
+            changelog.install(self.conn, self.domain.tables)
+        return StateTracker(self.domain, known=False)
 
     def close(self) -> None:
-        self.conn.close()
+        """Done with this sandbox: its database goes back to the template for the next fork to reuse
+        (or is closed when it cannot). Using the environment afterwards raises, as on a closed connection."""
+        conn, self.conn = self.conn, _CLOSED
+        if conn is _CLOSED:
+            return
+        # a call still running on a tool thread (a session closed mid-call) keeps the connection from reuse
+        if self._pending or not forkpool.give_back(self.domain, conn, self.state):
+            conn.close()
+
+    def select(self, sql: str, params: dict | None = None, max_rows: int = 1) -> tuple[list[str], list[tuple]]:
+        """Run one of the domain's read statements (an assertion, a template's sample or derive) under the
+        SQL budget: (column names, up to max_rows rows). A statement past the budget, or one returning more
+        rows, raises SqlLimitExceeded (a sqlite3.Error)."""
+        if self._stop.is_set():
+            raise SqlLimitExceeded(STOPPED)
+        self.guard.mode = "read"
+        with self.budget.limit():
+            try:
+                cur = self.conn.execute(sql, params or {})
+                names = [d[0] for d in cur.description or ()]
+                rows = cur.fetchmany(max_rows + 1)
+            except sqlite3.Error as e:
+                self.budget.check(e)
+                raise
+        if len(rows) > max_rows:
+            raise SqlLimitExceeded(f"returned more than {max_rows:,} rows (the limit here)")
+        return names, rows
 
     # ------------------------------------------------------------ tools
 
@@ -109,9 +212,12 @@ class Environment:
             known = ", ".join(self.domain.tools)
             return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}.", error=True)
         if isinstance(args, str):
+            if len(args) > MAX_ARGUMENT_BYTES:
+                return ToolResult(f"Error: arguments of {name} are {len(args):,} characters of JSON, over the "
+                                  f"{MAX_ARGUMENT_BYTES:,} allowed.", error=True)
             try:
                 args = json.loads(args) if args.strip() else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # ValueError: also integers past 4,300 digits
                 return ToolResult(f"Error: arguments of {name} are not valid JSON.", error=True)
         problems = tool.argument_errors(args if args is not None else {})
         if problems:
@@ -120,6 +226,8 @@ class Environment:
 
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a database tool (sql, builtin, python). Simulated and mcp tools need acall."""
+        if self._stop.is_set():
+            return ToolResult(f"Error: {name} {STOPPED}.", error=True)
         prepared = self._prepare(name, args)
         if isinstance(prepared, ToolResult):
             return prepared
@@ -131,25 +239,52 @@ class Environment:
             return self._call_sql(tool, args)
         if tool.kind == "builtin":
             if tool.spec.builtin == "transfer":
-                return ToolResult("Transfer successful.", transfer=True)
-            return ToolResult("")
+                return ToolResult(tool.spec.message or "Transfer successful.", transfer=True)
+            return ToolResult(tool.spec.message or "")
         if tool.kind == "python":
             return self._call_python(tool, args)
         raise AssertionError(f"unknown tool kind {tool.kind}")
 
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Await fn(*args) run on a tool thread, after any earlier call on this environment."""
+
+        def locked():
+            with self._busy:
+                return fn(*args)
+
+        future = tool_pool().submit(locked)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return await asyncio.wrap_future(future)
+
+    def interrupt(self) -> None:
+        """Stop the work in flight: the running SQL statement fails with 'interrupted' (its
+        transaction rolls back) and a python handler is abandoned. Safe from any thread."""
+        self._stop.set()
+        self.conn.interrupt()
+
+    async def settle(self) -> None:
+        """Interrupt what is in flight and wait until no thread uses the connection any more."""
+        if self._pending:
+            self.interrupt()
+            await asyncio.wait([asyncio.wrap_future(f) for f in list(self._pending)])
+        self._stop.clear()
+
     async def acall(self, name: str, args: Any) -> ToolResult:
-        """Run any tool; simulated and mcp tools are awaited through their players."""
-        prepared = self._prepare(name, args)
+        """Run any tool without blocking the event loop: database tools (and every argument check) on a
+        tool thread; simulated and mcp tools are awaited through their players."""
+        tool = self.domain.tools.get(name)
+        if tool is None or (tool.kind not in OUTSIDE_KINDS and tool.kind not in self.players):
+            return await self.off_loop(self.call, name, args)
+        prepared = await self.off_loop(self._prepare, name, args)
         if isinstance(prepared, ToolResult):
             return prepared
         tool, args = prepared
         player = self.players.get(tool.kind)
         if tool.kind not in OUTSIDE_KINDS:
-            if player is None:
-                return self.call(name, args)
             # an LLM plays a database tool (synthesis with simulated tools): the agent sees the
             # simulated text, while the real call keeps the sandbox's state for scoring
-            real = self.call(name, args)
+            real = await self.off_loop(self.call, name, args)
             try:
                 sim = await player(tool, args, self)
             except Exception as e:
@@ -178,25 +313,29 @@ class Environment:
                 self._set_query_only(not writes)
                 self._txn("BEGIN")
             try:
-                for check in spec.checks:
+                with self.budget.limit():
+                    for check in spec.checks:
+                        guard.mode = "read"
+                        failed = self._failing_check(check, bound, args)
+                        if failed is not None:
+                            self._txn("ROLLBACK")
+                            return ToolResult("Error: " + failed, error=True)
+                    for statement in spec.writes:
+                        guard.mode = "write"
+                        conn.execute(statement, bound)
                     guard.mode = "read"
-                    row = conn.execute(check.query, bound).fetchone()
-                    if not row or not row[0]:
-                        self._txn("ROLLBACK")
-                        return ToolResult("Error: " + fill(check.error, args), error=True)
-                for statement in spec.writes:
-                    guard.mode = "write"
-                    conn.execute(statement, bound)
-                guard.mode = "read"
-                result = self._result(tool, bound, args)
-                if writes or spec.checks:
-                    self._txn("ROLLBACK" if result.error else "COMMIT")
-                    result.changed = writes and not result.error
-                return result
+                    result = self._result(tool, bound, args)
+                    if writes or spec.checks:
+                        self._txn("ROLLBACK" if result.error else "COMMIT")
+                        result.changed = writes and not result.error
+                    return result
             # OverflowError: an integer argument the schema allows but SQLite cannot store (beyond 64 bits)
             except (sqlite3.Error, OverflowError) as e:
                 if conn.in_transaction:
                     self._txn("ROLLBACK")
+                stopped = self.budget.stopped(e)
+                if stopped:
+                    return ToolResult(f"Error: {tool.name} {stopped}.", error=True)
                 return ToolResult(f"Error: {tool.name} failed: {_sqlite_message(e)}", error=True)
         finally:
             if conn.in_transaction:  # anything unexpected must still not leave half a tool's writes pending
@@ -205,23 +344,49 @@ class Environment:
             if writes:
                 self._set_query_only(True)
 
+    def _failing_check(self, check, bound: dict, args: dict) -> str | None:
+        """The check's error text if it fails (for `each`, at the first failing element), else None."""
+        if check.each:
+            arrays = [args.get(p) or [] for p in check.each.values()]
+            rounds = [dict(zip(check.each, values)) for values in zip(*arrays)]
+        else:
+            rounds = [{}]
+        for element in rounds:
+            row = self.conn.execute(check.query, {**bound, **{k: bind_value(v) for k, v in element.items()}})
+            names = [d[0] for d in row.description]
+            values = row.fetchone()
+            if not values or not values[0]:
+                computed = dict(zip(names[1:], values[1:])) if values else {}
+                return fill(check.error, {**args, **element, **computed})
+        return None
+
     def _result(self, tool: CompiledTool, bound: dict, args: dict) -> ToolResult:
         spec = tool.spec
         if spec.query is None:
             return ToolResult(fill(spec.message, args) if spec.message else "Done.")
         cur = self.conn.execute(spec.query, bound)
         names = [d[0] for d in cur.description]
-        rows = [{n: decode_json_text(v) for n, v in zip(names, r)} for r in cur.fetchall()]
+        raw = cur.fetchmany(MAX_RESULT_ROWS + 1)
+        bad = _result_problem(names, raw)
+        if bad:
+            return ToolResult(f"Error: {tool.name} {bad}.", error=True)
+        types = [tool.result_types.get(n) for n in names]
+        rows = [{n: typed(v, t) for n, v, t in zip(names, r, types)} for r in raw]
         if not rows:
             if spec.if_empty:
                 return ToolResult("Error: " + fill(spec.if_empty, args), error=True)
             return ToolResult("null" if spec.returns != "rows" else "[]")
         if spec.returns == "value":
             value = next(iter(rows[0].values()))
-            return ToolResult(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-        if spec.returns == "row":
-            return ToolResult(json.dumps(rows[0], ensure_ascii=False))
-        return ToolResult(json.dumps(rows, ensure_ascii=False))
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        elif spec.returns == "row":
+            text = json.dumps(rows[0], ensure_ascii=False)
+        else:
+            text = json.dumps(rows, ensure_ascii=False)
+        if len(text) > MAX_RESULT_BYTES:
+            return ToolResult(f"Error: {tool.name} returned {len(text):,} characters, over the "
+                              f"{MAX_RESULT_BYTES:,} a tool may return (MAX_RESULT_BYTES); narrow the query.", error=True)
+        return ToolResult(text)
 
     def _txn(self, statement: str) -> None:
         """Transaction control is muactl's, never a tool's: it bypasses the guard."""
@@ -246,7 +411,8 @@ class Environment:
             data = self.conn.serialize()
         finally:
             self.guard.mode = "read"
-        ok, content, new_data = run_handler(self.domain.spec.root, tool.spec.python, args, data, tool.spec.timeout)
+        ok, content, new_data = run_handler(self.domain.spec.root, tool.spec.python, args, data, tool.spec.timeout,
+                                            stop=self._stop)
         if not ok:
             return ToolResult(f"Error: {tool.name} failed: {content}", error=True)
         changed = new_data != data
@@ -254,8 +420,9 @@ class Environment:
             self.guard.mode = "off"
             try:
                 self.conn.deserialize(new_data)
-                self.conn.execute("PRAGMA foreign_keys = ON")
-                self.conn.execute("PRAGMA query_only = ON")
+                # the handler could have done anything to the file: the state is rebuilt from its rows
+                self.state = self._adopt()
+                self._configure()
             finally:
                 self.guard.mode = "read"
         return ToolResult(content, changed=changed)
@@ -276,34 +443,33 @@ class Environment:
         return [dict(zip(cols, r)) for r in self.conn.execute(sql)]
 
     def state_hash(self) -> str:
-        """Digest of the database content: independent of row order and of SQLite's page layout.
-        JSON columns are compared by value, so key order and spacing do not matter."""
-        h = hashlib.sha256()
-        for table in sorted(self.domain.tables):
-            spec = self.domain.tables[table]
-            cols = sorted(spec.columns)
-            json_cols = {i for i, c in enumerate(cols) if spec.columns[c] == "json"}
-            sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
-            lines = []
-            for row in self.conn.execute(sql):
-                if json_cols:
-                    row = tuple(_canonical_json(v) if i in json_cols else v for i, v in enumerate(row))
-                lines.append(repr(row))  # repr of str/int/float/None tuples is exact and deterministic
-            lines.sort()
-            h.update(f"{table}\x1f{','.join(cols)}\x1f{len(lines)}\x1e".encode())
-            h.update("\x1e".join(lines).encode())
-            h.update(b"\x1d")
-        return h.hexdigest()
+        """Digest of the database content: independent of row order and of SQLite's page layout;
+        JSON columns are compared by value, so key order and spacing do not matter. Costs the rows
+        changed since the last call (statehash.py), not the rows the database holds."""
+        return self.state.read(self.conn).digest()
+
+    def state_delta(self) -> dict[tuple[str, int], int]:
+        """The rows this state differs from the template by: (table, row digest) -> net count."""
+        return dict(self.state.read(self.conn).delta)
+
+    def full_state_hash(self) -> str:
+        """The state hash recomputed from every row: the check the incremental one must pass."""
+        return full_hash(self.conn, self.domain.tables)
 
 
-@functools.lru_cache(maxsize=200_000)  # most rows are unchanged between episodes: parse each text once
-def _canonical_json(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.dumps(json.loads(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except ValueError:
-        return value
+def _result_problem(names: list[str], rows: list[tuple]) -> str | None:
+    """What a tool may return: rows of text, integers, finite reals and nulls (json columns are text and
+    come back decoded). None when the rows are fine, else why not, for the tool's error."""
+    if len(rows) > MAX_RESULT_ROWS:
+        return f"returned more than {MAX_RESULT_ROWS:,} rows, the most a tool may return (MAX_RESULT_ROWS); narrow the query"
+    for row in rows:
+        for name, v in zip(names, row):
+            if isinstance(v, bytes):
+                return (f"returned binary data (a BLOB) in column '{name}'; a tool returns text, numbers, "
+                        "null or JSON: convert it in SQL (hex(), CAST(... AS TEXT))")
+            if isinstance(v, float) and not math.isfinite(v):
+                return f"returned a non-finite number ({v}) in column '{name}'; a tool returns JSON numbers only"
+    return None
 
 
 def _sqlite_message(e: sqlite3.Error) -> str:

@@ -25,11 +25,12 @@ Earlier calls in this session:
 
 
 def simulated_player(model: str, api_base: str | None = None, timeout_s: float = 60.0, retries: int = 4,
-                     backoff_s: float = 1.0):
+                     backoff_s: float = 1.0, max_tokens: int | None = 1024):
     from ..agents.base import RequestRejected
     from ..llm import LLMConfig, complete
 
-    cfg = LLMConfig(model, api_base=api_base, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+    cfg = LLMConfig(model, api_base=api_base, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
+                    max_tokens=max_tokens)
 
     async def play(tool, args: dict, env) -> ToolResult:
         returns_json = bool(getattr(tool.spec, "returns_json", False))

@@ -45,6 +45,8 @@ def user_system_prompt(ctx: EpisodeContext) -> str:
         parts.append(f"\n# What you do not know\n{goal.unknown.strip()}")
     if goal.instructions:
         parts.append(f"\n# Further instructions\n{goal.instructions.strip()}")
+    parts.append("\n# When the agent asks you to confirm a change\n" + (
+        "Say yes." if goal.consent else "Say no: you do not want that change made. Then end the conversation."))
     return "\n".join(parts)
 
 
@@ -124,7 +126,7 @@ _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may
 
 class ScriptedUser(UserSimulator):
     """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
-    says yes to confirmations, and stops when the agent no longer asks anything. For tests, cheap
+    answers confirmations as the task says (user.consent), and stops when the agent no longer asks anything. For tests, cheap
     debugging and CPU training; it does not change its mind or wander like an LLM user."""
 
     name = "scripted"
@@ -137,7 +139,7 @@ class ScriptedUser(UserSimulator):
         if not said:
             return UserReply(first_person(goal.reason))
         if _CONFIRM.search(last):
-            return UserReply("Yes, please go ahead.")
+            return UserReply("Yes, please go ahead." if goal.consent else "No, please do not make that change.")
         if _ASK.search(last):
             known = first_person(goal.known) if goal.known else ""
             if known and known not in said:
@@ -206,11 +208,45 @@ class LiteLLMUser(UserSimulator):
         return {"user": "litellm", "model": self.cfg.model, "temperature": self.cfg.temperature, "api_base": self.cfg.api_base}
 
 
-class HFUser(UserSimulator):
-    """A local transformers model plays the user with the same prompt (no batching: users are cheap here)."""
+def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
+    """The user's prompt for small local models, which slip into the assistant role they were tuned for:
+    a short system prompt in the customer's voice, the agent's words marked as the agent's, and a reminder
+    of the role, the goal and the stop token after the agent's last message. (HFUser writes the opening
+    message itself, from the goal, so the model sees one customer turn before it writes any.)"""
+    goal = ctx.task.task.user
+    persona = ctx.domain.spec.domain.personas.get(ctx.task.task.persona or "", "")
+    lines = [f"You are a customer of this company: {ctx.domain.spec.domain.description.strip()} You are chatting "
+             "with its support agent. You are the customer, not the agent: never offer help. Write one short "
+             "sentence per message, in the first person.",
+             f"Your request: {first_person(goal.reason)}"]
+    if goal.known:
+        lines.append(f"Facts you give when the agent asks: {first_person(goal.known)}")
+    if goal.unknown:
+        lines.append(f"You do not know: {first_person(goal.unknown)} Never make such things up.")
+    if goal.instructions:
+        lines.append(f"Also: {goal.instructions.strip()}")
+    if persona:
+        lines.append(f"Your manner: {persona.strip()}")
+    lines.append("When the agent asks you to confirm a change, answer " + (
+        "'Yes, please go ahead.'" if goal.consent else "'No, please do not make that change.'"))
+    lines.append(f"When the agent says your request is complete, or you have nothing left to ask, write only {STOP}.")
+    history = [dict(m, content=f"Support agent: {m['content']}") if m["role"] == "user" else m
+               for m in flipped_history(ctx)]
+    reminder = (f"(You are the customer. Your request: {first_person(goal.reason)} Reply to the agent in one or "
+                f"two sentences; write {STOP} if your request is complete.)")
+    if not history or history[-1]["role"] != "user":
+        history.append({"role": "user", "content": "Support agent: Hello, how can I help you today?"})
+    history[-1] = dict(history[-1], content=f"{history[-1]['content']}\n\n{reminder}")
+    return [{"role": "system", "content": "\n".join(lines)}, *history]
 
-    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128):
-        self.model_ref, self.temperature, self.max_new_tokens = model_ref, temperature, max_new_tokens
+
+class HFUser(UserSimulator):
+    """A local transformers model plays the user (no batching: users are cheap here). `prompt`: "small"
+    (default: the opening message is the goal in the first person, then small_model_messages) or "full"
+    (the same prompt as LLM users, every message from the model)."""
+
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128, prompt: str = "small"):
+        self.model_ref, self.temperature, self.max_new_tokens, self.prompt = model_ref, temperature, max_new_tokens, prompt
         self.name = f"hf:{model_ref}"
         self._lm = None
 
@@ -221,14 +257,19 @@ class HFUser(UserSimulator):
 
         if self._lm is None:
             self._lm = load_model(self.model_ref, domain=ctx.domain)
-        history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
-        messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
+        if self.prompt == "small":
+            if not any(m["role"] == "user" for m in ctx.messages):  # the opening: the goal, as the scripted user says it
+                return UserReply(first_person(ctx.task.task.user.reason))
+            messages = small_model_messages(ctx)
+        else:
+            history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
+            messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
         text = await asyncio.to_thread(self._lm.chat, messages, self.max_new_tokens, self.temperature, ctx.seed)
         return split_stop(text)
 
 
 def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, timeout_s: float = 60.0,
-              retries: int = 4, backoff_s: float = 1.0) -> UserSimulator:
+              retries: int = 4, backoff_s: float = 1.0, max_tokens: int | None = 1024) -> UserSimulator:
     """'scripted', 'hf:<model>', or any litellm model id (e.g. openai/gpt-4o-mini)."""
     if spec == "scripted":
         return ScriptedUser()
@@ -237,4 +278,4 @@ def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, 
     from ..llm import LLMConfig
 
     return LiteLLMUser(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries,
-                                backoff_s=backoff_s))
+                                backoff_s=backoff_s, max_tokens=max_tokens))

@@ -64,6 +64,16 @@ def grpo_defaults(overrides: list[str] | None = None) -> dict[str, Any]:
     return OmegaConf.to_container(compose(None, [f"grpo.{o}" for o in overrides or []]).grpo)
 
 
+def episode_settings() -> dict[str, Any]:
+    """The agent loop's episode limits and LLM-user call settings, from muactl's train config."""
+    from ..config import compose
+
+    cfg = compose(None, [])
+    return {"max_tool_errors": int(cfg.episode.max_tool_errors), "timeout_s": float(cfg.episode.timeout_s),
+            "max_tokens": int(cfg.api.max_tokens), "request_timeout_s": float(cfg.api.timeout_s),
+            "retries": int(cfg.api.retries)}
+
+
 def rows(opened, split: str, agent_name: str) -> list[dict[str, Any]]:
     compiled = opened.compiled
     greeting = compiled.spec.domain.greeting
@@ -97,7 +107,11 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     from ..packs import _collect
     from ..validate import validate_domain
 
-    out = Path(cfg.output)
+    from ..outputs import prepare_output
+
+    out = prepare_output(cfg.output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out} is a file; give a folder to write the export into")
     if out.exists() and any(out.iterdir()) and not cfg.force:
         raise UsageError(f"{out} exists and is not empty; pass --force to overwrite, or pick another -o")
     grpo = grpo_defaults(cfg.overrides)  # the cheap checks first: validating the domain replays every task
@@ -120,6 +134,11 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
         dst = dom / arc[2:]
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
+    if ref.untrusted:  # the copy stays someone else's code: its MCP commands still need trust to run
+        from ..library import INSTALLED_MANIFEST
+
+        record = ref.root / INSTALLED_MANIFEST
+        (dom / INSTALLED_MANIFEST).write_text(record.read_text() if record.is_file() else "{}")
     if ref.tasks_dir and ref.tasks_dir.is_dir():
         for arc, src in _collect(ref.tasks_dir, "t"):
             dst = dom / "tasks" / arc[2:]
@@ -135,7 +154,9 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     (out / f"{MODULE}.py").write_text(MODULE_TEMPLATE.format(domain=name, verl=VERL_TESTED))
     loop_cfg = {"name": agent_name, "_target_": f"{MODULE}.{CLASS}", "domain_dir": "domain", "user": cfg.user,
                 "user_api_base": cfg.user_api_base, "user_temperature": cfg.user_temperature,
-                "max_turns": int(grpo["max_turns"]), "max_new_tokens": int(grpo["max_new_tokens"])}
+                "max_turns": int(grpo["max_turns"]), "max_new_tokens": int(grpo["max_new_tokens"]),
+                # muactl train's `episode` and `api` settings (their defaults): limits and an LLM user's calls
+                **episode_settings()}
     (out / "agent_loop.yaml").write_text(AGENT_LOOP_YAML.format(body=_yaml([loop_cfg])))
     (out / "tools.json").write_text(json.dumps([t.openai_schema() for t in opened.compiled.agent_tools()], indent=2))
     script = out / "launch.sh"
@@ -227,6 +248,8 @@ AGENT_LOOP_YAML = """\
 # importable from the job's working dir) and keyword arguments verl passes when it builds the loop.
 # user: scripted (deterministic, driven by the task file; for smoke runs) or a litellm model id, e.g.
 # openai/gpt-4o-mini, or hosted_vllm/<model> with user_api_base: http://HOST:PORT/v1 for a local server.
+# max_tool_errors and timeout_s end an episode; max_tokens, request_timeout_s and retries are an LLM user's
+# API calls (raise request_timeout_s for a slow server).
 {body}"""
 
 MODULE_TEMPLATE = '''\
@@ -241,40 +264,49 @@ Needs `pip install muactl` (and `muactl[mcp]` for domains with MCP tools) on eve
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from muactl.export.verl_runtime import EpisodeRunner
+from muactl.export.verl_runtime import EpisodeRunner, fit_prompt
 
 HERE = Path(__file__).resolve().parent
 
 
 class MuactlAgentLoop(AgentLoopBase):
     def __init__(self, *args, domain_dir: str = "domain", user: str = "scripted", user_api_base: str | None = None,
-                 user_temperature: float = 0.7, max_turns: int = 12, max_new_tokens: int = 512, **kwargs):
+                 user_temperature: float = 0.7, max_turns: int = 12, max_new_tokens: int = 512,
+                 max_tool_errors: int = 4, timeout_s: float = 600.0, max_tokens: int = 1024,
+                 request_timeout_s: float = 60.0, retries: int = 4, **kwargs):
         super().__init__(*args, **kwargs)
         folder = Path(domain_dir) if Path(domain_dir).is_absolute() else HERE / domain_dir
         self.runner = EpisodeRunner.shared(folder, user=user, user_api_base=user_api_base,
                                            user_temperature=float(user_temperature), max_turns=int(max_turns),
-                                           max_new_tokens=int(max_new_tokens))
+                                           max_new_tokens=int(max_new_tokens), max_tool_errors=int(max_tool_errors),
+                                           timeout_s=float(timeout_s), max_tokens=int(max_tokens),
+                                           request_timeout_s=float(request_timeout_s), retries=int(retries))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info = kwargs.get("extra_info") or {{}}
         task_id = info.get("task_id") or (kwargs.get("reward_model") or {{}}).get("ground_truth")
+        # verl does not tell a loop which rollout of its group it plays, and `index` is the same for all of
+        # them: each rollout draws its own seed (kept in extra_fields), so the group's users differ
+        seed = secrets.randbits(32)
         result = await self.runner.run(
             task_id, self.server_manager, self.tokenizer, dict(sampling_params),
-            response_length=int(self.rollout_config.response_length), seed=int(info.get("index", 0)))
+            response_length=int(self.rollout_config.response_length), seed=seed)
         return AgentLoopOutput(
-            prompt_ids=self._cap_text_prompt_length(result.prompt_ids),
+            prompt_ids=fit_prompt(result.prompt_ids, int(self.rollout_config.prompt_length)),
             response_ids=result.response_ids,
             response_mask=result.response_mask,
             response_logprobs=result.response_logprobs,
             reward_score=result.reward,
             num_turns=result.num_turns,
             metrics=AgentLoopMetrics(**result.metrics),
-            extra_fields={{"muactl_termination": result.termination, "muactl_success": bool(result.reward > 0)}},
+            extra_fields={{"muactl_termination": result.termination, "muactl_success": bool(result.reward > 0),
+                          "muactl_seed": seed}},
         )
 '''
 
@@ -334,9 +366,10 @@ set `user: hosted_vllm/<model>` with `user_api_base: http://HOST:PORT/v1`.
 
 ## How the loop maps onto verl
 
-- Tokens: the loop renders turns with muactl's ChatML template (Hermes tool calls, as in `muactl train`)
-  and appends the ids the server returns as they are; nothing generated is re-tokenized.
-- `response_mask`: 1 on tokens the policy sampled (with its `<|im_end|>`), 0 on user and tool tokens.
+- Tokens: the loop renders turns in the model's chat format, as `muactl train` does (muactl's ChatML for
+  its own models, else the model's own template and tool-call format), and appends the ids the server
+  returns as they are; nothing generated is re-tokenized.
+- `response_mask`: 1 on tokens the policy sampled (with its end-of-turn token), 0 on user and tool tokens.
   The episode is cut (reward 0) when it would exceed `data.max_response_length`.
 - Reward: muactl's task reward (1 only if the final database equals the gold end state, required
   outputs were said and assertions hold) is returned as `reward_score`; verl's reward function is unused.

@@ -3,8 +3,8 @@
 One `EpisodeRunner` per worker process holds the opened domain and plays one task per call through
 muactl's own episode engine (rollout.run_episode): the simulated user, the sandbox and the reward are
 exactly those of `muactl eval` and `muactl train grpo`. Only the policy differs: `VerlPolicy` renders
-turns with muactl's ChatML template like the local agents do, and asks verl's server manager for the
-tokens. The trajectory's ids and mask come from the TokenTrace as they grew, never re-tokenized:
+turns in the model's chat format like the local agents do (agents/formats.py), and asks verl's server
+manager for the tokens. The trajectory's ids and mask come from the TokenTrace as they grew, never re-tokenized:
 mask 1 on what the policy sampled, 0 on system, greeting, user and tool tokens.
 """
 
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ..agents.base import AgentError
-from ..agents.chatml import IM_END
 from ..agents.local import LocalAgent
 
 
@@ -29,9 +28,9 @@ class VerlPolicy(LocalAgent):
         self.name = "verl"
         self.server_manager = server_manager
         self.tokenizer = tokenizer
-        self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
-        if self.eos_id is None or self.eos_id == getattr(tokenizer, "unk_token_id", -1):
-            raise ValueError(f"the tokenizer has no {IM_END} token; muactl's format is ChatML (Qwen-style models)")
+        from ..models import chat_format
+
+        self.format = chat_format(tokenizer)  # its card's (ChatML for muactl's own), else its template's family
         self.sampling_params = dict(sampling_params)
         self.response_length = response_length
         self.request_id = request_id or uuid.uuid4().hex  # one per episode: sticky routing, prefix cache hits
@@ -43,14 +42,27 @@ class VerlPolicy(LocalAgent):
             # verl keeps only response_length tokens: a longer episode could not be trained on as played
             raise AgentError(f"response budget of {self.response_length} tokens used up")
         params = dict(self.sampling_params, max_tokens=min(self.max_new_tokens, budget - 1))
-        params["stop_token_ids"] = sorted(set(params.get("stop_token_ids") or []) | {self.eos_id})
+        params["stop_token_ids"] = sorted(set(params.get("stop_token_ids") or []) | set(self.format.end_ids))
         out = await self.server_manager.generate(request_id=self.request_id, prompt_ids=prompt, sampling_params=params)
         ids = list(out.token_ids)
         lps = list(out.log_probs) if getattr(out, "log_probs", None) else None
-        if self.eos_id in ids[:-1]:  # a server that ran past the stop token: keep the turn only
-            cut = ids.index(self.eos_id) + 1
+        ends = [i for i, t in enumerate(ids[:-1]) if t in self.format.end_ids]
+        if ends:  # a server that ran past the stop token: keep the turn only
+            cut = ends[0] + 1
             ids, lps = ids[:cut], (lps[:cut] if lps else None)
         return ids, lps
+
+
+def fit_prompt(prompt_ids: list[int], prompt_length: int) -> list[int]:
+    """The prompt as verl can pad it: at most rollout.prompt_length ids, cut from the left as verl's own
+    loops do (verl 0.9 has this as a private method of AgentLoopBase; 0.8.0 lacks it)."""
+    if len(prompt_ids) > prompt_length:
+        import logging
+
+        logging.getLogger(__name__).warning("prompt of %d tokens exceeds rollout.prompt_length=%d; left-truncating "
+                                            "(raise data.max_prompt_length)", len(prompt_ids), prompt_length)
+        return prompt_ids[-prompt_length:]
+    return prompt_ids
 
 
 @dataclass
@@ -73,7 +85,8 @@ class EpisodeRunner:
 
     def __init__(self, domain_dir: str | Path, user: str = "scripted", user_api_base: str | None = None,
                  user_temperature: float = 0.7, max_turns: int = 12, max_new_tokens: int = 512,
-                 max_tool_errors: int = 4, timeout_s: float = 600.0, trust: bool = False):
+                 max_tool_errors: int = 4, timeout_s: float = 600.0, trust: bool = False, max_tokens: int = 1024,
+                 request_timeout_s: float = 60.0, retries: int = 4):
         from ..validate import open_domain
 
         self.opened = open_domain(str(Path(domain_dir).resolve()), trust=trust)
@@ -81,6 +94,7 @@ class EpisodeRunner:
         self.user, self.user_api_base, self.user_temperature = user, user_api_base, user_temperature
         self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
         self.max_tool_errors, self.timeout_s = max_tool_errors, timeout_s
+        self.llm = {"max_tokens": max_tokens, "timeout_s": request_timeout_s, "retries": retries}  # an LLM user's calls
 
     @classmethod
     def shared(cls, domain_dir: str | Path, **kw) -> EpisodeRunner:
@@ -97,7 +111,7 @@ class EpisodeRunner:
         if task_id not in self.tasks:
             raise KeyError(f"task {task_id!r} is not in the exported domain {self.opened.ref.name}")
         policy = VerlPolicy(server_manager, tokenizer, sampling_params, self.max_new_tokens, response_length, request_id)
-        user = make_user(self.user, api_base=self.user_api_base, temperature=self.user_temperature)
+        user = make_user(self.user, api_base=self.user_api_base, temperature=self.user_temperature, **self.llm)
         cfg = RolloutConfig(max_turns=self.max_turns, max_tool_errors=self.max_tool_errors, timeout_s=self.timeout_s, seed=seed)
         ep = await run_episode(self.tasks[task_id], self.opened.compiled, policy, user, cfg, trial=trial)
         trace = ep.trace

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -16,17 +17,41 @@ from pydantic import (
     field_validator,
 )
 
+from ..limits import (
+    DEFAULT_MAX_ITEMS,
+    DEFAULT_MAX_STRING,
+    DEFAULT_SQL_STEPS,
+    IDENTIFIER,
+    MAX_ITEMS,
+    MAX_SQL_STEPS,
+    MAX_STRING,
+    RESERVED_PREFIX,
+    quote,
+)
 from .generators import TableGen
 
 SPEC_VERSION = 1
 
 ColumnType = Literal["text", "integer", "real", "boolean", "json"]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
-IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"  # matched whole (re.fullmatch: '$' would let a trailing newline in)
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _sql_name(name: str) -> str:
+    """Table and column names go into SQL (quoted) and into every state hash: keep them plain."""
+    if not re.fullmatch(IDENTIFIER, name):
+        raise ValueError(f"name {quote(name)} is not allowed: use letters, digits and underscores, starting with a "
+                         "letter or underscore, at most 64 characters")
+    if name.lower().startswith(RESERVED_PREFIX):
+        raise ValueError(f"name {quote(name)} is reserved: SQLite owns names starting with '{RESERVED_PREFIX}'")
+    return name
+
+
+SqlName = Annotated[str, AfterValidator(_sql_name)]
 
 
 # ---------------------------------------------------------------- database
@@ -34,7 +59,7 @@ class Strict(BaseModel):
 
 class Table(Strict):
     description: str | None = Field(None, description="What one row is; shown to nobody but humans.")
-    columns: dict[str, ColumnType] = Field(
+    columns: dict[SqlName, ColumnType] = Field(
         description="Column name -> type (text, integer, real, boolean, json). json columns hold any "
         "JSON value and come back decoded in tool results."
     )
@@ -50,11 +75,21 @@ class Table(Strict):
 
 
 class Database(Strict):
-    tables: dict[str, Table] = Field(description="Table name -> table definition.")
+    tables: dict[SqlName, Table] = Field(description="Table name -> table definition (letters, digits, underscores).")
     seed: str | dict[str, str | list[dict[str, Any]]] | None = Field(
         None,
         description="Initial rows: a folder beside domain.yaml holding <table>.jsonl or <table>.csv files, "
         "or a mapping table -> list of rows inline, or table -> file name.",
+    )
+    views: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named reusable SQL: view name -> SELECT. Views live in the template database; any tool, "
+        "check or assertion may read them like tables (they are never written, and not part of the state hash).",
+    )
+    fragments: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named reusable SQL with parameters: name -> SQL text, pasted (in parentheses) where a tool's "
+        "statement says {{name}}. A fragment may use the tool's :params and other fragments.",
     )
     generate: dict[str, TableGen] | None = Field(
         None,
@@ -72,12 +107,17 @@ class Param(Strict):
     type: ParamType = Field(description="JSON type of the argument.")
     description: str | None = Field(None, description="Shown to the model in the tool schema.")
     enum: list[Any] | None = Field(None, description="The only allowed values.")
-    pattern: str | None = Field(None, description="Regular expression a string argument must match.")
+    pattern: str | None = Field(None, description="Regular expression a string argument must match somewhere "
+                                "(JSON Schema's ECMA-262 meaning: \\d is 0-9 only, $ is the very end; anchor with ^...$).")
     minimum: float | None = Field(None, description="Smallest allowed number.")
     maximum: float | None = Field(None, description="Largest allowed number.")
     items: Param | None = Field(None, description="Schema of each element, for arrays.")
     properties: dict[str, Param] | None = Field(None, description="Fields of an object argument.")
     min_items: int | None = Field(None, alias="minItems", description="Fewest array elements.")
+    max_items: int | None = Field(None, alias="maxItems", ge=0, le=MAX_ITEMS, description=(
+        f"Most array elements; default {DEFAULT_MAX_ITEMS:,} (arguments come from a model), at most {MAX_ITEMS:,}."))
+    max_length: int | None = Field(None, alias="maxLength", ge=0, le=MAX_STRING, description=(
+        f"Longest string, in characters; default {DEFAULT_MAX_STRING:,}, at most {MAX_STRING:,}."))
     default: Any = Field(None, description="Value used when the argument is omitted; makes the param optional.")
     required: bool | None = Field(
         None, description="Whether the model must pass it. Default: true, unless a default is given."
@@ -94,8 +134,9 @@ class Param(Strict):
             value = getattr(self, key)
             if value is not None:
                 out[key] = int(value) if key in ("minimum", "maximum") and float(value).is_integer() else value
-        if self.min_items is not None:
-            out["minItems"] = self.min_items
+        for key in ("min_items", "max_items", "max_length"):
+            if getattr(self, key) is not None:
+                out[type(self).model_fields[key].alias] = getattr(self, key)
         if self.items is not None:
             out["items"] = self.items.json_schema()
         if self.properties is not None:
@@ -108,8 +149,17 @@ class Param(Strict):
 
 
 class Check(Strict):
-    query: str = Field(description="SELECT returning one value; the check holds when it is true (non-zero, non-empty).")
-    error: str = Field(description="Text the agent gets when the check fails; may use {param} placeholders.")
+    query: str = Field(
+        description="SELECT returning one row; the check holds when its first column is true (non-zero, non-empty). "
+        "Further named columns are values the error text may use, e.g. `SELECT n = 0, item_id FROM ...`.")
+    error: str = Field(
+        description="Text the agent gets when the check fails; may use {param} placeholders, {name} of a column the "
+        "query computed, and the names bound by `each`.")
+    each: dict[str, str] | None = Field(
+        None,
+        description="Run the check once per element of array params: name -> array param, e.g. {item_id: item_ids}. "
+        "Each name is bound (:item_id) to the element; several arrays are walked in step. The first failing "
+        "element's error is the tool's error.")
 
 
 class ToolBase(Strict):
@@ -125,7 +175,9 @@ class SqlTool(ToolBase):
 
     checks: list[Check] = Field(default_factory=list, description="Preconditions; each must hold or nothing changes.")
     writes: list[str] = Field(default_factory=list, description="INSERT/UPDATE/DELETE statements run in one transaction.")
-    query: str | None = Field(None, description="SELECT whose result is returned to the agent (after the writes).")
+    query: str | None = Field(
+        None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
+        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x) and calc(text) (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
@@ -133,6 +185,11 @@ class SqlTool(ToolBase):
         None, description="Error text when the query returns nothing; may use {param} placeholders."
     )
     message: str | None = Field(None, description="Result text when there is no query; may use {param} placeholders.")
+    types: dict[str, ColumnType] = Field(
+        default_factory=dict,
+        description="Result column -> type, for columns the query computes (json_object(...) AS x: json). A column "
+        "read straight from a table takes that column's type. json values come back decoded, booleans as "
+        "true/false; other text is never parsed.")
 
 
 class BuiltinTool(Strict):
@@ -140,6 +197,7 @@ class BuiltinTool(Strict):
         description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect."
     )
     description: str | None = Field(None, description="Overrides the built-in description.")
+    message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.').")
     side: Literal["agent", "user"] = "agent"
 
 
@@ -198,6 +256,17 @@ for _model, _kind in ((SqlTool, "sql"), (BuiltinTool, "builtin"), (PythonTool, "
 # ---------------------------------------------------------------- domain
 
 
+class Limits(Strict):
+    """The bounds a domain may set on its own work (muactl/limits.py lists the fixed ones)."""
+
+    sql_steps: int = Field(
+        DEFAULT_SQL_STEPS, ge=1, le=MAX_SQL_STEPS,
+        description=f"SQLite steps one tool call, assertion or template sample/derive may take before it is "
+        f"stopped (an error, never a hang). Default {DEFAULT_SQL_STEPS:,} (well under a second); at most "
+        f"{MAX_SQL_STEPS:,}.",
+    )
+
+
 class Domain(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$", description="Short lowercase name; the folder's name.")
     version: str = Field("0.1.0", description="Version of this domain pack.")
@@ -216,14 +285,13 @@ class Domain(Strict):
         "Hi! How can I help you today?",
         description="The agent's fixed first message; null lets the user open the conversation.",
     )
+    limits: Limits = Field(default_factory=Limits, description="Bounds on the domain's own work (SQL steps).")
 
     @field_validator("tools")
     @classmethod
     def _tool_names(cls, tools: dict) -> dict:
-        import re
-
         for name in tools:
-            if not re.match(IDENT, name):
+            if not re.fullmatch(IDENT, name):
                 raise ValueError(f"tool name {name!r} must be an identifier (letters, digits, underscores)")
         return tools
 
@@ -236,16 +304,27 @@ class UserGoal(Strict):
     known: str | None = Field(None, description="Facts the user knows and gives when asked.")
     unknown: str | None = Field(None, description="Facts the user does not know.")
     instructions: str | None = Field(None, description="Extra behaviour for this task (e.g. change mind after X).")
+    consent: bool = Field(True, description="Whether the user says yes when the agent asks to confirm a change. "
+                          "false: the user declines, so the gold path's writes are proposals that must not happen "
+                          "(the right end state is the one after its reads only).")
 
 
 def _one_call(call: dict) -> dict:
-    if len(call) != 1:
-        raise ValueError("each call is a mapping with exactly one key, the tool name: {tool: {arg: value}}")
+    error = call.get("error")
+    if error is not None and not isinstance(error, str):
+        raise ValueError("'error' is the text the call is expected to fail with: a string")
+    tools = [k for k in call if k != "error"]
+    if len(tools) != 1:
+        raise ValueError("each call is a mapping with exactly one key, the tool name: {tool: {arg: value}} "
+                         "(plus `error: TEXT` for a call expected to fail)")
+    if not isinstance(call[tools[0]], (dict, type(None))):
+        raise ValueError(f"the arguments of {tools[0]} must be a mapping {{arg: value}}")
     return call
 
 
-# {tool_name: {arg: value}}, exactly one key; checked per item so a problem points at the call, not the list
-ToolCall = Annotated[dict[str, dict[str, Any] | None], AfterValidator(_one_call)]
+# {tool_name: {arg: value}}, exactly one tool key, optionally `error: "text"` (the call must fail with that
+# text when replayed); checked per item so a problem points at the call, not the list
+ToolCall = Annotated[dict[str, dict[str, Any] | str | None], AfterValidator(_one_call)]
 
 
 class Assertion(Strict):
@@ -260,8 +339,8 @@ class Expect(Strict):
     is given. Else 0."""
 
     actions: list[ToolCall] = Field(
-        default_factory=list, description="One gold path of tool calls; success compares end states, not paths."
-    )
+        default_factory=list, description="One gold path of tool calls; success compares end states, not paths. "
+        "A call may carry `error: TEXT`: it is expected to fail with that text (validate checks it does).")
     outputs: list[str] = Field(
         default_factory=list, description="What the agent must tell the user. Each counts when it appears as whole "
         "tokens, in order, in one agent text message the user saw (not a turn carrying tool calls): case, spacing, "
@@ -297,5 +376,10 @@ class Task(Strict):
 
 
 def call_parts(call: ToolCall) -> tuple[str, dict[str, Any]]:
-    (name, args), = call.items()
+    (name, args), = ((k, v) for k, v in call.items() if k != "error")
     return name, dict(args or {})
+
+
+def expected_error(call: ToolCall) -> str | None:
+    """The error text a gold call is expected to fail with (None: it must succeed)."""
+    return call.get("error")

@@ -3,6 +3,11 @@
 ruamel's round-trip loader records positions on every mapping and sequence; we convert the tree to
 plain Python (pydantic and sqlite want plain types) and keep a Locator that answers
 "where is key path (tools, cancel, params, 0)?" for error messages.
+
+Files are untrusted (packs come from other people), so the loader works within muactl/limits.py: at most
+MAX_YAML_BYTES of text; while composing, nesting past MAX_YAML_DEPTH, more than MAX_YAML_VALUES values
+once aliases are expanded ("billion laughs"), a tag other than YAML's plain ones (`!!python/...`) or an
+absurdly long integer stops the load at that node's line and column, with a message naming the limit.
 """
 
 from __future__ import annotations
@@ -12,11 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.scanner import RoundTripScanner
 
 from ..errors import Problem, SpecError
+from ..limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_INT_DIGITS, MAX_YAML_VALUES
 
 Pos = tuple[int, int]  # 1-based line, column
 
@@ -74,14 +84,18 @@ def _plain(node: Any, path: tuple, positions: dict) -> Any:
         return int(node)
     if isinstance(node, float):
         return float(node)
-    if isinstance(node, str):
-        return str(node)
+    if isinstance(node, (str, TaggedScalar)):  # an explicit !!str: the composer refuses every other tag
+        return str(node.value if isinstance(node, TaggedScalar) else node)
     return node  # dates and other scalars stay as ruamel made them
 
 
-def read_text(path: Path) -> str:
-    """Read a text file, reporting empty, binary or undecodable files as spec problems."""
+def read_text(path: Path, max_bytes: int | None = None, limit_name: str = "") -> str:
+    """Read a text file, reporting empty, binary, undecodable or (past max_bytes) oversized files as spec problems."""
     try:
+        size = path.stat().st_size
+        if max_bytes is not None and size > max_bytes:
+            raise SpecError.single(path, f"file is {size:,} bytes, over the {max_bytes:,}-byte limit ({limit_name}); "
+                                   "split it into smaller files")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise SpecError.single(path, "file not found") from None
@@ -97,14 +111,86 @@ def read_text(path: Path) -> str:
         raise SpecError.single(path, f"not valid UTF-8 (byte {e.start}); save the file as UTF-8", line=line) from None
 
 
+_PLAIN_TAGS = {"!", *(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq"))}
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+class YamlLimitError(MarkedYAMLError):
+    """The document breaks one of muactl's YAML limits at problem_mark."""
+
+
+class _BoundedComposer(Composer):
+    """ruamel's composer, checking the limits as each node is read: nothing past a limit is built."""
+
+    def __init__(self, loader: Any = None) -> None:
+        super().__init__(loader)
+        self.values = 0  # values composed so far, an alias counting all its anchor holds
+        self.sizes: dict[Any, int] = {}  # anchor -> values it holds
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.parser.peek_event()
+        if isinstance(event, AliasEvent):
+            self._add(self.sizes.get(event.anchor, 1), event)
+            return super().compose_node(parent, index)
+        if self.depth >= MAX_YAML_DEPTH:
+            self._refuse(f"nesting deeper than {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)", event)
+        tag = getattr(event, "ctag", None)
+        if tag is not None and str(tag) not in _PLAIN_TAGS:
+            self._refuse(f"tag {str(tag).replace('tag:yaml.org,2002:', '!!')!r} is not allowed; muactl reads plain "
+                         "YAML only (text, numbers, booleans, null, lists, mappings): remove the tag", event)
+        before = self.values
+        self._add(1, event)
+        node = super().compose_node(parent, index)
+        if event.anchor is not None:
+            self.sizes[event.anchor] = self.values - before
+        if isinstance(node, ScalarNode) and str(node.tag) == _INT_TAG and len(node.value) > MAX_YAML_INT_DIGITS:
+            self._refuse(f"an integer of {len(node.value)} characters, over {MAX_YAML_INT_DIGITS} "
+                         "(MAX_YAML_INT_DIGITS); quote it if it is text", event)
+        return node
+
+    def _add(self, n: int, event: Any) -> None:
+        self.values += n
+        if self.values > MAX_YAML_VALUES:
+            self._refuse(f"the document holds more than {MAX_YAML_VALUES:,} values once aliases are expanded "
+                         "(MAX_YAML_VALUES); an alias (*name) counts everything its anchor (&name) holds", event)
+
+    @staticmethod
+    def _refuse(message: str, event: Any) -> None:
+        raise YamlLimitError(None, None, message, event.start_mark)
+
+
+class _BoundedScanner(RoundTripScanner):
+    """Flow nesting ('[[[[...') is bounded while scanning: the scanner looks up to 1,024 characters ahead for a
+    possible key and checks every open level each time, so a long run of '[' would cost seconds before the
+    composer saw the first node."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: Any) -> None:
+        if self.flow_level >= MAX_YAML_DEPTH:
+            raise YamlLimitError(None, None, f"nesting deeper than {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)",
+                                 self.reader.get_mark())
+        super().fetch_flow_collection_start(TokenClass, to_push)
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.Scanner = _BoundedScanner
+    yaml.Composer = _BoundedComposer
+    return yaml
+
+
 def load_yaml(path: Path, text: str | None = None) -> Located:
-    """Load one YAML file with positions. Raises SpecError on empty files and syntax errors."""
-    text = read_text(path) if text is None else text
+    """Load one YAML file with positions. Raises SpecError on empty files, syntax errors and broken limits."""
+    text = read_text(path, MAX_YAML_BYTES, "MAX_YAML_BYTES") if text is None else text
+    if len(text) > MAX_YAML_BYTES:
+        raise SpecError.single(path, f"YAML text is over the {MAX_YAML_BYTES:,}-byte limit (MAX_YAML_BYTES); split it")
     if not text.strip():
         raise SpecError.single(path, "file is empty; see `muactl init` for a working example")
-    yaml = YAML(typ="rt")
+    yaml = _yaml()
     try:
         node = yaml.load(text)
+    except YamlLimitError as e:
+        mark = e.problem_mark
+        raise SpecError.single(path, f"YAML limit exceeded: {e.problem}", mark.line + 1, mark.column + 1) from None
     except DuplicateKeyError as e:
         raise SpecError([_duplicate_key(path, text, e)]) from None
     except MarkedYAMLError as e:
@@ -124,7 +210,7 @@ def _duplicate_key(path: Path, text: str, e: DuplicateKeyError) -> Problem:
     """ruamel's message quotes both whole values (a whole tool, say); name the key path and both lines instead."""
     line, col = e.problem_mark.line, e.problem_mark.column
     try:
-        yaml = YAML(typ="rt")
+        yaml = _yaml()
         yaml.allow_duplicate_keys = True  # keeps the first value; enough to find where the mapping sits
         found = _mapping_at(yaml.load(text), (e.context_mark.line, e.context_mark.column), ())
     except YAMLError:

@@ -50,12 +50,12 @@ def card_on_save(tokenizer):
     tokenizer there already), so that an intermediate checkpoint is prompted as the final one is."""
     from transformers import TrainerCallback
 
-    from ..models import tool_format_of, write_card
+    from ..models import write_card
 
     class CardOnSave(TrainerCallback):
         def on_save(self, args, state, control, **kw):
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
-                write_card(folder, tool_format_of(tokenizer))
+                write_card(folder, tokenizer)
 
     return CardOnSave()

@@ -25,8 +25,8 @@ Rewards:
 Departures from the paper: advantages are per sequence (TRL), so turn credit acts through the
 trajectory score rather than per-token advantages. Excluded episodes (infra_error, user_error) get reward None
 (TRL drops them from the group baseline, their advantage is 0) and an all-zero env_mask.
-Groups whose rewards are all equal carry no signal; they are counted, and with
-`resample_equal_groups` re-run once with a new seed (DAPO's dynamic sampling, simplified).
+Groups whose rewards are all equal carry no signal; they are counted, and with `resample_equal_groups`
+(the default) re-run once on another training task (`Rollouts._other_jobs`).
 """
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ class Rollouts:
     def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, log=print):
         self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.log = cfg, opened, store, tokenizer, make_user, log
         self.tasks = {t.task.id: t for t in opened.tasks}
-        self.calls = 0
+        # rollout calls so far in the current step: seeds derive from (step, call), so a run resumed from a
+        # checkpoint draws what the uninterrupted run drew
+        self.step, self.calls = None, 0
         self.judge = None
         if cfg.grpo.judge:
             from ..judge import Judge
@@ -112,7 +114,7 @@ class Rollouts:
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..agents.local import HFAgent
         from ..models import LocalLM
-        from ..rollout import Job, RolloutConfig, run_many
+        from ..rollout import Job, run_many
 
         g = self.cfg.grpo
         t0 = time.perf_counter()
@@ -121,8 +123,9 @@ class Rollouts:
         lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # sample as the update computes: bf16 matmuls
         task_ids = [_task_id(p) for p in prompts]
         step = trainer.state.global_step
-        rcfg = RolloutConfig(max_turns=g.max_turns, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls,
-                             track_progress=g.reward == "userrl")
+        if step != self.step:
+            self.step, self.calls = step, 0
+        rcfg = rollout_config(self.cfg, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls)
         self.calls += 1
         jobs = self._jobs(task_ids, step, Job)
         agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens, max_batch=len(jobs))
@@ -131,14 +134,16 @@ class Rollouts:
         try:
             episodes = self._run(run_many, jobs, agent, rcfg)
             groups = _groups(episodes, g.group_size)
-            equal = [i for i, grp in enumerate(groups) if len({e.reward for e in grp}) == 1]
+            equal = [i for i, grp in enumerate(groups) if _all_equal(grp)]
+            still_equal = len(equal)
             if g.resample_equal_groups and equal:
-                redo = [job for i in equal for job in jobs[i * g.group_size:(i + 1) * g.group_size]]
+                redo = self._other_jobs([task_ids[i * g.group_size] for i in equal], set(task_ids), step, Job)
                 rcfg.seed += 7919
                 again = self._run(run_many, redo, agent, rcfg)
                 for k, i in enumerate(equal):
                     groups[i] = again[k * g.group_size:(k + 1) * g.group_size]
                 episodes = [e for grp in groups for e in grp]
+                still_equal = sum(_all_equal(groups[i]) for i in equal)
         finally:
             if was_training:
                 model.train()
@@ -171,7 +176,9 @@ class Rollouts:
             "rollout/turns": sum(e.turns for e in counted) / max(1, len(counted)),
             "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
             "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
+            **interaction_figures(counted),
             "rollout/all_equal_groups": float(len(equal)),
+            "rollout/equal_after_resample": float(still_equal),
             "rollout/infra_errors": float(sum(e.termination == "infra_error" for e in episodes)),
             "rollout/user_errors": float(sum(e.termination == "user_error" for e in episodes)),
             "rollout/policy_tokens": sum(sum(m) for m in out["env_mask"]) / max(1, len(episodes)),
@@ -209,9 +216,60 @@ class Rollouts:
             jobs.append(Job(current, trial=i, domain=domain_for(self.opened, current)))
         return jobs
 
+    def _other_jobs(self, task_ids: list[str], used: set[str], step: int, Job) -> list:
+        """Replacements for groups without signal (all rewards equal): a task the model always solves or
+        always fails teaches nothing, so each such group is re-run once on another training task not in
+        this step (a template group on a fresh instance of its template), DAPO's dynamic sampling, simplified."""
+        import random
+
+        size = self.cfg.grpo.group_size
+        pool = sorted({t.task.id for t in _training_tasks(self.opened, self.cfg.synth.tasks)} - used)
+        random.Random(self.cfg.seed * 7919 + step * 31 + self.calls).shuffle(pool)
+        self.calls += 1  # template groups draw at a new place in the seed stream
+        chosen = []
+        for tid in task_ids:
+            chosen.append(tid if tid.startswith("template:") or not pool else pool.pop())
+        return self._jobs([tid for tid in chosen for _ in range(size)], step, Job)
+
     def _run(self, run_many, jobs, agent, rcfg):
         return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs),
                                     judge=self.judge))
+
+
+def rollout_config(cfg, seed: int):
+    """The episode limits of GRPO's rollouts: grpo.max_turns and the shared `episode` settings."""
+    from ..rollout import RolloutConfig
+
+    e = cfg.episode
+    return RolloutConfig(max_turns=cfg.grpo.max_turns, max_tool_errors=e.max_tool_errors, timeout_s=e.timeout_s,
+                         opening=e.opening, seed=seed, track_progress=cfg.grpo.reward == "userrl")
+
+
+def user_factory(cfg):
+    """A fresh user simulator per episode: scripted, or an LLM with the `api` settings."""
+    from ..config import api_options
+    from ..env.user import make_user
+
+    u = cfg.user
+    if u.kind == "scripted":
+        return lambda: make_user("scripted")
+    options = api_options(cfg)
+    return lambda: make_user(str(u.model), api_base=u.api_base, temperature=u.temperature, **options)
+
+
+def interaction_figures(episodes: list) -> dict[str, float]:
+    """UserRL's interaction figures of a step's episodes (muactl/fidelity.py), and how often the
+    simulated user behaved (every fidelity check that applied held)."""
+    from ..fidelity import faithful
+
+    n = max(1, len(episodes))
+    out = {"rollout/effective_turns": sum(e.interaction["effective_turns"] for e in episodes) / n,
+           "rollout/user_turns": sum(e.interaction["user_turns"] for e in episodes) / n,
+           "rollout/user_faithful": sum(faithful(e.fidelity) for e in episodes) / n}
+    firsts = [e.interaction["first_correct_write"] for e in episodes if e.interaction["first_correct_write"] is not None]
+    if firsts:  # a turn number: no write, no figure (TRL averages what is logged)
+        out["rollout/first_correct_write"] = sum(firsts) / len(firsts)
+    return out
 
 
 def _training_tasks(opened, synth_tasks) -> list:
@@ -234,6 +292,10 @@ def _task_id(prompt: Any) -> str:
     return str(prompt)
 
 
+def _all_equal(group: list) -> bool:
+    return len({e.reward for e in group if e.termination != "infra_error"}) <= 1
+
+
 def _groups(episodes: list, size: int) -> list[list]:
     return [episodes[i:i + size] for i in range(0, len(episodes), size)]
 
@@ -250,8 +312,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
              final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from ..env.user import make_user
-    from ..models import _torch, load_tokenizer, resolve, training_precision
+    from ..models import _torch, load_tokenizer, precision_note, resolve, training_precision
     from ..validate import open_domain
 
     torch = _torch()
@@ -274,6 +335,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     tokenizer = load_tokenizer(path)
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
+    log(f"grpo: {precision_note(cfg.model.dtype)}")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": name}]} for name in names])
     out_dir = store.path / "grpo"
@@ -288,11 +350,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
         bf16=bf16, loss_type="dapo", scale_rewards="group", log_completions=False,
         disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", shuffle_dataset=True,
     )
-    user_cfg = cfg.user
-    rollouts = Rollouts(cfg, opened, store, tokenizer,
-                        (lambda: make_user("scripted")) if user_cfg.kind == "scripted" else
-                        (lambda: make_user(user_cfg.model, api_base=user_cfg.api_base, temperature=user_cfg.temperature)),
-                        log)
+    rollouts = Rollouts(cfg, opened, store, tokenizer, user_factory(cfg), log)
     peft_config = None
     if g.lora:
         from peft import LoraConfig

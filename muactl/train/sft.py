@@ -11,10 +11,32 @@ Checkpoints are plain HF folders (LoRA adapters merged at the end) that `hf:` ag
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from ..runs import RunStore
+
+
+def training_template(tokenizer) -> str:
+    """The template SFT renders with: the model's own when it marks assistant turns with {% generation %}
+    (muactl's ChatML does), else TRL's training version of it (the families TRL knows)."""
+    template = tokenizer.chat_template
+    if isinstance(template, str) and re.search(r"\{%-?\s*generation\s*-?%\}", template):
+        return template
+    try:
+        from trl.chat_template_utils import get_training_chat_template
+
+        patched = get_training_chat_template(tokenizer)
+    except Exception:  # noqa: BLE001 - TRL raises for templates it does not know
+        patched = None
+    if not patched or "generation" not in patched:
+        from ..errors import UsageError
+
+        raise UsageError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the model')} does not mark assistant "
+                         "turns ({% generation %}), which assistant-only SFT needs, and TRL has no training version of it; "
+                         "add the markers to the template, or train with muactl's ChatML ({\"format\": \"chatml\"} in muactl.json)")
+    return patched
 
 
 def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict[str, list[int]] | None:
@@ -22,7 +44,9 @@ def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict
     from ..models import tool_format_of
 
     tools = prompt_tools(record.get("tools"), tool_format_of(tokenizer))
-    out = tokenizer.apply_chat_template(record["messages"], tools=tools, tokenize=True,
+    context = set(record.get("not_trained") or [])  # the greeting: rendered as template text, no loss
+    messages = [dict(m, fixed=True) if i in context else m for i, m in enumerate(record["messages"])]
+    out = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, chat_template=training_template(tokenizer),
                                         return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     if len(ids) > max_length:
@@ -53,7 +77,7 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
 def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
-    from ..models import _torch, load_tokenizer, resolve, training_precision
+    from ..models import _torch, load_tokenizer, precision_note, resolve, sft_batch, training_precision
     from ..validate import open_domain
     from .checkpoints import card_on_save, train_and_save
     from .synth import read_jsonl
@@ -71,6 +95,8 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     log(f"sft: {len(dataset)} examples ({skipped} longer than max_length skipped), {n_tokens} tokens, model {path}")
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
+    batch, accum = sft_batch(str(cfg.model.name), cfg.sft.batch_size, cfg.sft.grad_accum, cuda)
+    log(f"sft: {precision_note(cfg.model.dtype)}; batch {batch} x grad_accum {accum}")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     peft_config = None
     if cfg.sft.lora:
@@ -82,7 +108,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "sft")
     args = SFTConfig(
         output_dir=str(out_dir), num_train_epochs=cfg.sft.epochs, max_steps=cfg.sft.max_steps,
-        per_device_train_batch_size=cfg.sft.batch_size, gradient_accumulation_steps=cfg.sft.grad_accum,
+        per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
         learning_rate=cfg.sft.lr, lr_scheduler_type=cfg.sft.scheduler, warmup_steps=cfg.sft.warmup_ratio,
         weight_decay=cfg.sft.weight_decay, max_length=cfg.sft.max_length, logging_steps=cfg.sft.logging_steps,
         save_steps=cfg.sft.save_steps, save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed,

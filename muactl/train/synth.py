@@ -28,11 +28,25 @@ class SynthConfig(EvalConfig):
 
 
 def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """An episode as one training example (the format TRL's SFTTrainer reads); the greeting keeps its
-    `fixed` mark: rendered, never trained on."""
+    """An episode as one training example in OpenAI's chat shape (what TRL's SFTTrainer and chat
+    templates read): each assistant tool call carries its `id` and each tool result the `tool_call_id`
+    it answers. The greeting is template text, not policy output: it is rendered but never trained on,
+    and the row lists it by index in `not_trained` (messages carry no muactl-only keys)."""
     from ..agents.chatml import to_template_messages
 
-    return {"messages": to_template_messages(ep.messages), "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
+    messages, not_trained = to_template_messages(ep.messages), []
+    for i, (src, msg) in enumerate(zip(ep.messages, messages)):
+        if msg.pop("fixed", None):
+            not_trained.append(i)
+        for call, made in zip(msg.get("tool_calls") or [], src.get("tool_calls") or []):
+            if made.get("id"):
+                call["id"] = made["id"]
+        if src.get("tool_call_id"):
+            msg["tool_call_id"] = src["tool_call_id"]
+    record = {"messages": messages, "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
+    if not_trained:
+        record["not_trained"] = not_trained
+    return record
 
 
 def record_key(record: dict[str, Any]) -> str:
@@ -66,6 +80,10 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
         raise UsageError("--tools must be 'real' or 'simulated'")
     if cfg.tools == "simulated" and not cfg.tool_model:
         raise UsageError("--tools simulated needs --tool-model MODEL (the LLM that plays the tools)")
+    if cfg.output:
+        from ..outputs import prepare_output
+
+        prepare_output(cfg.output)  # before the run folder exists: a bad -o leaves nothing behind
     state: dict[str, Any] = {"keys": None, "path": None, "tools": None}
 
     def on_episode(ep, store: RunStore) -> None:
@@ -92,8 +110,9 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     from ..validate import open_domain
 
     if resume:
-        saved = RunStore.open(resume).info()["config"]
-        cfg = SynthConfig(**{**saved, "concurrency": cfg.concurrency})
+        from ..evaluate import stored_config
+
+        cfg = stored_config(SynthConfig, RunStore.open(resume), concurrency=cfg.concurrency)
     opened = open_domain(cfg.domain, trust=cfg.trust)
     state["tools"] = [t.openai_schema() for t in opened.compiled.agent_tools()]
     store, summary = run_eval(cfg, resume=resume, on_progress=on_progress, opened=opened, kind="synth",
@@ -106,6 +125,13 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     (path.parent / (path.stem + ".stats.json")).write_text(json.dumps(stats, indent=2))
     store.update(summary={**summary, "synth": stats})
     return store, stats
+
+
+def describe(stats: dict[str, Any]) -> str:
+    """The one line a synth run ends with (the command and the recipe's synth stage)."""
+    infra = f", {stats['infra_errors']} not run (infra or user-simulator errors)" if stats.get("infra_errors") else ""
+    return (f"kept {stats['kept']} of {stats['episodes']} episodes: {stats['duplicates_dropped']} duplicates dropped, "
+            f"{stats['failed']} failed (reward 0){infra} -> {stats['output']}")
 
 
 def synth_stats(store: RunStore, path: Path) -> dict[str, Any]:
@@ -121,8 +147,11 @@ def synth_stats(store: RunStore, path: Path) -> dict[str, Any]:
             per_task[r["task_id"]]["kept"] += 1
     turns = [sum(1 for m in r["messages"] if m["role"] == "assistant") for r in records]
     chars = [sum(len(m.get("content") or "") for m in r["messages"]) for r in records]
-    return {"output": str(path), "episodes": len(eps), "successes": sum(int(e["success"]) for e in eps),
-            "kept": len(records), "duplicates_dropped": sum(int(e["success"]) for e in eps) - len(records),
+    infra = sum(e["termination"] in ("infra_error", "user_error") for e in eps)
+    successes = sum(int(e["success"]) for e in eps)
+    return {"output": str(path), "episodes": len(eps), "successes": successes,
+            "kept": len(records), "duplicates_dropped": successes - len(records),
+            "failed": len(eps) - successes - infra, "infra_errors": infra,
             "avg_assistant_turns": sum(turns) / len(turns) if turns else 0,
             "avg_chars": sum(chars) / len(chars) if chars else 0,
             "agent_completion_tokens": sum(e["completion_tokens"] or 0 for e in eps), "per_task": per_task}
@@ -157,7 +186,7 @@ def export_chats(run_id: str, output: Path, min_rating: int = 4) -> dict[str, An
         messages = []
         for m in store.messages(e["id"]):
             msg = {"role": m["role"], "content": m["content"], "tool_calls": m["tool_calls"], "name": m["name"],
-                   **json.loads(m["meta"] or "{}")}
+                   "tool_call_id": m["tool_call_id"], **json.loads(m["meta"] or "{}")}
             messages.append(msg)
         ep = SimpleNamespace(messages=messages, task_id=e["task_id"], trial=e["trial"], reward=e["reward"])
         record = {**to_record(ep, tools), "rating": e["rating"], "note": e["note"]}

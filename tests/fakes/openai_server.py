@@ -23,6 +23,7 @@ class Reply:
     status: int = 200
     delay: float = 0.0
     raw: str | None = None  # send this body verbatim (malformed JSON tests)
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers (Retry-After...)
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -73,6 +74,8 @@ class FakeOpenAI:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
 

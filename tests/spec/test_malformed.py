@@ -273,6 +273,48 @@ CASES = [
          "patients.jsonl", '["p4"]', "", "each line must be a JSON object"),
     Case("seed-csv-row-too-long", [(APPOINTMENTS, sub("2026-12-09,scheduled", "2026-12-09,scheduled,urgent"))],
          "appointments.csv", "urgent", "", "row has more fields than the header"),
+    # seed limits (issue 17): each was accepted silently or crashed with an internal error
+    Case("seed-csv-field-over-128k", [(APPOINTMENTS, sub("Dr. Park", "Dr. " + "x" * 200_000))],
+         "appointments.csv", "a2,p1,", "", "a field is over the 131,072-byte limit (MAX_CSV_FIELD_BYTES)"),
+    Case("seed-csv-row-too-short", [(APPOINTMENTS, sub("a3,p2,Dr. Lind,2026-12-05,scheduled", "a3,p2,Dr. Lind"))],
+         "appointments.csv", "a3,p2,Dr. Lind", "", "row has fewer fields than the header (3, the header has 5)"),
+    Case("seed-csv-unterminated-quote", [(APPOINTMENTS, sub("a3,p2,Dr. Lind", 'a3,p2,"Dr. Lind'))],
+         "appointments.csv", 'a3,p2,"Dr. Lind', "", "never closed (unterminated \")"),
+    Case("seed-csv-stray-quote", [(APPOINTMENTS, sub("a3,p2,Dr. Lind", 'a3,p2,"Dr." Lind'))],
+         "appointments.csv", 'a3,p2,"Dr." Lind', "", "CSV error"),
+    Case("seed-jsonl-5000-digit-integer", [(PATIENTS, sub('"birth_year": 1990', '"birth_year": ' + "9" * 5000))],
+         "patients.jsonl", "Ben Okafor", "", "integer 999999999999999999999999999999... is out of range"),
+    Case("seed-jsonl-integer-out-of-range", [(PATIENTS, sub('"birth_year": 1990', f'"birth_year": {2**63}'))],
+         "patients.jsonl", "Ben Okafor", "", "is out of range (SQLite integers lie between"),
+    Case("seed-jsonl-100000-deep", [(PATIENTS, sub('"birth_year": 1990', '"birth_year": ' + "[" * 100_000 + "]" * 100_000))],
+         "patients.jsonl", "Ben Okafor", "", "JSON nested deeper than 64 levels (MAX_JSON_DEPTH)"),
+    Case("seed-jsonl-nan", [(PATIENTS, sub('"birth_year": 1990', '"birth_year": NaN'))],
+         "patients.jsonl", "Ben Okafor", "", "NaN is not JSON"),
+    Case("seed-csv-integer-out-of-range",
+         [("domains/clinic/data/patients.jsonl", remove),
+          ("domains/clinic/data/patients.csv", put("patient_id,name,phone,birth_year\np1,Ana Ruiz,5550101,1984\n"
+                                                  f"p2,Ben Okafor,5550102,{'9' * 5000}\np3,Chen Wei,5550103,1977\n"))],
+         "patients.csv", "Ben Okafor", "patients[1].birth_year", "an integer of 5000 digits is out of range"),
+    # ---------------------------------------------------------------- names (issue 17)
+    Case("table-name-with-quote", [(DOMAIN, sub("    patients:\n", '    "pat\\"ients":\n'))],
+         "domain.yaml", 'pat\\"ients', 'database.tables.pat"ients', "is not allowed: use letters, digits and underscores"),
+    Case("column-name-with-quote", [(DOMAIN, sub("name: text, phone: text", '"na\\"me": text, phone: text'))],
+         "domain.yaml", 'na\\"me', 'database.tables.patients.columns.na"me', "is not allowed"),
+    Case("table-named-sqlite-stat1", [(DOMAIN, sub("    patients:\n", "    sqlite_stat1:\n"))],
+         "domain.yaml", "sqlite_stat1:", "database.tables.sqlite_stat1", "reserved: SQLite owns names starting with 'sqlite_'"),
+    # ---------------------------------------------------------------- YAML limits (issue 17)
+    Case("yaml-billion-laughs",
+         [(DOMAIN, lambda p: p.write_text("x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n" + "".join(
+             f"x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 10)}]\n" for i in range(1, 10)) + p.read_text()))],
+         "domain.yaml", "x4: &x4", "", "YAML limit exceeded: the document holds more than 100,000 values"),
+    Case("yaml-deep-nesting", [(TRAIN, lambda p: p.write_text(p.read_text() + "- " + "[" * 50_000 + "]" * 50_000 + "\n"))],
+         "train.yaml", "[[[[", "", "YAML limit exceeded: nesting deeper than 64 levels (MAX_YAML_DEPTH)"),
+    Case("yaml-python-tag", [(DOMAIN, sub("policy: policy.md", "policy: !!python/object/apply:os.system [echo hi]"))],
+         "domain.yaml", "!!python", "", "tag '!!python/object/apply:os.system' is not allowed"),
+    Case("policy-file-over-1-mib", [(POLICY, put("x" * 1_100_000))],
+         "policy.md", 1, "", "over the 1,048,576-byte limit (MAX_POLICY_BYTES)"),
+    Case("yaml-file-over-1-mib", [(TEST, lambda p: p.write_text(p.read_text() + "# " + "x" * 1_100_000 + "\n"))],
+         "test.yaml", 1, "", "over the 1,048,576-byte limit (MAX_YAML_BYTES)"),
     Case("seed-file-for-undeclared-table", [("domains/clinic/data/doctors.csv", put("doctor_id,name\nd1,Dr. Lind\n"))],
          "doctors.csv", 1, "", "seed file for undeclared table 'doctors'"),
     Case("two-seed-files-for-one-table",
@@ -347,6 +389,7 @@ def test_enough_cases():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+@pytest.mark.timeout(120)  # without the YAML limits, the alias bomb case ran for minutes
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_malformed(project, case):
     _break(project, case)
@@ -377,8 +420,31 @@ def test_every_problem_in_every_file_is_reported_at_once(project):
     assert ("domain.yaml", 9, "policy") in where
     assert ("patients.jsonl", 2, "") in where
     assert ("train.yaml", 24, "[1].user.known") in where
-    # task references are checked only once the domain loads, so the persona is not among these
-    assert len(problems) == 3, "\n".join(map(str, problems))
+    # the task checks run on what parsed, though the domain has problems: the persona is among these
+    assert ("test.yaml", 3, "[0].persona") in where
+    assert len(problems) == 4, "\n".join(map(str, problems))
+
+
+def test_problems_of_every_phase_in_one_run(project):
+    """Five problems that used to take four runs (each phase stopped the next): a tool's unknown key,
+    SQL naming an unknown table, a seed value of the wrong type, an undefined persona, an unknown task key."""
+    sub("    description: List a patient's appointments", "    descripton: List a patient's appointments")(project / DOMAIN)
+    sub("FROM patients WHERE phone", "FROM patientz WHERE phone")(project / DOMAIN)
+    sub('"birth_year": 1990}', '"birth_year": "nineteen"}')(project / PATIENTS)
+    sub("- id: cancel-next-appointment\n  persona: polite", "- id: cancel-next-appointment\n  persona: polit")(project / TRAIN)
+    sub('    outputs: ["2026-12-09"]', '    outputs: ["2026-12-09"]\n    bogus: 1')(project / TRAIN)
+    problems = _problems()
+    keys = sorted((Path(p.file).name, p.key) for p in problems)
+    assert keys == [("domain.yaml", "tools.find_patient_by_phone.query"), ("domain.yaml", "tools.list_appointments.descripton"),
+                    ("patients.jsonl", "patients[1].birth_year"), ("train.yaml", "[0].persona"),
+                    ("train.yaml", "[1].expect.bogus")], "\n".join(map(str, problems))
+
+
+def test_gold_paths_replayed_when_only_task_files_have_problems(project):
+    sub("    known: Your phone number is 5550103.\n", "    known: a\n    known: b\n")(project / TRAIN)
+    sub("equals: cancelled", "equals: canceled")(project / TEST)
+    keys = sorted((Path(p.file).name, p.key) for p in _problems())
+    assert keys == [("test.yaml", "[0].expect.assert[0]"), ("train.yaml", "[1].user.known")], keys
 
 
 def test_structural_and_semantic_problems_in_different_files_together(project):

@@ -1,0 +1,211 @@
+"""Time and peak memory of muactl refusing hostile input (issue 17): each case runs a real `muactl`
+command in its own process, so its peak RSS is its own.
+
+Cases:
+- yaml-laughs / yaml-deep / yaml-tag: a 1 MB task file (a list of ordinary tasks, then an alias bomb of
+  10 aliases per level and 9 levels, a 1 MB run of '[' , or a `!!python/object/apply` tag) -> `muactl validate`
+- sql-call / sql-validate: a domain whose tool query and task assertion are an endless recursive CTE ->
+  `muactl call`, `muactl validate`
+- pack-pax-bomb / pack-gnu-longname: a .muapack whose tar stream holds a PAX extended header, or a GNU
+  long-name header, of --bomb-mib MiB of zeros (a few hundred KB gzipped) -> `muactl install`
+
+A case that is not refused is stopped at --timeout seconds or at --max-mem-mib of address space and shows
+as such. Prints a table; asserts nothing.
+
+    .venv/bin/python benchmarks/hostile_input.py [--bomb-mib 256] [--timeout 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FOREVER = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+RUNAWAY_DOMAIN = f"""\
+name: runaway
+description: A tool whose query never ends.
+policy: None.
+database:
+  tables:
+    n: {{columns: {{x: integer}}, primary_key: x}}
+  seed:
+    n: [{{x: 1}}]
+tools:
+  count_forever:
+    description: Counts forever.
+    query: {FOREVER}
+    returns: value
+"""
+RUNAWAY_TASKS = f"""\
+- id: endless-assertion
+  user: {{reason: Nothing.}}
+  expect:
+    assert:
+      - query: {FOREVER}
+"""
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def one_mb_of_tasks(project: Path) -> str:
+    """Ordinary tasks (the scaffold's, with fresh ids) up to ~0.95 MB: the bomb comes after real work."""
+    import re
+
+    base = (project / "tasks" / "clinic" / "train.yaml").read_text()
+    out, k = [], 0
+    while sum(map(len, out)) < 950_000:
+        out.append(re.sub(r"- id: (\S+)", lambda m: f"- id: {m[1]}-{k}", base))
+        k += 1
+    return "".join(out)
+
+
+def yaml_cases(project: Path) -> dict[str, str]:
+    tasks = one_mb_of_tasks(project)
+    laughs = "- &x0 [a, a, a, a, a, a, a, a, a, a]\n" + "".join(
+        f"- &x{i} [{', '.join([f'*x{i - 1}'] * 10)}]\n" for i in range(1, 9))
+    return {
+        "yaml-laughs": tasks + laughs,
+        "yaml-deep": "- " + "[" * 500_000 + "]" * 500_000 + "\n",
+        "yaml-tag": tasks + "- !!python/object/apply:os.system [echo owned]\n",
+    }
+
+
+def write_pack(path: Path, project: Path, bomb: str, mib: int) -> None:
+    """The scaffold's files as a pack, preceded by a header of `mib` MiB of zeros, gzipped as it is written."""
+    files = {}
+    for top, folder in (("domain", project / "domains" / "clinic"), ("tasks", project / "tasks" / "clinic")):
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                files[f"{top}/{p.relative_to(folder).as_posix()}"] = p.read_bytes()
+    manifest = {"format": 1, "name": "clinic", "version": "0.1.0", "spec_version": 1, "has_python": False,
+                "files": [{"path": k, "sha256": hashlib.sha256(v).hexdigest(), "size": len(v)} for k, v in files.items()]}
+    size = mib * 1024 * 1024
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        header = tarfile.TarInfo("././@PaxHeader" if bomb == "pax" else "././@LongLink")
+        header.type = tarfile.XHDTYPE if bomb == "pax" else tarfile.GNUTYPE_LONGNAME
+        header.size = size
+        gz.write(header.tobuf(format=tarfile.USTAR_FORMAT if bomb == "pax" else tarfile.GNU_FORMAT))
+        if bomb == "pax":  # one record "<len> comment=000...\n" filling the header
+            body = b" comment="
+            digits = len(str(size))
+            gz.write(f"{size}".encode() + body)
+            left = size - digits - len(body) - 1
+        else:
+            left = size - 1
+        chunk = b"0" * (1 << 20)
+        while left > 0:
+            gz.write(chunk[:min(left, len(chunk))])
+            left -= min(left, len(chunk))
+        gz.write(b"\n" if bomb == "pax" else b"\0")
+        gz.write(b"\0" * (-size % 512))
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in [("manifest.json", json.dumps(manifest).encode()), *files.items()]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        gz.write(buf.getvalue())
+
+
+# ---------------------------------------------------------------- running one case
+
+
+def run_case(argv: list[str], cwd: Path, env: dict, timeout: float, max_mem: int) -> dict:
+    """Run `muactl argv` in a child process: wall and CPU seconds, peak RSS (MB), exit status, first output line."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (max_mem, max_mem))
+
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "muactl", *argv], cwd=cwd, env=env, preexec_fn=cap,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    status, usage, how = None, None, ""
+    while status is None:
+        pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            status, usage = st, ru
+        elif time.perf_counter() - start > timeout:
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+            how = f"NOT REFUSED: killed after {timeout:.0f} s"
+        else:
+            time.sleep(0.02)
+    took = time.perf_counter() - start
+    out = proc.stdout.read().decode(errors="replace")
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("error: 1 problem")]
+    if not how:
+        how = lines[0] if lines else "(no output)"
+        if "MemoryError" in out or proc.returncode < 0:
+            how = f"NOT REFUSED: out of memory at the {max_mem >> 20} MiB cap ({how[:60]})"
+    return {"seconds": took, "cpu": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+            "exit": proc.returncode, "how": how}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bomb-mib", type=int, default=64, help="size of the tar header bombs (the issue's: 256)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as not refused")
+    ap.add_argument("--max-mem-mib", type=int, default=2048, help="address-space cap of each case")
+    ap.add_argument("--only", default="", help="comma-separated case names")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="muactl-hostile-") as tmp:
+        tmp = Path(tmp)
+        env = dict(os.environ, PYTHONPATH=str(ROOT), MUACTL_HOME=str(tmp / "home"), MUACTL_CACHE=str(tmp / "cache"),
+                   MUACTL_RUNS=str(tmp / "runs"))
+        project = tmp / "project"
+        project.mkdir()
+        subprocess.run([sys.executable, "-m", "muactl", "init", "clinic"], cwd=project, env=env, check=True,
+                       capture_output=True)
+        runaway = project / "domains" / "runaway"
+        runaway.mkdir(parents=True)
+        (runaway / "domain.yaml").write_text(RUNAWAY_DOMAIN)
+        (project / "tasks" / "runaway").mkdir(parents=True)
+        (project / "tasks" / "runaway" / "train.yaml").write_text(RUNAWAY_TASKS)
+
+        cases: dict[str, tuple[list[str], Path, int]] = {}  # name -> argv, cwd, input size
+        train = project / "tasks" / "clinic" / "train.yaml"
+        for name, text in yaml_cases(project).items():
+            folder = tmp / name
+            (folder / "tasks" / "clinic").mkdir(parents=True)
+            (folder / "tasks" / "clinic" / "train.yaml").write_text(text)
+            os.symlink(project / "domains", folder / "domains")
+            cases[name] = (["validate", "clinic"], folder, len(text.encode()))
+        cases["sql-call"] = (["call", "runaway", "count_forever", "{}"], project, 0)
+        cases["sql-validate"] = (["validate", "runaway"], project, 0)
+        for bomb in ("pax", "gnu-longname"):
+            path = tmp / f"{bomb}.muapack"
+            write_pack(path, project, "pax" if bomb == "pax" else "gnu", args.bomb_mib)
+            cases[f"pack-{bomb}" if bomb != "pax" else "pack-pax-bomb"] = (["install", str(path)], project, path.stat().st_size)
+        assert train.exists()
+
+        only = set(filter(None, args.only.split(",")))
+        print(f"{'case':<19}{'input':>10}{'wall s':>8}{'CPU s':>7}{'peak MB':>9}{'exit':>6}  what it said")
+        for name, (argv, cwd, size) in cases.items():
+            if only and name not in only:
+                continue
+            r = run_case(argv, cwd, env, args.timeout, args.max_mem_mib << 20)
+            shown = f"{size / 1e6:.2f} MB" if size else "-"
+            how = r["how"].replace(str(tmp), "$TMP")
+            print(f"{name:<19}{shown:>10}{r['seconds']:>8.2f}{r['cpu']:>7.2f}{r['peak_mb']:>9.0f}{r['exit']:>6}  {how[:140]}",
+                  flush=True)
+        print(f"(tar header bombs: {args.bomb_mib} MiB uncompressed; peak MB is the child's max RSS, most of it "
+              "the interpreter and muactl's imports: compare with the sql cases, which load nothing big)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Record τ²-bench's ground truth: run τ²'s own tools on every gold action of every task.
+
+Writes tests/data/tau2/<domain>.json (digests only; see muactl/importers/tau2_truth.py), which
+tests/test_tau2_import.py and benchmarks/tau2_verify.py compare muactl's import against.
+
+τ²'s package top level imports litellm; this script imports only its domain modules (a bare `tau2`
+package object over the source folder), so it needs τ²'s few small dependencies and not muactl's:
+
+    python -m venv /tmp/tau2venv && /tmp/tau2venv/bin/pip install pydantic docstring_parser loguru \
+        addict toml pyyaml deepdiff python-dotenv
+    /tmp/tau2venv/bin/python benchmarks/tau2_record.py PATH/TO/tau2-bench [--domain retail]
+
+PATH is a τ²-bench checkout at commit a2c0247 (with airline's db.json and telecom's tasks.json of
+37199f3, which some copies lack; see README "τ²-bench").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from muactl.importers.tau2_truth import changed_records, output_digest, tau2_hash  # noqa: E402
+
+DOMAINS = ("retail", "airline", "telecom")
+
+
+def load_tau2(checkout: Path) -> None:
+    pkg = types.ModuleType("tau2")  # skip tau2/__init__.py (it imports the litellm-based runner)
+    pkg.__path__ = [str(checkout / "src" / "tau2")]
+    sys.modules["tau2"] = pkg
+    import os
+
+    os.environ.setdefault("TAU2_DATA_DIR", str(checkout / "data"))
+
+
+def dump(tools) -> dict | None:
+    return None if tools is None else tools.db.model_dump()
+
+
+def record(domain: str) -> dict:
+    import importlib
+
+    from tau2.data_model.message import ToolCall
+
+    mod = importlib.import_module(f"tau2.domains.{domain}.environment")
+    tasks = mod.get_tasks(task_split_name="base")
+    out = {}
+    for task in tasks:
+        env = mod.get_environment()
+        init = task.initial_state
+        env.set_state(init.initialization_data if init else None,
+                      init.initialization_actions if init else None, [])
+        before, user_before = dump(env.tools), dump(env.user_tools)
+        actions = []
+        crit = task.evaluation_criteria
+        for i, action in enumerate(crit.actions or [] if crit else []):
+            msg = env.get_response(ToolCall(id=str(i), name=action.name, arguments=action.arguments,
+                                            requestor=action.requestor))
+            actions.append({"name": action.name, "error": msg.content if msg.error else None,
+                            "output": None if msg.error else output_digest(msg.content)})
+        after, user_after = dump(env.tools), dump(env.user_tools)
+        entry = {"db_hash": tau2_hash(after), "changed": changed_records(before, after), "actions": actions}
+        if user_after is not None:
+            entry["user_db_hash"] = tau2_hash(user_after)
+            entry["user_changed"] = changed_records(user_before, user_after)
+        if crit and crit.env_assertions:
+            entry["assertions"] = [env.run_env_assertion(a, raise_assertion_error=False) for a in crit.env_assertions]
+        out[task.id] = entry
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkout", type=Path)
+    ap.add_argument("--domain", choices=DOMAINS, action="append")
+    ap.add_argument("-o", "--out", type=Path, default=ROOT / "tests" / "data" / "tau2")
+    args = ap.parse_args()
+    load_tau2(args.checkout.resolve())
+    from loguru import logger
+
+    logger.remove()  # τ² logs every failing gold action as a warning; the record keeps them
+    args.out.mkdir(parents=True, exist_ok=True)
+    for domain in args.domain or DOMAINS:
+        tasks = record(domain)
+        path = args.out / f"{domain}.json"
+        path.write_text(json.dumps({"domain": domain, "tau2_commit": "a2c0247", "tasks": tasks}, indent=1) + "\n")
+        n_err = sum(a["error"] is not None for t in tasks.values() for a in t["actions"])
+        print(f"{domain}: {len(tasks)} tasks, {sum(len(t['actions']) for t in tasks.values())} gold actions "
+              f"({n_err} fail in τ²) -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+if __name__ == "__main__":
+    main()

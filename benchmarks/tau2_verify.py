@@ -1,0 +1,90 @@
+"""muactl's τ²-bench import checked against τ²'s own tools, per domain: tasks whose final database
+equals τ²'s (τ²'s hash recipe), gold calls with the same error/no-error outcome and text, outputs equal
+as parsed JSON; plus the oracle's score and the lines of muactl's YAML against τ²'s tools.py.
+
+The ground truth is tests/data/tau2/<domain>.json (written by benchmarks/tau2_record.py). Needs a
+τ²-bench checkout for the data (README, "τ²-bench"):
+
+    .venv/bin/python benchmarks/tau2_verify.py PATH/TO/tau2-bench [--domain retail]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def code_lines(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+def run(checkout: Path, domain: str) -> dict:
+    from muactl.importers.tau2 import HERE, import_tau2, verify
+    from muactl.validate import validate_domain
+
+    truth = json.loads((ROOT / "tests" / "data" / "tau2" / f"{domain}.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        old = os.getcwd()
+        os.chdir(tmp)
+        try:
+            t0 = time.perf_counter()
+            import_tau2(checkout, domain, Path(tmp))
+            t_import = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            opened = validate_domain(f"tau2-{domain}")
+            t_validate = time.perf_counter() - t0
+            row = verify(opened, truth)
+            row["oracle"] = oracle_score(opened)
+        finally:
+            os.chdir(old)
+    tools_py = checkout / "src" / "tau2" / "domains" / domain / "tools.py"
+    user_py = tools_py.with_name("user_tools.py")
+    row.update(domain=domain, import_s=t_import, validate_s=t_validate,
+               yaml_lines=len((HERE / f"{domain}.yaml").read_text().splitlines()),
+               yaml_code=code_lines(HERE / f"{domain}.yaml"),
+               py_lines=sum(len(p.read_text().splitlines()) for p in (tools_py, user_py) if p.is_file()))
+    return row
+
+
+def oracle_score(opened) -> float:
+    """Mean reward of `muactl eval --agent oracle --user scripted --split all` (a run folder in the temp dir)."""
+    from muactl.evaluate import EvalConfig, run_eval
+
+    _, summary = run_eval(EvalConfig(domain=opened.spec.domain.name, split="all"), opened=opened)
+    return summary["avg_reward"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkout", type=Path, nargs="?", default=os.environ.get("TAU2_BENCH"))
+    ap.add_argument("--domain", action="append", choices=["retail", "airline", "telecom"])
+    args = ap.parse_args()
+    if not args.checkout:
+        ap.error("give a τ²-bench checkout (or set TAU2_BENCH)")
+    print(f"{'domain':8} {'tasks':>5} {'same DB':>9} {'calls':>5} {'same error':>10} {'outputs':>7} "
+          f"{'same output':>11} {'oracle':>6} {'YAML lines':>10} {'τ² tools.py':>11}")
+    from muactl.importers.tau2 import HERE
+
+    for domain in args.domain or ["retail", "airline", "telecom"]:
+        if not (HERE / f"{domain}.yaml").is_file():
+            print(f"{domain:8} not importable yet (no muactl tools for it)")
+            continue
+        r = run(args.checkout.resolve(), domain)
+        pct = lambda a, b: f"{100 * a / b:.0f}%" if b else "-"  # noqa: E731
+        print(f"{domain:8} {r['tasks']:5} {pct(r['db_same'], r['tasks']):>9} {r['calls']:5} "
+              f"{pct(r['error_same'], r['calls']):>10} {r['outputs']:7} {pct(r['output_same'], r['outputs']):>11} "
+              f"{r['oracle']:6.2f} {r['yaml_lines']:10} {r['py_lines']:11}")
+        for line in r["mismatches"][:10]:
+            print("   ", line)
+
+
+if __name__ == "__main__":
+    main()

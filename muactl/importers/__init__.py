@@ -1,0 +1,1 @@
+"""Importers: turn other benchmarks' data into muactl domains and task sets (`muactl import`)."""

@@ -1,0 +1,312 @@
+"""`muactl import tau2`: τ²-bench's retail, airline and telecom worlds as muactl domains and task sets.
+
+The tools are muactl YAML shipped in this package (importers/tau2_domains/<domain>.yaml), written
+against τ²'s documented behaviour and checked against its own tools' recorded results
+(tests/data/tau2, benchmarks/tau2_verify.py). Only data comes from the τ²-bench checkout, at import
+time: the database, the policy, the tasks and their train/test split.
+
+τ² task -> muactl task: the user scenario's reason_for_call / known_info / unknown_info /
+task_instructions (persona first) -> user.reason / known / unknown / instructions; gold actions ->
+expect.actions (a gold call that fails in τ² too carries its `error:` text); communicate_info ->
+expect.outputs; nl_assertions -> expect.nl_assertions; a transfer_to_human_agents gold call ->
+expect.transfer; initialization actions -> setup. split_tasks.json's train and test lists -> train.yaml
+and test.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ..errors import ScaffoldExists, SpecError, UsageError
+
+HERE = Path(__file__).resolve().parent / "tau2_domains"
+DOMAINS = ("retail", "airline", "telecom")
+TRANSFER = "transfer_to_human_agents"
+
+
+def domain_name(domain: str) -> str:
+    return f"tau2-{domain}"
+
+
+def data_dir(checkout: Path, domain: str) -> Path:
+    """The τ² domain's data folder; a clear error when the checkout is not a τ²-bench one."""
+    folder = checkout / "data" / "tau2" / "domains" / domain
+    needed = ["db.json", "tasks.json", "split_tasks.json", "policy.md"]
+    missing = [n for n in needed if not (folder / n).is_file()]
+    if missing:
+        raise UsageError(f"{checkout} is not a τ²-bench checkout with the {domain} domain: missing "
+                         f"{', '.join(str(folder / n) for n in missing)} (clone sierra-research/tau2-bench; "
+                         "README 'τ²-bench' says where airline's db.json comes from when a copy lacks it)")
+    return folder
+
+
+def shipped_yaml(domain: str) -> Path:
+    path = HERE / f"{domain}.yaml"
+    if not path.is_file():
+        raise UsageError(f"τ² {domain} is not importable yet: muactl has no tools for it (importers/tau2_domains/)")
+    return path
+
+
+# ---------------------------------------------------------------- tool descriptions
+
+
+def tool_docs(tools_py: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """τ²'s own tool descriptions, read from its tools.py docstrings (parsed with ast, never run):
+    tool -> (description, {arg: description}). The LLM sees the same text as in τ²."""
+    import ast
+    import re
+
+    if not tools_py.is_file():
+        return {}
+    out = {}
+    for node in ast.walk(ast.parse(tools_py.read_text())):
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node)
+        if not doc:
+            continue
+        summary, args, section, current = [], {}, None, None
+        for line in doc.splitlines():
+            head = line.strip().rstrip(":")
+            if line.strip().endswith(":") and head in ("Args", "Returns", "Raises", "Examples"):
+                section, current = head, None
+                continue
+            if section is None:
+                summary.append(line.strip())
+            elif section == "Args":
+                m = re.match(r"^(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line.strip())
+                if m and not line.startswith("        "):
+                    current = m[1]
+                    args[current] = m[2]
+                elif current and line.strip():
+                    args[current] += " " + line.strip()
+        text = " ".join(x for x in summary if x)
+        if text:
+            out[node.name] = (text, args)
+    return out
+
+
+def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
+    """Replace the shipped short descriptions with τ²'s (comments and anchors kept)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()
+    yaml.width = 110
+    data = yaml.load(domain_yaml.read_text())
+    for name, tool in data["tools"].items():
+        if name not in docs:
+            continue
+        text, args = docs[name]
+        tool["description"] = text
+        params = tool.get("params") or {}
+        for pname in list(params):
+            if args.get(pname):  # a copy: a param shared with an anchor may read differently per tool in τ²
+                params[pname] = CommentedMap(params[pname])
+                params[pname]["description"] = args[pname]
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
+
+
+# ---------------------------------------------------------------- database
+
+
+def seed_rows(db: dict, tables: dict) -> dict[str, list[dict]]:
+    """τ²'s database (table -> id -> record) as rows of the declared columns (absent fields as null)."""
+    out = {}
+    for table, spec in tables.items():
+        records = db.get(table)
+        if not isinstance(records, dict):
+            raise UsageError(f"τ² database has no '{table}' mapping; is the checkout at commit a2c0247?")
+        rows = []
+        for key, record in records.items():
+            extra = set(record) - set(spec.columns)
+            if extra:
+                raise UsageError(f"τ² {table} record {key} has fields muactl does not know: {', '.join(sorted(extra))}")
+            rows.append({col: record.get(col) for col in spec.columns})
+        out[table] = rows
+    return out
+
+
+def tau2_dump(env) -> dict:
+    """A muactl sandbox's state in the shape of τ²'s model_dump, for τ²'s hash recipe."""
+    from ..env.sandbox import typed
+
+    out = {}
+    for table, spec in env.domain.tables.items():
+        pk = spec.pk_columns()[0]
+        records = {}
+        for row in env.rows(table):
+            rec = {}
+            for col, ctype in spec.columns.items():
+                value = typed(row[col], ctype)
+                rec[col] = float(value) if ctype == "real" and value is not None else value
+            records[rec[pk]] = rec
+        out[table] = records
+    return out
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def convert_task(task: dict, split: str | None) -> dict[str, Any]:
+    scenario = task["user_scenario"]
+    ins = scenario["instructions"]
+    if isinstance(ins, str):
+        ins = {"reason_for_call": ins}
+    extra = [scenario.get("persona"), ins.get("task_instructions")]
+    user = {"reason": ins["reason_for_call"], "known": ins.get("known_info"), "unknown": ins.get("unknown_info"),
+            "instructions": "\n".join(x for x in extra if x) or None}
+    crit = task.get("evaluation_criteria") or {}
+    actions = [{a["name"]: a.get("arguments") or {}} for a in crit.get("actions") or []]
+    init = task.get("initial_state") or {}
+    setup = [{c["func_name"]: c.get("arguments") or {}} for c in init.get("initialization_actions") or []]
+    expect = {"actions": actions, "outputs": [str(x) for x in crit.get("communicate_info") or []],
+              "nl_assertions": list(crit.get("nl_assertions") or []),
+              "transfer": any(TRANSFER in a for a in actions)}
+    out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
+           "setup": setup, "expect": {k: v for k, v in expect.items() if v}, "tags": ["tau2"]}
+    return {k: v for k, v in out.items() if v not in (None, [], {})}
+
+
+def task_id(raw: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", str(raw)).strip("_") or "task"
+
+
+def mark_failing_calls(compiled, tasks: list[dict]) -> None:
+    """Gold calls that fail (τ²'s tasks include some: a lookup of a wrong id) get `error: TEXT`, so
+    validate replays them as expected failures. benchmarks/tau2_verify.py checks the texts are τ²'s."""
+    for t in tasks:
+        env = compiled.environment()
+        try:
+            for call in t.get("setup", []):
+                (name, args), = call.items()
+                env.call(name, args)
+            for call in t.get("expect", {}).get("actions", []):
+                (name, args), = call.items()
+                result = env.call(name, args)
+                if result.error:
+                    call["error"] = result.content.removeprefix("Error: ")
+        finally:
+            env.close()
+
+
+# ---------------------------------------------------------------- import
+
+
+def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False) -> tuple[Path, Path, dict[str, int]]:
+    """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders and
+    the number of tasks per split. Nothing is left half-written: both are built aside, then moved."""
+    from ..compile import compile_domain
+    from ..library import refuse_builtin_write
+    from ..spec import models as m
+    from ..spec.load import load_domain
+    from ..templates import write_tasks
+    from ..validate import check_domain
+
+    if domain not in DOMAINS:
+        raise UsageError(f"unknown τ² domain '{domain}'; choose one of {', '.join(DOMAINS)}")
+    yaml_path = shipped_yaml(domain)
+    src = data_dir(checkout, domain)
+    name = domain_name(domain)
+    dest_domain, dest_tasks = project / "domains" / name, project / "tasks" / name
+    refuse_builtin_write(dest_domain)
+    existing = [p for p in (dest_domain, dest_tasks) if p.exists()]
+    if existing and not force:
+        raise ScaffoldExists(f"{existing[0]} exists; pass --force to replace it")
+    db = json.loads((src / "db.json").read_text())
+    raw_tasks = json.loads((src / "tasks.json").read_text())
+    splits = json.loads((src / "split_tasks.json").read_text())
+    with tempfile.TemporaryDirectory(dir=project) as tmp:
+        stage = Path(tmp)
+        d = stage / "domain"
+        (d / "data").mkdir(parents=True)
+        shutil.copyfile(yaml_path, d / "domain.yaml")
+        shutil.copyfile(src / "policy.md", d / "policy.md")
+        use_tau2_descriptions(d / "domain.yaml", tool_docs(checkout / "src" / "tau2" / "domains" / domain / "tools.py"))
+        spec = load_domain(d)
+        for table, rows in seed_rows(db, spec.domain.database.tables).items():
+            with open(d / "data" / f"{table}.jsonl", "w") as f:
+                for row in rows:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        spec = load_domain(d)
+        problems = check_domain(spec)
+        if problems:  # the shipped YAML and this checkout's data disagree: say where, write nothing
+            raise SpecError(problems)
+        compiled = compile_domain(spec)
+        split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
+        base = set(splits.get("base", [t["id"] for t in raw_tasks]))
+        tasks = [convert_task(t, split_of.get(t["id"])) for t in raw_tasks if t["id"] in base]
+        mark_failing_calls(compiled, tasks)
+        tdir = stage / "tasks"
+        counts: dict[str, int] = {}
+        header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
+        for split in ("train", "test", None):  # tasks in τ²'s base set but in neither list: other.yaml (train)
+            chosen = [t for t in tasks if t.get("split") == split]
+            if chosen:
+                counts[split or "other"] = len(chosen)
+                specs = [SimpleNamespace(task=m.Task.model_validate({k: v for k, v in t.items() if k != "split"}))
+                         for t in chosen]
+                write_tasks(specs, tdir / f"{split or 'other'}.yaml", header)
+        for path in existing:
+            shutil.rmtree(path)
+        dest_domain.parent.mkdir(parents=True, exist_ok=True)
+        dest_tasks.parent.mkdir(parents=True, exist_ok=True)
+        (stage / "domain").rename(dest_domain)
+        tdir.rename(dest_tasks)
+    return dest_domain, dest_tasks, counts
+
+
+# ---------------------------------------------------------------- verification against τ²'s own tools
+
+
+def verify(opened, truth: dict) -> dict[str, Any]:
+    """Replay every task's gold path on muactl's import and compare with τ²'s recorded results
+    (tests/data/tau2/<domain>.json). Returns counts and the first mismatches, for the table."""
+    from ..spec.models import call_parts
+    from .tau2_truth import output_digest, tau2_hash
+
+    by_id = {t.task.id: t for t in opened.tasks}
+    n_tasks = db_same = 0
+    n_calls = error_same = output_same = n_outputs = 0
+    mismatches: list[str] = []
+    for raw_id, rec in truth["tasks"].items():
+        t = by_id.get(task_id(raw_id))
+        if t is None:
+            mismatches.append(f"task {raw_id}: not imported")
+            n_tasks += 1
+            continue
+        env = opened.compiled.environment()
+        try:
+            env.replay(t.task.setup)
+            for i, (call, want) in enumerate(zip(t.task.expect.actions, rec["actions"])):
+                name, args = call_parts(call)
+                got = env.call(name, args)
+                n_calls += 1
+                if (got.content if got.error else None) == want["error"]:
+                    error_same += 1
+                else:
+                    mismatches.append(f"task {raw_id} call {i} {name}: error {got.content if got.error else None!r}, "
+                                      f"τ² {want['error']!r}")
+                if want["output"] is not None and not got.error:
+                    n_outputs += 1
+                    if output_digest(got.content) == want["output"]:
+                        output_same += 1
+                    else:
+                        mismatches.append(f"task {raw_id} call {i} {name}: output differs from τ²'s")
+            n_tasks += 1
+            if tau2_hash(tau2_dump(env)) == rec["db_hash"]:
+                db_same += 1
+            else:
+                mismatches.append(f"task {raw_id}: final database differs from τ²'s")
+        finally:
+            env.close()
+    return {"tasks": n_tasks, "db_same": db_same, "calls": n_calls, "error_same": error_same,
+            "outputs": n_outputs, "output_same": output_same, "mismatches": mismatches}

@@ -1,0 +1,90 @@
+"""Every limit that bounds the work an untrusted domain, pack, task file or agent can cause.
+
+Domains, task files and packs come from other people, and tool arguments come from a model: none of
+them may decide how long muactl works or how much memory it takes. Each limit below is checked where
+the input is read and, when exceeded, reported with the file, line and column (or as a tool error the
+agent sees) and the limit's name, so the message says what to change. Only `sql_steps` can be raised,
+by a domain (`limits: {sql_steps: N}` in domain.yaml), and never past MAX_SQL_STEPS.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- YAML (domain, task and template files)
+
+# ruamel's round-trip loader takes ~4 CPU-seconds and ~100 MB for 1 MiB or 100,000 values (measured on
+# the dev box); split bigger task sets over several files in tasks/<domain>/
+MAX_YAML_BYTES = 1024 * 1024
+# values in one document once aliases are expanded (an alias counts everything its anchor holds); a 1 MiB
+# task file holds ~65,000, so this stops "billion laughs" and files of a million tiny values
+MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 64  # nested mappings/lists; real domains nest under 15
+MAX_POLICY_BYTES = 1024 * 1024  # a policy or user-guidelines file: it goes into every prompt
+MAX_YAML_INT_DIGITS = 64  # longer integers are typos or attacks (and Python refuses past 4,300)
+
+# ---------------------------------------------------------------- seed files (CSV, JSONL)
+
+MAX_CSV_FIELD_BYTES = 128 * 1024  # Python's csv default, made an explicit, reported limit
+MAX_JSONL_LINE_BYTES = 1024 * 1024  # one row of a .jsonl seed file
+MAX_JSON_DEPTH = 64  # nesting of a JSON value in a seed row or json column
+SQLITE_INT_MIN, SQLITE_INT_MAX = -(2**63), 2**63 - 1  # what an SQLite INTEGER holds
+
+# random databases (database.generate): one instance, all tables together
+MAX_GENERATED_ROWS = 100_000
+MAX_PATTERN_SLOT = 64  # characters of one {nnnn} / {LLL} slot in a pattern generator
+
+# ---------------------------------------------------------------- names
+
+# table and column names go into SQL as quoted identifiers; a strict pattern keeps them inert there,
+# and `sqlite_*` names belong to SQLite itself
+IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]{0,63}"  # matched whole (re.fullmatch)
+RESERVED_PREFIX = "sqlite_"
+
+# ---------------------------------------------------------------- SQL
+
+# SQLite virtual-machine steps one tool call (its checks, writes and query together), one assertion or one
+# template sample/derive may take; the built-in domains' heaviest call takes under 4,000 and SQLite runs
+# roughly 20-50 million a second. A domain may raise its own budget up to MAX_SQL_STEPS.
+DEFAULT_SQL_STEPS = 10_000_000
+MAX_SQL_STEPS = 200_000_000
+SQL_CHECK_EVERY = 1_000  # steps between two looks at the budget (the progress handler's period)
+MAX_SQL_VALUE_BYTES = 16 * 1024 * 1024  # any text or blob SQLite makes (SQLITE_LIMIT_LENGTH)
+
+# ---------------------------------------------------------------- tool arguments and results
+
+# a param may set its own maxLength / maxItems (up to the MAX_ values); these apply where it does not
+DEFAULT_MAX_STRING = 10_000
+DEFAULT_MAX_ITEMS = 1_000
+MAX_STRING = 1_000_000
+MAX_ITEMS = 100_000
+MAX_ARGUMENT_BYTES = 1024 * 1024  # arguments sent as JSON text
+QUOTE_CHARS = 60  # an error quotes at most this much of a value
+PATTERN_SECONDS = 0.5  # one `pattern` match (a legitimate one takes microseconds; a backtracking one, forever)
+
+MAX_RESULT_ROWS = 10_000  # rows a tool's query may return
+MAX_RESULT_BYTES = 1024 * 1024  # a tool result's text
+MAX_SAMPLE_ROWS = 100_000  # rows a template's sample query may offer
+
+
+def quote(value: object, limit: int = QUOTE_CHARS) -> str:
+    """repr(value) cut to a short prefix: an error message never echoes a whole hostile value."""
+    if isinstance(value, list) and len(value) > 8:  # repr of a million items costs seconds: show four
+        text = "[" + ", ".join(quote(v, limit) for v in value[:4]) + ", ...]"
+    elif isinstance(value, dict) and len(value) > 8:
+        text = "{" + ", ".join(f"{k!r}: {quote(v, limit)}" for k, v in list(value.items())[:4]) + ", ...}"
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        text = f"<an integer of {value.bit_length()} bits>"  # Python refuses to print past 4,300 digits
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def summary() -> str:
+    """The fixed limits in a few sentences (for `muactl schema`)."""
+    return (f"muactl reads untrusted files within fixed limits: YAML files up to {MAX_YAML_BYTES:,} bytes, "
+            f"{MAX_YAML_VALUES:,} values once aliases are expanded, {MAX_YAML_DEPTH} levels of nesting, plain tags "
+            f"only; CSV seed fields up to {MAX_CSV_FIELD_BYTES:,} bytes; JSONL rows up to {MAX_JSONL_LINE_BYTES:,} "
+            f"bytes, JSON nested at most {MAX_JSON_DEPTH} deep. Every SQL statement runs under limits.sql_steps "
+            f"(default {DEFAULT_SQL_STEPS:,}, at most {MAX_SQL_STEPS:,}). Tool arguments: strings up to "
+            f"{DEFAULT_MAX_STRING:,} characters and arrays up to {DEFAULT_MAX_ITEMS:,} items unless a param sets "
+            f"maxLength/maxItems; patterns have JSON Schema's (ECMA-262) meaning. Tool results: at most "
+            f"{MAX_RESULT_ROWS:,} rows and {MAX_RESULT_BYTES:,} bytes, no BLOBs.")

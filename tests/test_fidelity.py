@@ -1,0 +1,174 @@
+"""Simulator fidelity (muactl/fidelity.py) and interaction metrics: measured per episode, summarized per
+task and overall, stored in runs.sqlite and shown by `muactl eval` and `muactl runs show`. Real domains,
+real SQLite; LLM users talk through the real local OpenAI-compatible server, only their model is fake."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from muactl.cli import app
+from muactl.evaluate import EvalConfig, run_eval
+from muactl.library import builtin_root
+from muactl.runs import RunStore
+from tests.fakes.openai_server import FakeOpenAI, Reply, user_goal
+
+runner = CliRunner()
+WIDE = {"COLUMNS": "250"}
+
+
+@pytest.fixture(autouse=True)
+def runs_root(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize("domain", ["bank", "retail"])
+def test_scripted_user_passes_every_check_on_the_builtin_tasks(domain):
+    store, summary = run_eval(EvalConfig(domain=domain, split="test"))
+    f = summary["user_fidelity"]
+    assert summary["pass^1"] == 1.0 and f["faithful"] == 1.0 and f["episodes"] == summary["episodes"]
+    for check in ("stated_goal", "gave_facts", "consented", "never_played_agent", "right_stop", "within_budget"):
+        assert f[check] == 1.0 and f[f"{check}_n"] > 0, check
+    assert f["refused"] is None  # no built-in task has a user who declines
+    # stored per episode, in their own columns
+    row = store.db.execute("SELECT fidelity, interaction FROM episodes LIMIT 1").fetchone()
+    assert json.loads(row[0])["stated_goal"] is True and "effective_turns" in json.loads(row[1])
+
+
+def test_interaction_metrics_of_one_known_episode():
+    # move-quin with the oracle: asks details, find_customer, list_accounts, asks consent, transfer, done
+    store, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"]))
+    [e] = store.episodes()
+    assert e["interaction"] == {"effective_turns": 6.0, "first_correct_write": 5.0, "tool_errors": 0.0, "user_turns": 4.0}
+    assert (summary["effective_turns"], summary["first_correct_write"], summary["user_turns"]) == (6.0, 5.0, 4.0)
+    assert summary["correct_write_share"] == 1.0
+
+
+def _agent_playing_user(body):
+    """The failure seen with a 135M model as user: it talks like the agent and never ends."""
+    return Reply(content="Hello! How can I help you today? Shall I check your account?")
+
+
+def test_a_user_that_plays_the_agent_is_caught_and_withholding_consent_fails_the_task(runs_root):
+    with FakeOpenAI(_agent_playing_user) as server:
+        r = runner.invoke(app, ["eval", "bank", "--task", "move-quin", "--user", "openai/bad", "--user-api-base",
+                                server.base, "--max-turns", "8"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    [run] = list(runs_root.iterdir())
+    summary = json.loads((run / "summary.json").read_text())
+    f = summary["user_fidelity"]
+    assert summary["pass^1"] == 0.0  # the oracle waited for a yes that never came: no transfer
+    assert (f["stated_goal"], f["never_played_agent"], f["consented"], f["faithful"]) == (0.0, 0.0, 0.0, 0.0)
+    store = RunStore.open(run.name)
+    [e] = store.episodes()
+    assert e["interaction"]["first_correct_write"] is None
+    shown = runner.invoke(app, ["runs", "show", run.name], env=WIDE).output
+    assert "simulated user fidelity per task" in shown and "move-quin" in shown and "never played agent" in shown
+    assert "eval" in r.output and "simulated user fidelity" in r.output
+
+
+def _polite_user(body):
+    """A well-behaved LLM user (fake model) that follows its prompt, including the consent section."""
+    goal = user_goal(body)
+    system = body["messages"][0]["content"]
+    history = body["messages"][1:]
+    last = history[-1]["content"] if history else ""
+    if not any(m["role"] == "assistant" for m in history):
+        return Reply(content=goal["reason"].replace("You want", "I want").replace("your", "my"))
+    if "(yes/no)" in last:
+        return Reply(content="Yes, go ahead." if "Say yes." in system else "No, please don't.")
+    if "complete" in last:
+        return Reply(content="Thanks. ###STOP###")
+    return Reply(content=goal["known"] or "I don't know.")
+
+
+@pytest.fixture
+def declining_bank(tmp_path):
+    """The built-in bank domain with one task whose user declines the transfer (user.consent: false)."""
+    shutil.copytree(builtin_root() / "domains" / "bank", tmp_path / "domains" / "bank")
+    (tmp_path / "tasks" / "bank").mkdir(parents=True)
+    task = {"id": "quin-declines", "user": {"reason": "You want to move 10 from your checking account to your "
+                                                      "holiday account.", "known": "Your name is Quin.", "consent": False},
+            "expect": {"actions": [{"find_customer": {"name": "Quin"}}, {"list_accounts": {"customer_id": "c42"}},
+                                   {"transfer_funds": {"from_account": "a726", "to_account": "a827", "amount": 10}}],
+                       "assert": [{"query": "SELECT balance FROM accounts WHERE account_id = 'a726'", "equals": 395}]}}
+    (tmp_path / "tasks" / "bank" / "test.yaml").write_text(yaml.safe_dump([task], sort_keys=False))
+    return tmp_path
+
+
+def test_a_task_whose_user_declines(declining_bank):
+    r = runner.invoke(app, ["validate", "./domains/bank"])
+    assert r.exit_code == 0, r.output  # the right end state is the one before the declined write
+    _, summary = run_eval(EvalConfig(domain="./domains/bank"))
+    assert summary["pass^1"] == 1.0 and summary["user_fidelity"]["refused"] == 1.0
+    assert summary["user_fidelity"]["consented"] is None
+    with FakeOpenAI(_polite_user) as server:  # the LLM user reads "Say no" in its prompt
+        _, summary = run_eval(EvalConfig(domain="./domains/bank", user="openai/polite", user_api_base=server.base))
+    assert summary["pass^1"] == 1.0 and summary["user_fidelity"]["refused"] == 1.0
+
+    def says_yes(body):  # a user that ignores the task and agrees: the transfer happens, the task fails
+        reply = _polite_user(body)
+        return Reply(content="Yes, go ahead.") if reply.content.startswith("No") else reply
+
+    with FakeOpenAI(says_yes) as server:
+        _, summary = run_eval(EvalConfig(domain="./domains/bank", user="openai/yes", user_api_base=server.base))
+    assert summary["pass^1"] == 0.0 and summary["user_fidelity"]["refused"] == 0.0
+
+
+def test_older_runs_gain_the_new_columns(runs_root):
+    store, _ = run_eval(EvalConfig(domain="bank", tasks=["move-quin"]))
+    with store.db.conn:
+        store.db.conn.execute("ALTER TABLE episodes DROP COLUMN fidelity")
+        store.db.conn.execute("ALTER TABLE episodes DROP COLUMN interaction")
+    again = RunStore.open(store.id)
+    assert {"fidelity", "interaction"} <= set(again.db["episodes"].columns_dict)
+    assert again.episodes()[0]["fidelity"] == {}
+    assert runner.invoke(app, ["runs", "show", store.id], env=WIDE).exit_code == 0
+
+
+def test_small_local_users_get_a_role_reminding_prompt():
+    """What a small local model playing the user is given (the model itself is not needed to check it)."""
+    from types import SimpleNamespace
+
+    from muactl.env.user import HFUser, small_model_messages
+    from muactl.validate import open_domain
+
+    bank = open_domain("bank")
+    task = bank.task("move-quin")
+    agent_msgs = [{"role": "user", "content": "I want to move 10 from my checking account to my holiday account."},
+                  {"role": "assistant", "content": "Could you please give me your name?"}]
+    ctx = SimpleNamespace(task=task, domain=bank.compiled, messages=[{"role": "system", "content": "x"}, *agent_msgs],
+                          seed=0, state={})
+    msgs = small_model_messages(ctx)
+    assert msgs[0]["role"] == "system" and "You are the customer, not the agent" in msgs[0]["content"]
+    assert "I want to move 10" in msgs[0]["content"] and "Quin" in msgs[0]["content"]
+    assert "'Yes, please go ahead.'" in msgs[0]["content"] and "###STOP###" in msgs[0]["content"]
+    # roles flipped: the agent's words are the model's "user" turns, marked as the agent's, with the reminder
+    assert [m["role"] for m in msgs[1:]] == ["assistant", "user"]
+    assert msgs[-1]["content"].startswith("Support agent: Could you please give me your name?")
+    assert "(You are the customer." in msgs[-1]["content"]
+    opening = small_model_messages(SimpleNamespace(task=task, domain=bank.compiled, messages=[], seed=0, state={}))
+    assert opening[-1]["content"].startswith("Support agent: Hello, how can I help you today?")
+
+    class Model:  # the model boundary: what it was asked, and a fixed answer
+        def chat(self, messages, max_new_tokens, temperature, seed):
+            self.seen = messages
+            return "My name is Quin."
+
+    user = HFUser("smollm2-135m")
+    user._lm = Model()
+    import asyncio
+
+    reply = asyncio.run(user.respond(ctx))
+    assert reply.content == "My name is Quin." and user._lm.seen == msgs
+    # the opening message is the goal in the user's words; the model writes the rest
+    first = asyncio.run(user.respond(SimpleNamespace(task=task, domain=bank.compiled, seed=0, state={},
+                                                     messages=[{"role": "system", "content": "x"}])))
+    assert first.content == "I want to move 10 from my checking account to my holiday account." and not first.stop
