@@ -226,8 +226,7 @@ def build_judge(cfg: EvalConfig):
         return None
     from .judge import Judge
 
-    return Judge(cfg.judge, api_base=cfg.judge_api_base, timeout_s=cfg.llm_timeout_s, retries=cfg.retries,
-                 backoff_s=cfg.backoff_s)
+    return Judge(cfg.judge, api_base=cfg.judge_api_base, **cfg.llm_options())
 
 
 def run_eval(cfg: EvalConfig, resume: str | None = None,

@@ -62,15 +62,15 @@ class Judge:
     """`spec`: any litellm model id (with `api_base` for a local OpenAI-compatible server) or hf:<model>."""
 
     def __init__(self, spec: str, api_base: str | None = None, timeout_s: float = 60.0, retries: int = 4,
-                 backoff_s: float = 1.0, max_new_tokens: int = 512):
+                 backoff_s: float = 1.0, max_tokens: int | None = 512):
         self.spec = spec
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = max_tokens or 512
         self.cfg = None
         if not spec.startswith("hf:"):
             from .llm import LLMConfig
 
             self.cfg = LLMConfig(spec, api_base=api_base, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
-                                 max_tokens=max_new_tokens)
+                                 max_tokens=self.max_new_tokens)
 
     async def _ask(self, messages: list[dict[str, str]], domain) -> str:
         if self.cfg is not None:

@@ -81,10 +81,12 @@ def test_nl_assertions_are_judged_only_with_a_judge(bank_copy):
     assert [v["ok"] for v in ep["breakdown"]["nl_assertions"]] == [None, None]
 
     with FakeOpenAI(fake_judge) as server:
-        r = runner.invoke(app, [*base, "--judge", "openai/judge", "--judge-api-base", server.base], env=WIDE)
+        r = runner.invoke(app, [*base, "--judge", "openai/judge", "--judge-api-base", server.base,
+                                "--max-tokens", "300"], env=WIDE)
         assert r.exit_code == 0, r.output
         judge_requests = [b for b in server.requests if is_judge(b)]
     assert len(judge_requests) == 1
+    assert judge_requests[0]["max_tokens"] == 300  # the judge takes the API-call settings like agents and users
     assert "agent: Your request is complete." in judge_requests[0]["messages"][1]["content"]
     assert "tool" not in judge_requests[0]["messages"][1]["content"]  # what was said only, no tool calls
     run_id = run_id_of(r.output)

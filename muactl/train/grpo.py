@@ -107,9 +107,10 @@ class Rollouts:
         self.step, self.calls = None, 0
         self.judge = None
         if cfg.grpo.judge:
+            from ..config import api_options
             from ..judge import Judge
 
-            self.judge = Judge(cfg.grpo.judge, api_base=cfg.grpo.judge_api_base)
+            self.judge = Judge(cfg.grpo.judge, api_base=cfg.grpo.judge_api_base, **api_options(cfg))
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..agents.local import HFAgent
