@@ -23,6 +23,7 @@ from muactl.cli import app
 from muactl.errors import SpecError
 from muactl.mcp_server import STATE_TOOL, build_server
 from muactl.validate import open_domain
+from tests.fakes import free_port
 
 runner = CliRunner()
 
@@ -33,14 +34,6 @@ def _serve_cmd(domain: str | Path) -> list[str]:
 
 def _text(result) -> str:
     return result.content[0].text
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 # ---------------------------------------------------------------- MCP out
@@ -72,7 +65,7 @@ def test_stdio_server_lists_every_agent_tool_with_schema_and_runs_them(project, 
 
 
 def test_http_server_gives_each_session_its_own_sandbox(project):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(_serve_cmd("clinic") + ["--http", f"127.0.0.1:{port}"], cwd=project,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -27,15 +26,9 @@ from muactl.env.user import ScriptedUser
 from muactl.openenv_server import ServeConfig, build_app
 from muactl.rollout import RolloutConfig, run_episode
 
+from tests.fakes import free_port
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Server:
@@ -44,7 +37,7 @@ class Server:
     def __init__(self, cfg: ServeConfig, opened=None):
         import uvicorn
 
-        self.port = _free_port()
+        self.port = free_port()
         app = build_app(cfg, opened)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -201,7 +194,7 @@ def test_cli_refuses_bad_input():
 @pytest.mark.slow
 def test_cli_serves_a_session():
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "muactl", "serve", "openenv", "bank", "--split", "test",
                              "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
