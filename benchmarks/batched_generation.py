@@ -39,11 +39,11 @@ def main() -> None:
 
     import torch
 
-    from muactl.agents.local import HFAgent
-    from muactl.env.user import ScriptedUser
-    from muactl.models import load_model
-    from muactl.rollout import Job, RolloutConfig, run_many
-    from muactl.validate import open_domain
+    from muactl.episode.agents.local import HFAgent
+    from muactl.episode.user import ScriptedUser
+    from muactl.models.registry import load_model
+    from muactl.episode.rollout import Job, RolloutConfig, run_many
+    from muactl.domain.validate import open_domain
 
     bank = open_domain("bank")
     tasks = [t for t in bank.tasks if t.split == "test"] + [t for t in bank.tasks if t.split == "train"]

@@ -44,10 +44,10 @@ def run_id_of(text: str) -> str:
 
 
 def partial_metrics(run_id: str, eval_n: int, seed: int) -> dict[str, float]:
-    from muactl.runs import RunStore
+    from muactl.runs.store import RunStore
     from muactl.spec.models import call_parts
-    from muactl.templates import draw_stream
-    from muactl.validate import open_domain
+    from muactl.domain.task_templates import draw_stream
+    from muactl.domain.validate import open_domain
 
     opened = open_domain("bank")
     gold = {t.task.id: [call_parts(c) for c in t.task.expect.actions]
@@ -113,7 +113,7 @@ def main() -> None:
                      "--n", str(args.eval_n), "--db", "random", "--seed", str(args.eval_seed),
                      "--max-turns", str(args.max_turns), "--max-new-tokens", "96", "--concurrency", "16", env=env)
         rid = run_id_of(out)
-        from muactl.runs import RunStore
+        from muactl.runs.store import RunStore
 
         summary = RunStore.open(rid).info()["summary"]
         rows[arm] = {"conversations": n_conv, "success": summary.get("pass^1") or 0.0,

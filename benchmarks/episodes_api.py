@@ -26,11 +26,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from muactl.agents import make_agent
-from muactl.env.user import make_user
-from muactl.rollout import Job, RolloutConfig, run_many
-from muactl.runs import RunStore
-from muactl.validate import open_domain
+from muactl.episode.agents import make_agent
+from muactl.episode.user import make_user
+from muactl.episode.rollout import Job, RolloutConfig, run_many
+from muactl.runs.store import RunStore
+from muactl.domain.validate import open_domain
 from tests.fakes.openai_server import FakeOpenAI, gold_agent, two_sided
 
 

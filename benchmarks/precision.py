@@ -22,8 +22,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    from muactl.models import _torch, cpu_has_bf16, resolve
-    from muactl.validate import open_domain
+    from muactl.models.registry import _torch, cpu_has_bf16, resolve
+    from muactl.domain.validate import open_domain
 
     torch = _torch()
     from transformers import AutoModelForCausalLM

@@ -16,9 +16,9 @@ def main() -> None:
     ap.add_argument("--domain", default="bank")
     ap.add_argument("--n", type=int, default=200)
     args = ap.parse_args()
-    from muactl import randomdb
-    from muactl.templates import instantiate
-    from muactl.validate import open_domain
+    from muactl.compile import randomdb
+    from muactl.domain.task_templates import instantiate
+    from muactl.domain.validate import open_domain
 
     opened = open_domain(args.domain)
     randomdb.instance_bytes(opened.compiled, -1)  # the empty schema image is made once per process

@@ -1,6 +1,6 @@
 """Reward audit: can an agent be paid without doing the task? (issue 12)
 
-Runs the adversarial agents (muactl/agents/adversarial.py: do-nothing, transfer-at-once,
+Runs the adversarial agents (muactl/episode/agents/adversarial.py: do-nothing, transfer-at-once,
 number-sprayer, id-echo) and the oracle over every task of every built-in domain, from the task files
 and freshly drawn template instances, with the scripted user. Prints, per domain and task source, the
 share of tasks whose correct outcome is "no change" and each agent's pass^1. Target: no adversary
@@ -27,7 +27,7 @@ AGENTS = ["adversary:do-nothing", "adversary:transfer-at-once", "adversary:numbe
 
 
 def task_sets(opened, n: int, dbs: list[str], seed: int) -> dict[str, list]:
-    from muactl.templates import draw_stream
+    from muactl.domain.task_templates import draw_stream
 
     sets = {"task files": list(opened.tasks)}
     for db in dbs:
@@ -38,10 +38,10 @@ def task_sets(opened, n: int, dbs: list[str], seed: int) -> dict[str, list]:
 
 def pass_at_1(opened, tasks: list, agent_spec: str) -> tuple[float, list[str]]:
     """Mean reward of one trial per task, and the ids of the tasks passed."""
-    from muactl.agents import make_agent
-    from muactl.env.user import ScriptedUser
-    from muactl.rollout import Job, RolloutConfig, run_many
-    from muactl.templates import domain_for
+    from muactl.episode.agents import make_agent
+    from muactl.episode.user import ScriptedUser
+    from muactl.episode.rollout import Job, RolloutConfig, run_many
+    from muactl.domain.task_templates import domain_for
 
     jobs = [Job(t, 0, domain_for(opened, t)) for t in tasks]
     episodes = asyncio.run(run_many(jobs, opened.compiled, make_agent(agent_spec), ScriptedUser, RolloutConfig(),
@@ -50,8 +50,8 @@ def pass_at_1(opened, tasks: list, agent_spec: str) -> tuple[float, list[str]]:
 
 
 def audit(opened, tasks: list) -> dict:
-    from muactl.reward import changes_nothing
-    from muactl.templates import domain_for
+    from muactl.episode.reward import changes_nothing
+    from muactl.domain.task_templates import domain_for
 
     no_change = sum(changes_nothing(t, domain_for(opened, t)) for t in tasks) / len(tasks)
     scores = {a: pass_at_1(opened, tasks, a)[0] for a in AGENTS}
@@ -67,8 +67,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from muactl.library import list_domains
-    from muactl.validate import open_domain
+    from muactl.spec.library import list_domains
+    from muactl.domain.validate import open_domain
 
     t0 = time.perf_counter()
     short = [a.removeprefix("adversary:") for a in AGENTS]

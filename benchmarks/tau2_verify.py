@@ -28,7 +28,7 @@ def code_lines(path: Path) -> int:
 
 def run(checkout: Path, domain: str) -> dict:
     from muactl.importers.tau2 import HERE, import_tau2, verify
-    from muactl.validate import validate_domain
+    from muactl.domain.validate import validate_domain
 
     truth = json.loads((ROOT / "tests" / "data" / "tau2" / f"{domain}.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,7 +56,7 @@ def run(checkout: Path, domain: str) -> dict:
 
 def oracle_score(opened) -> float:
     """Mean reward of `muactl eval --agent oracle --user scripted --split all` (a run folder in the temp dir)."""
-    from muactl.evaluate import EvalConfig, run_eval
+    from muactl.eval.evaluate import EvalConfig, run_eval
 
     _, summary = run_eval(EvalConfig(domain=opened.spec.domain.name, split="all"), opened=opened)
     return summary["avg_reward"]

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from muactl.cli import app
-from muactl.library import builtin_root, list_domains
+from muactl.spec.library import builtin_root, list_domains
 from muactl.spec.models import call_parts
-from muactl.validate import open_domain, validate_domain
+from muactl.domain.validate import open_domain, validate_domain
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from muactl.agents.base import Agent, AgentReply
+from muactl.episode.agents.base import Agent, AgentReply
 from muactl.chat import ChatApp, ChatConfig
 from muactl.chat.app import ChatScreen, EndScreen, PickerScreen
 from muactl.chat.session import GuardedAgent, db_diff
 from muactl.chat.widgets import DiffPanel, RatingBar, StatusLine, ToolPanel
-from muactl.runs import RunStore
+from muactl.runs.store import RunStore
 
 SIZE = (160, 45)
 MIA = ["I want to move 150 from my checking to my holiday account.", "My name is Mia.", "yes"]
@@ -279,7 +279,7 @@ async def test_quitting_mid_chat_saves_it(bank):
 
 
 async def test_guarded_agent_keeps_the_token_trace_clean_on_retry(bank):
-    from muactl.rollout import TokenTrace
+    from muactl.episode.rollout import TokenTrace
 
     class Local(Agent):
         keeps_tokens = True

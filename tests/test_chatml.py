@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from muactl.agents.chatml import (
+from muactl.models.chatml import (
     IM_END,
     IM_START,
     compact_tool,
@@ -21,7 +21,7 @@ from muactl.agents.chatml import (
 
 @pytest.fixture(scope="module")
 def tokenizer(bank):
-    from muactl.models import load_tokenizer, tiny_path
+    from muactl.models.registry import load_tokenizer, tiny_path
 
     return load_tokenizer(tiny_path(bank.compiled))
 
@@ -229,7 +229,7 @@ def test_assistant_mask_covers_exactly_the_assistant_turns(tokenizer, tools):
 
 
 def test_decode_arguments_shared_by_the_parser_and_api_agents():
-    from muactl.agents.base import decode_arguments
+    from muactl.episode.agents.base import decode_arguments
 
     assert decode_arguments({"x": 1}) == {"x": 1}
     assert decode_arguments('{"x": 1}') == {"x": 1}

@@ -11,13 +11,13 @@ import textwrap
 
 import pytest
 
-from muactl.agents import make_agent
-from muactl.agents.oracle import OracleAgent, _writes
-from muactl.env.user import ScriptedUser, make_user
-from muactl.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
-from muactl.reward import gold_hash
-from muactl.rollout import Job, RolloutConfig, run_episode, run_many
-from muactl.runs import RunStore
+from muactl.episode.agents import make_agent
+from muactl.episode.agents.oracle import OracleAgent, _writes
+from muactl.episode.user import ScriptedUser, make_user
+from muactl.eval.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
+from muactl.episode.reward import gold_hash
+from muactl.episode.rollout import Job, RolloutConfig, run_episode, run_many
+from muactl.runs.store import RunStore
 from tests.fakes.openai_server import (
     FakeOpenAI,
     Faulty,

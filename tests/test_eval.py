@@ -13,14 +13,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from muactl.agents.base import Agent, AgentReply
-from muactl.agents.oracle import _writes
+from muactl.episode.agents.base import Agent, AgentReply
+from muactl.episode.agents.oracle import _writes
 from muactl.cli import app
-from muactl.env.user import ScriptedUser
-from muactl.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
-from muactl.rollout import Job, RolloutConfig, run_many
-from muactl.runs import RunStore
-from muactl.validate import open_domain
+from muactl.episode.user import ScriptedUser
+from muactl.eval.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
+from muactl.episode.rollout import Job, RolloutConfig, run_many
+from muactl.runs.store import RunStore
+from muactl.domain.validate import open_domain
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "220"}  # rich tables would truncate run ids at 80 columns
@@ -233,14 +233,14 @@ def test_cli_errors_exit_2_without_traceback(runs_root, args, message):
 
 def test_partial_credit_moves_before_success(tmp_path, monkeypatch):
     """first_call_right and gold_calls_made: 1.0 for the oracle, 0.0 for an agent that never calls a tool."""
-    from muactl.evaluate import EvalConfig, run_eval
+    from muactl.eval.evaluate import EvalConfig, run_eval
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
     _, summary = run_eval(EvalConfig(domain="bank", split="test"))
     assert summary["first_call_right"] == 1.0 and summary["gold_calls_made"] == 1.0
-    from muactl.agents.base import Agent, AgentReply
-    import muactl.evaluate as ev
+    from muactl.episode.agents.base import Agent, AgentReply
+    import muactl.eval.evaluate as ev
 
     class Quits(Agent):
         async def act(self, ctx):
@@ -342,7 +342,7 @@ def test_report_plots_have_integer_steps_readable_labels_honest_ranges_and_a_kl_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from muactl.report import figure, write_report
+    from muactl.runs.report import figure, write_report
 
     store = RunStore.create("grpo", "bank", {"grpo": {"beta": 0.0}}, run_id="g")
     for step in (1, 2, 3):

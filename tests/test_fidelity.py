@@ -1,4 +1,4 @@
-"""Simulator fidelity (muactl/fidelity.py) and interaction metrics: measured per episode, summarized per
+"""Simulator fidelity (muactl/episode/fidelity.py) and interaction metrics: measured per episode, summarized per
 task and overall, stored in runs.sqlite and shown by `muactl eval` and `muactl runs show`. Real domains,
 real SQLite; LLM users talk through the real local OpenAI-compatible server, only their model is fake."""
 
@@ -13,9 +13,9 @@ import yaml
 from typer.testing import CliRunner
 
 from muactl.cli import app
-from muactl.evaluate import EvalConfig, run_eval
-from muactl.library import builtin_root
-from muactl.runs import RunStore
+from muactl.eval.evaluate import EvalConfig, run_eval
+from muactl.spec.library import builtin_root
+from muactl.runs.store import RunStore
 from tests.fakes.openai_server import FakeOpenAI, Reply, user_goal
 
 runner = CliRunner()
@@ -137,8 +137,8 @@ def test_small_local_users_get_a_role_reminding_prompt():
     """What a small local model playing the user is given (the model itself is not needed to check it)."""
     from types import SimpleNamespace
 
-    from muactl.env.user import HFUser, small_model_messages
-    from muactl.validate import open_domain
+    from muactl.episode.user import HFUser, small_model_messages
+    from muactl.domain.validate import open_domain
 
     bank = open_domain("bank")
     task = bank.task("move-quin")

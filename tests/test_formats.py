@@ -18,12 +18,12 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from muactl.agents.formats import STAND_IN, parse_llama3, parse_mistral
-from muactl.agents.local import LocalAgent
-from muactl.agents.oracle import OracleAgent
-from muactl.env.user import ScriptedUser
-from muactl.models import MODEL_CARD, ModelError, chat_format, domain_corpus, load_tokenizer, read_card, tiny_path
-from muactl.rollout import RolloutConfig, run_episode
+from muactl.models.formats import STAND_IN, parse_llama3, parse_mistral
+from muactl.episode.agents.local import LocalAgent
+from muactl.episode.agents.oracle import OracleAgent
+from muactl.episode.user import ScriptedUser
+from muactl.models.registry import MODEL_CARD, ModelError, chat_format, domain_corpus, load_tokenizer, read_card, tiny_path
+from muactl.episode.rollout import RolloutConfig, run_episode
 
 # ---------------------------------------------------------------- the three families' templates
 
@@ -124,7 +124,7 @@ def build_family_tokenizer(family: str, corpus: list[str], out, template: str | 
 
 @pytest.fixture(scope="module")
 def bank():
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     return open_domain("bank")
 

@@ -60,11 +60,11 @@ class FakeTrainer:
 
 
 def make_rollouts(tmp_path, user_factory=None, **grpo):
-    from muactl.config import compose
-    from muactl.env.user import ScriptedUser
-    from muactl.models import load_model
-    from muactl.runs import RunStore
-    from muactl.validate import open_domain
+    from muactl.train.recipes import compose
+    from muactl.episode.user import ScriptedUser
+    from muactl.models.registry import load_model
+    from muactl.runs.store import RunStore
+    from muactl.domain.validate import open_domain
 
     cfg = compose(None, FAST + [f"grpo.{k}={v}" for k, v in grpo.items()])
     opened = open_domain("bank")
@@ -102,8 +102,8 @@ def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
 
 @pytest.mark.parametrize("failure", ["infra", "user"])
 def test_excluded_episodes_are_dropped_not_scored_zero(tmp_path, failure):
-    from muactl.agents.base import InfraError
-    from muactl.env.user import UserSimulator
+    from muactl.episode.agents.base import InfraError
+    from muactl.episode.user import UserSimulator
 
     class Down(UserSimulator):
         async def respond(self, ctx):
@@ -145,7 +145,7 @@ def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     assert r.exit_code == 0, r.output
     run = in_tmp / "runs" / "g1"
     assert (run / "checkpoint-final" / "config.json").is_file()
-    from muactl.runs import RunStore
+    from muactl.runs.store import RunStore
 
     store = RunStore.open("g1")
     names = {row["name"] for row in store.db["metrics"].rows}
@@ -166,7 +166,7 @@ def test_userrl_reward_runs(in_tmp):
 
 
 def _steps_and_tasks(run_id):
-    from muactl.runs import RunStore
+    from muactl.runs.store import RunStore
 
     by_step = defaultdict(list)
     for e in RunStore.open(run_id).episodes():
@@ -242,7 +242,7 @@ def test_pipeline_synth_and_eval_stages_draw_template_instances(in_tmp):
     assert templates == {"move", "move-all", "close", "balance", "refuse-overdraft", "refuse-close-nonempty", "human"}
     assert stages["eval"]["base"]["episodes"] == 3
     assert "on template:balance" in r.output
-    from muactl.runs import RunStore
+    from muactl.runs.store import RunStore
 
     # eval instances come from the test seed stream, never the train stream synth drew from
     assert RunStore.open(str(in_tmp / "runs" / "p2" / "eval-base")).info()["config"]["split"] == "test"
@@ -252,10 +252,10 @@ def test_run_many_returns_episodes_in_job_order_not_finishing_order():
     """GRPO slices consecutive episodes into groups: a short episode finishing first must not move."""
     import asyncio
 
-    from muactl.agents.oracle import OracleAgent
-    from muactl.env.user import ScriptedUser
-    from muactl.rollout import Job, RolloutConfig, run_many
-    from muactl.validate import open_domain
+    from muactl.episode.agents.oracle import OracleAgent
+    from muactl.episode.user import ScriptedUser
+    from muactl.episode.rollout import Job, RolloutConfig, run_many
+    from muactl.domain.validate import open_domain
 
     opened = open_domain("bank")
     ids = ["move-ivy", "human-max", "move-zed", "human-max"]  # long, short, long, short
@@ -274,7 +274,7 @@ def test_run_many_returns_episodes_in_job_order_not_finishing_order():
 
 def test_grpo_never_falls_back_to_the_test_split():
     from muactl.train.grpo import _training_tasks
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     opened = open_domain("bank")
     for synth_tasks in ("train", "template:all", ["move-ivy"]):  # a template or id list: GRPO uses train

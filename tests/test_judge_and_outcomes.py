@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from muactl.cli import app
-from muactl.runs import RunStore
+from muactl.runs.store import RunStore
 from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, gold_agent, is_user_request, two_sided
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def api_args(server) -> list[str]:
 
 def test_summary_reports_excluded_classes_and_tasks_not_scored_and_resume_retries_them(bank_copy):
     tasks = ["move-mia", "move-quin", "balance-pia"]
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     opened = open_domain("bank")
     gold = two_sided(gold_agent([opened.task(t).task for t in tasks]))
@@ -179,7 +179,7 @@ class CrashingUser:
         self.failure, self.turns = failure, 0
 
     async def respond(self, ctx):
-        from muactl.env.user import ScriptedUser, UserReply
+        from muactl.episode.user import ScriptedUser, UserReply
 
         self.turns += 1
         if self.turns == 2:
@@ -194,8 +194,8 @@ class CrashingUser:
 def test_a_broken_user_simulator_is_a_user_error_not_the_agents_failure(bank, failure, error):
     import asyncio
 
-    from muactl.agents.oracle import OracleAgent
-    from muactl.rollout import RolloutConfig, run_episode
+    from muactl.episode.agents.oracle import OracleAgent
+    from muactl.episode.rollout import RolloutConfig, run_episode
 
     ep = asyncio.run(run_episode(bank.task("move-mia"), bank.compiled, OracleAgent(), CrashingUser(failure), RolloutConfig()))
     assert ep.outcome == "user_error" and ep.error == error and not ep.counted
@@ -204,8 +204,8 @@ def test_a_broken_user_simulator_is_a_user_error_not_the_agents_failure(bank, fa
 def test_a_local_generate_call_that_crashes_is_an_infra_error():
     import asyncio
 
-    from muactl.agents.base import InfraError
-    from muactl.agents.local import Batcher
+    from muactl.episode.agents.base import InfraError
+    from muactl.episode.agents.local import Batcher
 
     def out_of_memory(prompts, max_new_tokens, temperature, seed):
         raise RuntimeError("CUDA out of memory")
@@ -217,10 +217,10 @@ def test_a_local_generate_call_that_crashes_is_an_infra_error():
 def test_a_run_written_before_outcome_classes_still_opens_and_reports_them(tmp_path, monkeypatch, bank):
     import asyncio
 
-    from muactl.agents.oracle import OracleAgent
-    from muactl.env.user import ScriptedUser
-    from muactl.evaluate import summarize
-    from muactl.rollout import RolloutConfig, run_episode
+    from muactl.episode.agents.oracle import OracleAgent
+    from muactl.episode.user import ScriptedUser
+    from muactl.eval.evaluate import summarize
+    from muactl.episode.rollout import RolloutConfig, run_episode
 
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
 
@@ -249,7 +249,7 @@ def test_a_run_written_before_outcome_classes_still_opens_and_reports_them(tmp_p
     ("APIConnectionError", "transient"), ("Timeout", "transient"),
 ])
 def test_litellm_errors_are_classified(name, kind):
-    from muactl.llm import classify, litellm
+    from muactl.models.llm import classify, litellm
 
     cls = getattr(litellm(), name)
     try:

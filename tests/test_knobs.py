@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from muactl import cli
 from muactl.cli import app
-from muactl.config import compose
-from muactl.evaluate import EvalConfig
+from muactl.train.recipes import compose
+from muactl.eval.evaluate import EvalConfig
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 runner = CliRunner()
@@ -63,7 +63,7 @@ def test_every_eval_config_field_is_an_eval_option_with_the_same_default():
 
 
 def test_every_eval_config_field_reaches_the_train_config():
-    from muactl.pipeline import eval_config
+    from muactl.train.pipeline import eval_config
 
     assert set(HYDRA) | set(NOT_IN_TRAIN) == {f.name for f in fields(EvalConfig)}, "map the new EvalConfig field"
     values = {"eval.split": "train", "eval.n": 7, "eval.db": "random", "eval.trials": 3, "eval.concurrency": 5,
@@ -80,8 +80,8 @@ def test_every_eval_config_field_reaches_the_train_config():
 
 
 def test_synth_and_grpo_stages_take_the_same_settings(tmp_path):
-    from muactl.env.user import LiteLLMUser
-    from muactl.pipeline import synth_config
+    from muactl.episode.user import LiteLLMUser
+    from muactl.train.pipeline import synth_config
     from muactl.train.grpo import rollout_config, user_factory
 
     cfg = compose(None, ["user=openai/gpt-x", "api.timeout_s=300", "api.max_tokens=64", "api.retries=1",

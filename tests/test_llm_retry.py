@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from muactl.agents.base import InfraError
-from muactl.llm import LLMConfig, complete
+from muactl.episode.agents.base import InfraError
+from muactl.models.llm import LLMConfig, complete
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 

@@ -17,13 +17,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from muactl.agents.chatml import GENERATION_PROMPT, IM_END, IM_START, render
-from muactl.agents.local import HFAgent, VLLMAgent
-from muactl.agents.oracle import OracleAgent
-from muactl.env.user import ScriptedUser, first_person
+from muactl.models.chatml import GENERATION_PROMPT, IM_END, IM_START, render
+from muactl.episode.agents.local import HFAgent, VLLMAgent
+from muactl.episode.agents.oracle import OracleAgent
+from muactl.episode.user import ScriptedUser, first_person
 from muactl.errors import MuactlError
-from muactl.rollout import Job, RolloutConfig, run_many
-from muactl.validate import open_domain
+from muactl.episode.rollout import Job, RolloutConfig, run_many
+from muactl.domain.validate import open_domain
 
 # ---------------------------------------------------------------- fixtures and the fake model
 
@@ -36,8 +36,8 @@ def bank():
 @pytest.fixture(scope="module")
 def tools(bank, tok):
     """The tool list as the tiny model's prompt shows it (its model card says compact)."""
-    from muactl.agents.chatml import prompt_tools
-    from muactl.models import tool_format_of
+    from muactl.models.chatml import prompt_tools
+    from muactl.models.registry import tool_format_of
 
     assert tool_format_of(tok) == "compact"
     return prompt_tools([t.openai_schema() for t in bank.compiled.agent_tools()], "compact")
@@ -45,7 +45,7 @@ def tools(bank, tok):
 
 @pytest.fixture(scope="module")
 def tok(bank):
-    from muactl.models import load_tokenizer, tiny_path
+    from muactl.models.registry import load_tokenizer, tiny_path
 
     return load_tokenizer(tiny_path(bank.compiled))
 
@@ -276,7 +276,7 @@ def test_reloaded_tiny_tokenizer_splits_like_the_trained_one(bank, tok, tmp_path
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
-    from muactl.models import domain_corpus, load_tokenizer, tiny_path
+    from muactl.models.registry import domain_corpus, load_tokenizer, tiny_path
 
     path = tiny_path(bank.compiled)
     raw = Tokenizer.from_file(str(path / "tokenizer.json"))  # the `tokenizers` object as trained and saved
@@ -352,7 +352,7 @@ def fake_vllm(lm: FakeLM, calls: list):
 
 
 def test_vllm_agent_with_a_fake_engine(bank, tok, tools, monkeypatch):
-    from muactl.agents import make_agent
+    from muactl.episode.agents import make_agent
 
     task = next(t for t in bank.tasks if t.split == "test")
     lm, calls = FakeLM(tok, [task], bank.compiled), []
@@ -367,7 +367,7 @@ def test_vllm_agent_with_a_fake_engine(bank, tok, tools, monkeypatch):
 
 
 def test_vllm_missing_is_a_clear_error(monkeypatch):
-    from muactl.agents import make_agent
+    from muactl.episode.agents import make_agent
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError, as when it is not installed
     with pytest.raises(MuactlError) as err:
@@ -382,7 +382,7 @@ def test_tool_format_follows_the_model_card(bank, tmp_path):
 
     from transformers import PreTrainedTokenizerFast
 
-    from muactl.models import MODEL_CARD, load_tokenizer, tiny_path, tool_format_of
+    from muactl.models.registry import MODEL_CARD, load_tokenizer, tiny_path, tool_format_of
 
     path = tiny_path(bank.compiled)
     assert tool_format_of(load_tokenizer(path)) == "compact"

@@ -21,8 +21,8 @@ from mcp import Client, StdioServerParameters
 
 from muactl.cli import app
 from muactl.errors import SpecError
-from muactl.mcp_server import STATE_TOOL, build_server
-from muactl.validate import open_domain
+from muactl.share.mcp_server import STATE_TOOL, build_server
+from muactl.domain.validate import open_domain
 from tests.fakes import free_port
 
 runner = CliRunner()
@@ -180,7 +180,7 @@ def test_validate_reports_a_server_that_does_not_start(project):
 def test_eval_and_synth_play_mcp_tools_through_the_server(project, tmp_path, monkeypatch):
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
     write_frontdesk(project, _serve_cmd(project / "domains" / "clinic"))
-    from muactl.evaluate import EvalConfig, run_eval
+    from muactl.eval.evaluate import EvalConfig, run_eval
     from muactl.train.synth import SynthConfig, run_synth
 
     store, summary = run_eval(EvalConfig(domain="frontdesk", trials=2))

@@ -20,11 +20,11 @@ from openenv.core import GenericEnvClient
 
 from typer.testing import CliRunner
 
-from muactl.agents.oracle import OracleAgent
+from muactl.episode.agents.oracle import OracleAgent
 from muactl.cli import app
-from muactl.env.user import ScriptedUser
-from muactl.openenv_server import ServeConfig, build_app
-from muactl.rollout import RolloutConfig, run_episode
+from muactl.episode.user import ScriptedUser
+from muactl.share.openenv_server import ServeConfig, build_app
+from muactl.episode.rollout import RolloutConfig, run_episode
 
 from tests.fakes import free_port
 
@@ -169,7 +169,7 @@ def test_template_instances_on_random_databases(bank):
             assert first["task_id"] == second["task_id"] != other["task_id"]
             assert first["messages"][-1] == second["messages"][-1]
             # the gold path of the drawn instance, from the server's own draw
-            from muactl.openenv_server import TaskSource
+            from muactl.share.openenv_server import TaskSource
 
             task, domain = TaskSource(ServeConfig(domain="bank", tasks="template:move", db="random", seed=3), bank).draw(seed=7)
             assert domain is not bank.compiled  # a random database

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from muactl import packs
+from muactl.share import packs
 from muactl.cli import app
 from muactl.errors import PackExists, PackNotInstalled, UnsafePack
-from muactl.library import find_domain, user_library
+from muactl.spec.library import find_domain, user_library
 
 runner = CliRunner()
 
@@ -54,7 +54,7 @@ def test_pack_is_deterministic_and_lists_every_file_with_its_checksum(project):
 
 
 def test_round_trip_pack_install_validate_eval_gives_the_same_result(project, tmp_path, monkeypatch):
-    from muactl.evaluate import EvalConfig, run_eval
+    from muactl.eval.evaluate import EvalConfig, run_eval
 
     pack = _pack(project)
     _, source = run_eval(EvalConfig(domain="clinic", split="all", trials=2))
@@ -115,7 +115,7 @@ def test_pack_with_python_handlers_installs_but_its_tools_need_trust(project, tm
     result = runner.invoke(app, ["install", str(pack)])
     assert result.exit_code == 0 and "--trust" in result.output
     assert not marker.exists()  # nothing ran at pack or install time
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     (project / "domains" / "clinic" / "domain.yaml").unlink()  # make the name resolve to the installed copy
     env = open_domain("clinic", with_tasks=False).compiled.environment()
@@ -228,7 +228,7 @@ def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, t
     import shutil
     import sys
 
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     marker = tmp_path / "command-ran"
     root = project / "domains" / "clinic"
@@ -268,7 +268,7 @@ def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, t
 def test_files_outside_the_domain_folder_are_refused(project, tmp_path, key, value):
     """A local domain gets an error naming the key; a pack referring outside itself is refused at install."""
     from muactl.errors import SpecError
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     (project / "secret.txt").write_text("the secret\n")
     (project / "secret-rows.csv").write_text("patient_id,name,phone\np9,Eve,5550199\n")

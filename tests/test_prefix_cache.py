@@ -9,16 +9,16 @@ import copy
 
 import pytest
 
-from muactl import models
-from muactl.agents.chatml import render
-from muactl.models import LocalLM, load_model
+from muactl.models import registry as models
+from muactl.models.chatml import render
+from muactl.models.registry import LocalLM, load_model
 
 MAX_NEW = 16
 
 
 @pytest.fixture(scope="module")
 def bank():
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     return open_domain("bank", with_tasks=False).compiled
 

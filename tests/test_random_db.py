@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from muactl.errors import SpecError
-from muactl.randomdb import draw_rows, instance, instance_bytes
-from muactl.reward import gold_hash
-from muactl.validate import validate_domain
+from muactl.compile.randomdb import draw_rows, instance, instance_bytes
+from muactl.episode.reward import gold_hash
+from muactl.domain.validate import validate_domain
 
 
 
@@ -44,7 +44,7 @@ def test_bank_instance_has_the_seed_databases_shape(bank):
 
 
 def test_gold_hash_is_per_instance(bank):
-    from muactl.templates import instantiate
+    from muactl.domain.task_templates import instantiate
 
     ts = next(t for t in bank.templates if t.id == "move")
     task, why = instantiate(ts, bank, 3, 77)
@@ -128,7 +128,7 @@ def test_generator_pattern_naming_a_later_column_is_reported(project):
 
 @pytest.mark.timeout(120)  # before the limits: a billion rows were drawn in Python until memory ran out
 def test_generators_are_bounded(project, monkeypatch):
-    monkeypatch.setattr("muactl.randomdb.MAX_GENERATED_ROWS", 1000)  # the real 100,000 takes seconds to reach
+    monkeypatch.setattr("muactl.compile.randomdb.MAX_GENERATED_ROWS", 1000)  # the real 100,000 takes seconds to reach
     _with_generate(project, GEN.replace("rows: 5", "rows: 1000000000").replace('"p{nn}"', '"p{nnnnnnnnnnnn}"').replace(
         "name: {choice: [Ann, Bob, Cid, Dee, Eve, Fay], unique: true}", "name: {pattern: 'n{nnnnnn}'}"))
     assert any("more than 1,000 rows (MAX_GENERATED_ROWS)" in p.message for p in _problems())

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from muactl import reward
-from muactl.reward import gold_hash, output_said, score, tokens
-from muactl.rollout import EXCLUDED, Episode, outcome_of
+from muactl.episode import reward
+from muactl.episode.reward import gold_hash, output_said, score, tokens
+from muactl.episode.rollout import EXCLUDED, Episode, outcome_of
 from muactl.spec.load import TaskSpec
 from muactl.spec.models import Task
 
@@ -127,7 +127,7 @@ def test_failed_sql_assertion_and_wrong_database(bank):
 
 def test_sql_assertion_on_json_values(retail):
     """A JSON column compares by value (key order and spacing do not matter), against the real retail rows."""
-    from muactl.reward import assertion_result
+    from muactl.episode.reward import assertion_result
     from muactl.spec.models import Assertion
 
     address = {"zip": "68142", "state": "NE", "address1": "6532 Cedar Avenue", "address2": "", "city": "Omaha",

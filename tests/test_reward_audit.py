@@ -1,4 +1,4 @@
-"""The adversarial agents (muactl/agents/adversarial.py) over every task of the built-in domains, from
+"""The adversarial agents (muactl/episode/agents/adversarial.py) over every task of the built-in domains, from
 the task files and from template instances, with the scripted user: none may be paid for a task whose
 correct outcome changes the database, and each only where its trick is the right answer. The figures
 for every domain are in benchmarks/reward_audit.py."""
@@ -9,11 +9,11 @@ import asyncio
 
 import pytest
 
-from muactl.agents import make_agent
-from muactl.env.user import ScriptedUser, make_user
-from muactl.reward import changes_nothing
-from muactl.rollout import Job, RolloutConfig, run_many
-from muactl.templates import domain_for, draw_stream
+from muactl.episode.agents import make_agent
+from muactl.episode.user import ScriptedUser, make_user
+from muactl.episode.reward import changes_nothing
+from muactl.episode.rollout import Job, RolloutConfig, run_many
+from muactl.domain.task_templates import domain_for, draw_stream
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 

@@ -55,7 +55,7 @@ def test_import_of_a_folder_that_is_not_tau2_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("domain", SHIPPED)
 def test_import_matches_tau2s_own_tools(domain, tmp_path, monkeypatch):
     from muactl.importers.tau2 import tool_docs, verify
-    from muactl.validate import validate_domain
+    from muactl.domain.validate import validate_domain
 
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["import", "tau2", CHECKOUT, "--domain", domain])
@@ -106,7 +106,7 @@ def test_shipped_yaml_compiles_without_tau2_data(domain, tmp_path):
     """Offline guard for the shipped tools: every statement compiles against the schema, every
     fragment and param resolves (the data only comes with an import)."""
     from muactl.spec.load import load_domain
-    from muactl.validate import check_domain
+    from muactl.domain.validate import check_domain
 
     (tmp_path / "data").mkdir()
     (tmp_path / "policy.md").write_text("Follow the rules.\n")

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from muactl.cli import app
 from muactl.errors import SpecError, UsageError
-from muactl.evaluate import EvalConfig, run_eval
+from muactl.eval.evaluate import EvalConfig, run_eval
 from muactl.spec.load import load_task_file
-from muactl.templates import draw_stream, generate, instance_key, write_tasks
-from muactl.validate import validate_domain
+from muactl.domain.task_templates import draw_stream, generate, instance_key, write_tasks
+from muactl.domain.validate import validate_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -57,7 +57,7 @@ def test_duplicate_bindings_are_written_once(bank):
 
 
 def test_failing_gold_paths_are_dropped_and_reported(bank):
-    from muactl.templates import TemplateSpec, draw
+    from muactl.domain.task_templates import TemplateSpec, draw
 
     ts = next(t for t in bank.templates if t.id == "move")
     data = dict(ts.data, expect={**ts.data["expect"], "actions": ts.data["expect"]["actions"][:2]})
@@ -197,15 +197,15 @@ def test_tasks_generate_cli(in_tmp):
 
 
 def test_train_config_takes_template_tasks():
-    from muactl.config import compose
+    from muactl.train.recipes import compose
 
     cfg = compose(None, ["tasks=template:all", "db=random"])
     assert (cfg.tasks, cfg.db) == ("template:all", "random")
 
 
 def test_grpo_draws_a_fresh_instance_per_group(bank):
-    from muactl.rollout import Job
-    from muactl.templates import TEST_BASE
+    from muactl.episode.rollout import Job
+    from muactl.domain.task_templates import TEST_BASE
     from muactl.train.grpo import Rollouts
 
     cfg = SimpleNamespace(seed=0, db="random", grpo=SimpleNamespace(group_size=4, judge=None))

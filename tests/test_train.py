@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from muactl.cli import app
-from muactl.config import CONF_DIR, GROUPS, compose, options
+from muactl.train.recipes import CONF_DIR, GROUPS, compose, options
 from muactl.errors import UsageError
 
 runner = CliRunner()
@@ -89,14 +89,14 @@ def test_synth_keeps_successes_drops_duplicates_and_writes_trl_format(in_tmp):
 
 
 def test_synth_rejects_failed_episodes(in_tmp):
-    from muactl.agents.base import Agent, AgentReply
+    from muactl.episode.agents.base import Agent, AgentReply
     from muactl.train.synth import SynthConfig, run_synth
 
     class Quits(Agent):
         async def act(self, ctx):
             return AgentReply("Goodbye.")
 
-    import muactl.evaluate as ev
+    import muactl.eval.evaluate as ev
 
     orig = ev.build_parts
     ev.build_parts = lambda cfg, opened: (Quits(), orig(cfg, opened)[1])
@@ -125,11 +125,11 @@ def test_synth_resume_appends_without_duplicates(in_tmp):
 
 
 def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
-    from muactl.agents.chatml import IM_END
-    from muactl.models import load_tokenizer, tiny_path
+    from muactl.models.chatml import IM_END
+    from muactl.models.registry import load_tokenizer, tiny_path
     from muactl.train.sft import tokenize_example
     from muactl.train.synth import SynthConfig, read_jsonl, run_synth
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
 
     run_synth(SynthConfig(domain="bank", trials=1, tasks=["move-quin"], output=str(in_tmp / "one.jsonl")))
     record = read_jsonl(in_tmp / "one.jsonl")[0]
@@ -195,7 +195,7 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
     # resume: more steps on the same run continue from its last checkpoint
     r = runner.invoke(app, args[:3] + ["sft.max_steps=3"] + args[4:])
     assert r.exit_code == 0 and "resuming from" in r.output, r.output
-    from muactl.runs import RunStore
+    from muactl.runs.store import RunStore
 
     metrics = {row["name"] for row in RunStore.open("sft-test").db["metrics"].rows}
     assert "sft/loss" in metrics
@@ -208,7 +208,7 @@ def test_synth_with_an_api_teacher_and_llm_user_over_a_local_server(in_tmp):
     """The teacher and the user are litellm models served by a real local HTTP server (the model is fake):
     successes are kept, with the native tool calls turned into the TRL format."""
     from muactl.train.synth import SynthConfig, read_jsonl, run_synth
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
     from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, gold_agent, two_sided
 
     tasks = [t.task for t in open_domain("bank").tasks if t.split == "train"][:6]
@@ -243,7 +243,7 @@ def test_training_precision(monkeypatch):
     """float32 weights with bf16 autocast on CPUs with native bf16; an explicit dtype is taken as given."""
     import torch
 
-    from muactl.models import cpu_has_bf16, training_precision
+    from muactl.models.registry import cpu_has_bf16, training_precision
 
     assert training_precision("float32") == (torch.float32, False)
     assert training_precision("bfloat16") == (torch.bfloat16, True)
@@ -267,7 +267,7 @@ def test_example_configs_compose():
 def test_precision_note_says_which_and_why(monkeypatch):
     import torch
 
-    from muactl.models import precision_note
+    from muactl.models.registry import precision_note
 
     assert precision_note("float32") == "precision: float32 weights (model.dtype=float32)"
     if not torch.cuda.is_available():
@@ -276,7 +276,7 @@ def test_precision_note_says_which_and_why(monkeypatch):
 
 
 def test_sft_batch_defaults_fit_the_model():
-    from muactl.models import sft_batch
+    from muactl.models.registry import sft_batch
 
     assert sft_batch("smollm2-135m", None, None, cuda=False) == (2, 4)  # 8 examples per update, 2 at a time
     assert sft_batch("tiny", None, None, cuda=False) == (8, 1)

@@ -3,10 +3,10 @@ simulator, run on the episode's sandbox, and are hidden from the agent."""
 
 import asyncio
 
-from muactl.agents import make_agent
-from muactl.env.user import make_user
-from muactl.rollout import Job, RolloutConfig, run_many
-from muactl.validate import open_domain
+from muactl.episode.agents import make_agent
+from muactl.episode.user import make_user
+from muactl.episode.rollout import Job, RolloutConfig, run_many
+from muactl.domain.validate import open_domain
 from tests.fakes.openai_server import FakeOpenAI, Reply, is_user_request
 
 DOMAIN = """\

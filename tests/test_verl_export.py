@@ -15,11 +15,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from muactl.agents.chatml import GENERATION_PROMPT, render
-from muactl.agents.oracle import OracleAgent
+from muactl.models.chatml import GENERATION_PROMPT, render
+from muactl.episode.agents.oracle import OracleAgent
 from muactl.cli import app
-from muactl.export.verl import grpo_defaults
-from muactl.export.verl_runtime import EpisodeRunner
+from muactl.share.verl import grpo_defaults
+from muactl.share.verl_runtime import EpisodeRunner
 
 runner = CliRunner()
 
@@ -114,7 +114,7 @@ def oracle_turns(task, compiled) -> list[str]:
 
 @pytest.fixture
 def tok(clinic):
-    from muactl.models import load_tokenizer, tiny_path
+    from muactl.models.registry import load_tokenizer, tiny_path
 
     return load_tokenizer(tiny_path(clinic.compiled))
 

@@ -42,11 +42,11 @@ from .widgets import (
 )
 
 if TYPE_CHECKING:
-    from ..agents.base import Agent
-    from ..env.user import UserSimulator
-    from ..rollout import Episode
+    from ..episode.agents.base import Agent
+    from ..episode.user import UserSimulator
+    from ..episode.rollout import Episode
     from ..spec.load import TaskSpec
-    from ..validate import Opened
+    from ..domain.validate import Opened
 
 
 def task_text(task: TaskSpec) -> str:
@@ -197,7 +197,7 @@ class ChatScreen(Screen):
             self.notify(f"{type(e).__name__}: {e}", title="Chat failed", severity="error", timeout=30)
 
     async def _play(self) -> None:
-        from ..rollout import RolloutConfig, run_episode
+        from ..episode.rollout import RolloutConfig, run_episode
 
         app: ChatApp = self.app
         cfg, domain = app.cfg, app.opened.compiled
@@ -380,7 +380,7 @@ class ChatScreen(Screen):
         self.workers.cancel_group(self, "episode")
         if self.episode is not None or not self.transcript:
             return
-        from ..rollout import Episode, episode_seed
+        from ..episode.rollout import Episode, episode_seed
 
         messages = [{"role": "system", "content": self.app.opened.compiled.system_prompt}, *self.transcript]
         ep = Episode(self.task_spec.task.id, self.trial, episode_seed(0, self.task_spec.task.id, self.trial), messages,
@@ -515,7 +515,7 @@ class ChatApp(App):
     def make_simulator(self) -> UserSimulator:
         if self._simulator is not None:
             return self._simulator()
-        from ..env.user import make_user
+        from ..episode.user import make_user
 
         cfg = self.cfg
         return make_user(cfg.user, api_base=cfg.user_api_base, max_tokens=cfg.max_tokens, timeout_s=cfg.llm_timeout_s,
@@ -541,7 +541,7 @@ class ChatApp(App):
 
     def _build_agent(self) -> None:
         if self.agent is None:
-            from ..agents import make_agent
+            from ..episode.agents import make_agent
 
             cfg = self.cfg
             self.agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,

@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..agents.base import Agent, AgentError, AgentReply
-from ..env.user import STOP, UserReply, UserSimulator, split_stop
+from ..episode.agents.base import Agent, AgentError, AgentReply
+from ..episode.user import STOP, UserReply, UserSimulator, split_stop
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain
-    from ..rollout import Episode, EpisodeContext
-    from ..runs import RunStore
+    from ..episode.rollout import Episode, EpisodeContext
+    from ..runs.store import RunStore
     from ..spec.load import TaskSpec
 
 FREE_CHAT_ID = "free-chat"
@@ -297,7 +297,7 @@ class ChatStore:
 
     def _open(self) -> RunStore:
         if self.store is None:
-            from ..runs import RunStore
+            from ..runs.store import RunStore
 
             config = {**asdict(self.cfg), "kind": "chat",
                       # kept so `synth --from-chats` writes the same tools column as synth without the domain

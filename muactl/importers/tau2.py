@@ -205,11 +205,11 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders and
     the number of tasks per split. Nothing is left half-written: both are built aside, then moved."""
     from ..compile import compile_domain
-    from ..library import refuse_builtin_write
+    from ..spec.library import refuse_builtin_write
     from ..spec import models as m
     from ..spec.load import load_domain
-    from ..templates import write_tasks
-    from ..validate import check_domain
+    from ..domain.task_templates import write_tasks
+    from ..domain.validate import check_domain
 
     if domain not in DOMAINS:
         raise UsageError(f"unknown τ² domain '{domain}'; choose one of {', '.join(DOMAINS)}")

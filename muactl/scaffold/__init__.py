@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ScaffoldExists
-from ..library import refuse_builtin_write
+from ..spec.library import refuse_builtin_write
 
 HERE = Path(__file__).parent
 

@@ -1,7 +1,7 @@
 """Pydantic models of randomized seed data (`database.generate:` in domain.yaml).
 
 A generator is data, never code: an untrusted domain pack can declare how its rows are drawn, and
-muactl draws them with one seeded random.Random, offline. The engine is muactl/randomdb.py.
+muactl draws them with one seeded random.Random, offline. The engine is muactl/compile/randomdb.py.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..runs import RunStore
+from ..runs.store import RunStore
 
 
 # ---------------------------------------------------------------- userrl shaping
@@ -107,15 +107,15 @@ class Rollouts:
         self.step, self.calls = None, 0
         self.judge = None
         if cfg.grpo.judge:
-            from ..config import api_options
-            from ..judge import Judge
+            from .recipes import api_options
+            from ..episode.judge import Judge
 
             self.judge = Judge(cfg.grpo.judge, api_base=cfg.grpo.judge_api_base, **api_options(cfg))
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
-        from ..agents.local import HFAgent
-        from ..models import LocalLM
-        from ..rollout import Job, run_many
+        from ..episode.agents.local import HFAgent
+        from ..models.registry import LocalLM
+        from ..episode.rollout import Job, run_many
 
         g = self.cfg.grpo
         t0 = time.perf_counter()
@@ -193,7 +193,7 @@ class Rollouts:
     def _jobs(self, task_ids: list[str], step: int, Job) -> list:
         """One job per prompt. A `template:<id>` prompt gets a fresh instance per group (TRL puts a group's
         prompts next to each other), drawn from the train seed stream at a place fixed by step and call."""
-        from ..templates import domain_for, draw, select_templates, stream_seed
+        from ..domain.task_templates import domain_for, draw, select_templates, stream_seed
 
         size = self.cfg.grpo.group_size
         db = getattr(self.cfg, "db", "fixed")
@@ -239,7 +239,7 @@ class Rollouts:
 
 def rollout_config(cfg, seed: int):
     """The episode limits of GRPO's rollouts: grpo.max_turns and the shared `episode` settings."""
-    from ..rollout import RolloutConfig
+    from ..episode.rollout import RolloutConfig
 
     e = cfg.episode
     return RolloutConfig(max_turns=cfg.grpo.max_turns, max_tool_errors=e.max_tool_errors, timeout_s=e.timeout_s,
@@ -248,8 +248,8 @@ def rollout_config(cfg, seed: int):
 
 def user_factory(cfg):
     """A fresh user simulator per episode: scripted, or an LLM with the `api` settings."""
-    from ..config import api_options
-    from ..env.user import make_user
+    from .recipes import api_options
+    from ..episode.user import make_user
 
     u = cfg.user
     if u.kind == "scripted":
@@ -259,9 +259,9 @@ def user_factory(cfg):
 
 
 def interaction_figures(episodes: list) -> dict[str, float]:
-    """UserRL's interaction figures of a step's episodes (muactl/fidelity.py), and how often the
+    """UserRL's interaction figures of a step's episodes (muactl/episode/fidelity.py), and how often the
     simulated user behaved (every fidelity check that applied held)."""
-    from ..fidelity import faithful
+    from ..episode.fidelity import faithful
 
     n = max(1, len(episodes))
     out = {"rollout/effective_turns": sum(e.interaction["effective_turns"] for e in episodes) / n,
@@ -313,8 +313,8 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
              final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from ..models import _torch, load_tokenizer, precision_note, resolve, training_precision
-    from ..validate import open_domain
+    from ..models.registry import _torch, load_tokenizer, precision_note, resolve, training_precision
+    from ..domain.validate import open_domain
 
     torch = _torch()
     import datasets
@@ -326,7 +326,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     g = cfg.grpo
     opened = open_domain(cfg.domain, trust=cfg.trust)
-    from ..templates import is_template_spec, select_templates
+    from ..domain.task_templates import is_template_spec, select_templates
 
     if is_template_spec(cfg.tasks):  # prompts name templates; Rollouts draws an instance per group
         names = [f"template:{ts.id}" for ts in select_templates(opened, cfg.tasks)]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..evaluate import EvalConfig, run_eval
-from ..runs import RunStore
+from ..eval.evaluate import EvalConfig, run_eval
+from ..runs.store import RunStore
 
 
 @dataclass
@@ -32,7 +32,7 @@ def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
     templates read): each assistant tool call carries its `id` and each tool result the `tool_call_id`
     it answers. The greeting is template text, not policy output: it is rendered but never trained on,
     and the row lists it by index in `not_trained` (messages carry no muactl-only keys)."""
-    from ..agents.chatml import to_template_messages
+    from ..models.chatml import to_template_messages
 
     messages, not_trained = to_template_messages(ep.messages), []
     for i, (src, msg) in enumerate(zip(ep.messages, messages)):
@@ -107,10 +107,10 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     def ep_tools(ep) -> list[dict[str, Any]]:
         return state["tools"]
 
-    from ..validate import open_domain
+    from ..domain.validate import open_domain
 
     if resume:
-        from ..evaluate import stored_config
+        from ..eval.evaluate import stored_config
 
         cfg = stored_config(SynthConfig, RunStore.open(resume), concurrency=cfg.concurrency)
     opened = open_domain(cfg.domain, trust=cfg.trust)

@@ -95,7 +95,7 @@ def test_forks_of_a_sandbox_are_reused_too(bank):
 
 
 def test_the_pool_keeps_a_bounded_number_of_databases_across_templates(bank):
-    from muactl.randomdb import instance
+    from muactl.compile.randomdb import instance
 
     domains = [bank.compiled] + [instance(bank.compiled, seed) for seed in range(3)]
     for round_ in range(2):
@@ -115,7 +115,7 @@ def test_the_pool_keeps_a_bounded_number_of_databases_across_templates(bank):
 def test_after_a_python_tool_the_hash_is_rebuilt_and_the_database_not_reused(tmp_path, monkeypatch):
     """A python tool hands back a whole new database file: the log cannot be trusted to describe it, so
     the difference is rebuilt from its rows once, then follows the log again."""
-    from muactl.validate import open_domain
+    from muactl.domain.validate import open_domain
     from tests.env.test_sandbox import make_domain
 
     monkeypatch.chdir(tmp_path)

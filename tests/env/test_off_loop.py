@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from muactl.agents.base import Agent, AgentReply
-from muactl.env.user import ScriptedUser
-from muactl.rollout import Job, RolloutConfig, run_episode, run_many
-from muactl.validate import open_domain
+from muactl.episode.agents.base import Agent, AgentReply
+from muactl.episode.user import ScriptedUser
+from muactl.episode.rollout import Job, RolloutConfig, run_episode, run_many
+from muactl.domain.validate import open_domain
 
 # A recursive count: seconds of SQLite work for a large limit (about 2 million rows a second here).
 DOMAIN = """\
@@ -149,7 +149,7 @@ def test_an_mcp_session_is_not_stuck_behind_another_sessions_slow_call(opened):
     pytest.importorskip("mcp")
     from mcp import Client
 
-    from muactl.mcp_server import build_server
+    from muactl.share.mcp_server import build_server
 
     server = build_server(opened, trust=True)
 

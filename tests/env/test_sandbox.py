@@ -13,7 +13,7 @@ import pytest
 
 from muactl.env import Environment, ToolResult
 from muactl.errors import SpecError
-from muactl.validate import open_domain, validate_domain
+from muactl.domain.validate import open_domain, validate_domain
 
 # ---------------------------------------------------------------- a small domain built in tmp
 

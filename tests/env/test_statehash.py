@@ -11,7 +11,7 @@ import pytest
 
 from muactl.env import Environment
 from muactl.env.statehash import template_key
-from muactl.reward import GoldDistance, gold_hash
+from muactl.episode.reward import GoldDistance, gold_hash
 from muactl.spec.models import call_parts
 
 
@@ -238,7 +238,7 @@ def test_gold_distance_counts_rows_that_differ_from_the_gold_end_state(retail):
 
 
 def test_random_database_instances_hash_against_their_own_template(bank):
-    from muactl.randomdb import instance
+    from muactl.compile.randomdb import instance
 
     a, b = instance(bank.compiled, 1), instance(bank.compiled, 2)
     assert template_key(a) != template_key(b)

@@ -148,7 +148,7 @@ def oracle_like_agent(domain_tasks: dict[str, Any]) -> Callable[[dict], Reply]:
 
 
 def is_tool_request(body: dict) -> bool:
-    """Requests of the simulated-tool player (muactl/env/simulated.py)."""
+    """Requests of the simulated-tool player (muactl/episode/simulated.py)."""
     system = body["messages"][0]["content"] if body.get("messages") else ""
     return system.startswith("You are simulating one tool")
 

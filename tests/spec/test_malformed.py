@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from muactl.cli import app
 from muactl.errors import Problem, SpecError
-from muactl.validate import validate_domain
+from muactl.domain.validate import validate_domain
 
 DOMAIN = "domains/clinic/domain.yaml"
 POLICY = "domains/clinic/policy.md"

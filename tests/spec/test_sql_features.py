@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from muactl.cli import app
 from muactl.errors import SpecError
-from muactl.validate import open_domain, validate_domain
+from muactl.domain.validate import open_domain, validate_domain
 
 runner = CliRunner()
 

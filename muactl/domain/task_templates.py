@@ -1,0 +1,425 @@
+"""Task templates: load and check tasks/<domain>/templates.yaml, draw concrete task instances from
+them (on the domain's seed database or on a random instance), write them as task files.
+
+An instance is fixed by (template, seed, db_seed): the seed draws the binding row, derived values and
+persona; db_seed names the random database (None: the fixed one). Every instance's gold path is
+replayed before it is used; one that fails is dropped and reported, never silently kept.
+
+Seed streams: on-the-fly draws take instance k's seed from `stream_seed(split, seed, k)`, where train
+seeds lie in [0, 2^31) and test seeds in [2^31, 2^32), so no test instance (and no test database) can
+be drawn for training whatever seeds the two runs use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..compile.database import schema_connection
+from ..compile.sql import Guard, bind_value, explain, param_names
+from ..env.budget import SqlBudget
+from ..env.sandbox import OUTSIDE_KINDS, decode_json_text
+from ..errors import Problem, SpecError, UsageError
+from ..limits import MAX_SAMPLE_ROWS
+from ..compile.randomdb import Drawer, instance
+from ..episode.reward import assertion_result
+from ..spec import models as m
+from ..spec.load import TaskSpec, validate
+from ..spec.source import Located, load_yaml
+from ..spec.task_templates import Template, placeholder_fields
+
+TEMPLATES_FILE = "templates.yaml"
+TRAIN_BASE, TEST_BASE, SPAN = 0, 2**31, 2**31
+_PH = re.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*(?:\.\w+)*)\}")
+_WHOLE = re.compile(r"^\{([A-Za-z_]\w*(?:\.\w+)*)\}$")
+
+
+@dataclass
+class TemplateSpec:
+    template: Template
+    file: Path
+    index: int
+    doc: Located
+    data: dict[str, Any]
+    prefix: tuple = ()
+
+    @property
+    def id(self) -> str:
+        return self.template.id
+
+    def problem(self, path: tuple, message: str) -> Problem:
+        return self.doc.problem(path, message, prefix=self.prefix + (self.index,))
+
+
+# ---------------------------------------------------------------- loading and checking
+
+
+def load_templates(tasks_dir: Path | None) -> list[TemplateSpec]:
+    """The domain's templates ([] when it has no templates.yaml); problems raised together."""
+    found = [tasks_dir / name for name in (TEMPLATES_FILE, "templates.yml")] if tasks_dir is not None else []
+    found = [p for p in found if p.is_file()]
+    if not found:
+        return []
+    if len(found) > 1:
+        raise SpecError.single(found[1], f"both {found[0].name} and {found[1].name} exist; keep one templates file")
+    path = found[0]
+    doc = load_yaml(path)
+    data, prefix = doc.data, ()
+    if isinstance(data, dict) and set(data) == {"templates"}:
+        data, prefix = data["templates"], ("templates",)
+    if not isinstance(data, list):
+        raise SpecError([doc.problem(prefix, "expected a list of templates (each starting with '- id: ...')")])
+    out, problems, seen = [], [], {}
+    for i, item in enumerate(data):
+        tpl, found = validate(doc, Template, item, prefix=prefix + (i,))
+        problems += found
+        if tpl is None:
+            continue
+        ts = TemplateSpec(tpl, path, i, doc, item, prefix)
+        if tpl.id in seen:
+            problems.append(ts.problem(("id",), f"duplicate template id '{tpl.id}' (first at line "
+                                       f"{doc.pos(prefix + (seen[tpl.id], 'id'))[0]})"))
+        seen[tpl.id] = i
+        out.append(ts)
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def _strings(node: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
+    if isinstance(node, str):
+        yield path, node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(k, path + (k,)) if isinstance(k, str) and "{" in k else iter(())
+            yield from _strings(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, path + (i,))
+
+
+def placeholders(text: str) -> list[str]:
+    return [m[1] for m in _PH.finditer(text) if m[1]]
+
+
+def check_templates(opened, sample_seeds: int = 3) -> list[Problem]:
+    """Static checks (SQL, placeholders, tools, personas) of every template, then a few instances of
+    each drawn and replayed on the seed database and, if declared, on random databases."""
+    d = opened.spec.domain
+    conn = schema_connection(d)
+    guard = Guard(set(d.database.tables))
+    guard.install(conn)
+    problems: list[Problem] = []
+    for ts in opened.templates:
+        found = _check_static(ts, opened, conn, guard)
+        problems += found
+        if not found:
+            problems += _check_instances(ts, opened, sample_seeds)
+    conn.close()
+    return problems
+
+
+def _check_static(ts: TemplateSpec, opened, conn, guard) -> list[Problem]:
+    t, d = ts.template, opened.spec.domain
+    out: list[Problem] = []
+    for p in [t.persona] if isinstance(t.persona, str) else (t.persona or []):
+        if p not in d.personas:
+            out.append(ts.problem(("persona",), f"undefined persona '{p}'; declared: {', '.join(d.personas) or 'none'}"))
+    error = explain(conn, guard, t.sample, "read")
+    if not error and param_names(t.sample):
+        error = f"the sample query takes no parameters (:{param_names(t.sample)[0]})"
+    if error:
+        return out + [ts.problem(("sample",), error)]
+    guard.mode = "read"
+    budget = SqlBudget(conn, d.limits.sql_steps)  # executing it steps to its first row, even on no data
+    try:
+        with budget.limit():
+            bound = [c[0] for c in conn.execute(t.sample).description]
+    except sqlite3.Error as e:
+        return out + [ts.problem(("sample",), f"the sample query {budget.stopped(e) or f'failed: {e}'}")]
+    for name, spec in t.derive.items():
+        path = ("derive", name)
+        if name in bound:
+            out.append(ts.problem(path, f"'{name}' is already bound by the sample query"))
+        if isinstance(spec, str):
+            error = explain(conn, guard, spec, "read")
+            if error:
+                out.append(ts.problem(path, error))
+            for p in param_names(spec):
+                if p not in bound:
+                    out.append(ts.problem(path, f":{p} is not bound (bound so far: {', '.join(bound)})"))
+        elif spec.kind in ("ref", "parent"):
+            out.append(ts.problem(path, f"'{spec.kind}' only works in database generators; use a SELECT here"))
+        bound.append(name)
+    body = placeholder_fields(ts.data)
+    for path, text in _strings(body, ()):
+        for ph in placeholders(text):
+            if ph.split(".")[0] not in bound:
+                out.append(ts.problem(path, f"placeholder {{{ph}}} is not bound; bound: {', '.join(bound)}"))
+    for group, calls, path0 in (("setup", t.setup, ("setup",)), ("actions", t.expect.actions, ("expect", "actions"))):
+        for i, call in enumerate(calls):
+            name, _ = m.call_parts(call)
+            if name not in opened.compiled.tools:
+                out.append(ts.problem(path0 + (i, name), f"undefined tool '{name}'"))
+    for i, a in enumerate(t.expect.assert_):
+        error = explain(conn, guard, _PH.sub("0", a.query), "read")
+        if error:
+            out.append(ts.problem(("expect", "assert", i, "query"), error))
+    return out
+
+
+def _check_instances(ts: TemplateSpec, opened, n: int) -> list[Problem]:
+    out: list[Problem] = []
+    dbs: list[int | None] = [None]
+    if opened.spec.domain.database.generate:
+        dbs += [stream_seed("test", 0, k) for k in range(n)]
+    for db_seed in dbs:
+        reasons = set()
+        for k in range(n):
+            task, why = instantiate(ts, opened, k, db_seed)
+            if task is None:
+                reasons.add(why)
+        where = "the seed database" if db_seed is None else f"random database {db_seed}"
+        for why in sorted(reasons):
+            path = (("sample",) if why.startswith("the sample query") else ("derive",) if why.startswith("derive")
+                    else ("expect", "assert") if why.startswith("assertion") else ("expect", "actions"))
+            out.append(ts.problem(path, f"on {where}: {why}"))
+    return out
+
+
+# ---------------------------------------------------------------- instances
+
+
+
+def _lookup(name: str, b: dict[str, Any]) -> Any:
+    parts = name.split(".")
+    v = b[parts[0]]
+    for p in parts[1:]:
+        v = v[int(p)] if isinstance(v, list) else v[p]
+    return v
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False)
+    return "" if v is None else str(v)
+
+
+def fill(node: Any, b: dict[str, Any]) -> Any:
+    """Replace {placeholders}; a string that is one placeholder keeps the value's type (an amount
+    stays an integer), {{ and }} are literal braces."""
+    if isinstance(node, str):
+        whole = _WHOLE.match(node)
+        if whole:
+            return _lookup(whole[1], b)
+        return _PH.sub(lambda mt: _text(_lookup(mt[1], b)) if mt[1] else mt[0][0], node)
+    if isinstance(node, dict):
+        return {fill(k, b) if isinstance(k, str) else k: fill(v, b) for k, v in node.items()}
+    if isinstance(node, list):
+        return [fill(v, b) for v in node]
+    return node
+
+
+def instance_id(template: str, bindings: dict, db_seed: int | None) -> str:
+    digest = hashlib.sha256(json.dumps([template, bindings, db_seed], sort_keys=True, default=str).encode())
+    return f"{template}-{digest.hexdigest()[:10]}"
+
+
+def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
+                split: str | None = None) -> tuple[TaskSpec | None, str]:
+    """One task from a template, its gold path replayed; (None, why) when it cannot be made."""
+    t = ts.template
+    domain = instance(opened.compiled, db_seed)
+    env = domain.environment()
+    try:
+        try:
+            names, raw = env.select(t.sample, max_rows=MAX_SAMPLE_ROWS)
+        except Exception as e:  # a driver error on real data (a bad json path, say): data for the report
+            return None, f"the sample query failed: {e}"
+        rows = [dict(zip(names, (decode_json_text(v) for v in r))) for r in raw]
+        if not rows:
+            return None, "the sample query returned no rows"
+        rows.sort(key=lambda r: json.dumps(r, sort_keys=True, default=str))  # independent of the query plan
+        rng = random.Random(f"{t.id}:{seed}")
+        b = dict(rng.choice(rows))
+        drawer = Drawer({}, 0)
+        drawer.rng = rng
+        for name, spec in t.derive.items():
+            if isinstance(spec, str):
+                try:
+                    _, found = env.select(spec, {p: bind_value(b[p]) for p in param_names(spec)})
+                except Exception as e:
+                    return None, f"derive {name} failed: {e}"
+                b[name] = decode_json_text(found[0][0]) if found else None
+            else:
+                b[name] = drawer.value(spec, {}, None)
+        pool = [t.persona] if isinstance(t.persona, str) else list(t.persona or [])
+        body: dict[str, Any] = {"id": instance_id(t.id, b, db_seed)}
+        if split:
+            body["split"] = split
+        if pool:
+            body["persona"] = rng.choice(pool)
+        try:
+            body.update(fill(placeholder_fields(ts.data), b))
+        except (KeyError, IndexError, TypeError) as e:
+            return None, f"a placeholder could not be filled: {e}"
+        # text fields stay text even when they are one placeholder holding a number ("{balance}")
+        body["user"] = {k: _text(v) if v is not None else v for k, v in body.get("user", {}).items()}
+        expect = body.get("expect") or {}
+        for key in ("outputs", "nl_assertions"):
+            if key in expect:
+                expect[key] = [_text(o) for o in expect[key]]
+        body["origin"] = {"template": t.id, "bindings": b, "seed": seed, "db_seed": db_seed}
+        try:
+            task = m.Task.model_validate(body)
+        except Exception as e:
+            return None, f"the filled task is not valid: {' '.join(str(e).splitlines()[1:3])}"
+    finally:
+        env.close()
+    why = replay_gold(task, domain)
+    if why:
+        return None, why
+    return TaskSpec(task, ts.file, ts.index, ts.doc), ""
+
+
+def replay_gold(task: m.Task, domain) -> str:
+    """'' when setup and gold actions run without error and every assertion holds; else why not."""
+    env = domain.environment()
+    try:
+        for group, calls in (("setup", task.setup), ("gold action", task.expect.actions)):
+            for call in calls:
+                name, args = m.call_parts(call)
+                tool = domain.tools.get(name)
+                if tool is not None and tool.kind in OUTSIDE_KINDS:
+                    continue  # played by an LLM or an MCP server in episodes: nothing to replay here
+                result = env.call(name, args)
+                if result.error:
+                    return f"{group} {name} fails: {result.content}"
+        for a in task.expect.assert_:
+            ok, why = assertion_result(env, a)
+            if not ok:
+                return f"assertion {a.query!r} does not hold after the gold actions: {why}"
+        return ""
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------- drawing many
+
+
+def stream_seed(split: str | None, seed: int, k: int) -> int:
+    """Seed of the k-th on-the-fly instance; train and test streams never overlap."""
+    base = TEST_BASE if split == "test" else TRAIN_BASE
+    return base + (seed * 1_000_003 + k) % SPAN
+
+
+def instance_key(task: m.Task) -> tuple:
+    o = task.origin
+    return (o.template, json.dumps(o.bindings, sort_keys=True, default=str), o.db_seed)
+
+
+def select_templates(opened, spec: str | list[str] | None) -> list[TemplateSpec]:
+    """`template:all`, `template:<id>`, or a list of ids."""
+    if not opened.templates:
+        raise UsageError(f"domain {opened.ref.name} has no templates (write tasks/{opened.ref.name}/{TEMPLATES_FILE})")
+    if isinstance(spec, str):
+        spec = spec.removeprefix("template:")
+        ids = None if spec in ("all", "") else [s for s in spec.split(",") if s]
+    else:
+        ids = spec
+    if not ids:
+        return list(opened.templates)
+    by_id = {ts.id: ts for ts in opened.templates}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise UsageError(f"no template '{missing[0]}' in domain {opened.ref.name}; templates: {', '.join(by_id)}")
+    return [by_id[i] for i in ids]
+
+
+def is_template_spec(tasks: Any) -> bool:
+    if isinstance(tasks, (list, tuple)):
+        return len(tasks) == 1 and is_template_spec(tasks[0])
+    return isinstance(tasks, str) and tasks.startswith("template:")
+
+
+@dataclass
+class Drawn:
+    tasks: list[TaskSpec] = field(default_factory=list)
+    dropped: list[tuple[str, int, int | None, str]] = field(default_factory=list)  # template, seed, db_seed, why
+    duplicates: int = 0
+
+
+def draw(opened, templates: list[TemplateSpec], n: int, seed_of, split: str | None = None,
+         max_tries: int | None = None) -> Drawn:
+    """n distinct instances, templates taken in turn; seed_of(k) -> (seed, db_seed) for the k-th try."""
+    out = Drawn()
+    keys: set[tuple] = set()
+    tries = max_tries if max_tries is not None else 4 * n + 20
+    for k in range(tries):
+        if len(out.tasks) >= n:
+            break
+        ts = templates[k % len(templates)]
+        seed, db_seed = seed_of(k)
+        task, why = instantiate(ts, opened, seed, db_seed, split)
+        if task is None:
+            out.dropped.append((ts.id, seed, db_seed, why))
+            continue
+        key = instance_key(task.task)
+        if key in keys:
+            out.duplicates += 1
+            continue
+        keys.add(key)
+        out.tasks.append(task)
+    return out
+
+
+def draw_stream(opened, spec, n: int, seed: int, db: str = "random", split: str | None = "train") -> Drawn:
+    """On-the-fly instances for eval, synth and training (see the module docstring for the streams)."""
+    if db not in ("fixed", "random"):
+        raise UsageError(f"db must be 'fixed' or 'random', not '{db}'")
+    templates = select_templates(opened, spec)
+
+    def seed_of(k: int) -> tuple[int, int | None]:
+        s = stream_seed(split, seed, k)
+        return s, (s if db == "random" else None)
+
+    drawn = draw(opened, templates, n, seed_of, split)
+    if not drawn.tasks:
+        why = drawn.dropped[0][3] if drawn.dropped else "nothing drawn"
+        raise UsageError(f"no task instance could be drawn from {', '.join(t.id for t in templates)}: {why}")
+    return drawn
+
+
+def domain_for(opened, task: TaskSpec):
+    """The database a task runs on: its random instance if it came from one, else the seed database."""
+    o = task.task.origin
+    return instance(opened.compiled, o.db_seed) if o is not None and o.db_seed is not None else opened.compiled
+
+
+def generate(opened, template_ids: list[str] | None, n: int, seed: int, db_seed: int | None = None,
+             split: str = "train") -> Drawn:
+    """`muactl tasks generate`: instance k uses seed + k and, with db_seed, random database db_seed + k."""
+    templates = select_templates(opened, template_ids)
+    return draw(opened, templates, n, lambda k: (seed + k, None if db_seed is None else db_seed + k), split)
+
+
+def write_tasks(tasks: list[TaskSpec], path: Path, header: str = "") -> None:
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 110
+    docs = [t.task.model_dump(by_alias=True, exclude_unset=True, mode="json") for t in tasks]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        if header:
+            f.write("".join(f"# {line}\n" for line in header.splitlines()) + "\n")
+        yaml.dump(docs, f)

@@ -1,0 +1,52 @@
+"""Policy backends: oracle, adversary:<name>, hf:<model>, vllm:<model>, and any litellm model id."""
+
+from __future__ import annotations
+
+from .base import Agent, AgentError, AgentReply, InfraError, RequestRejected, UserError
+
+__all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "RequestRejected", "UserError", "make_agent"]
+
+
+def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,
+               timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64, backoff_s: float = 1.0,
+               max_tokens: int | None = 1024) -> Agent:
+    """'oracle' | 'adversary:<name>' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini,
+    hosted_vllm/x ...)."""
+    if spec == "oracle":
+        from .oracle import OracleAgent
+
+        return OracleAgent()
+    if spec.startswith("adversary:"):
+        from ...errors import UsageError
+        from .adversarial import ADVERSARIES
+
+        if spec[10:] not in ADVERSARIES:
+            raise UsageError(f"unknown adversary '{spec[10:]}' (one of: {', '.join(ADVERSARIES)})")
+        return ADVERSARIES[spec[10:]]()
+    if spec.startswith(("hf:", "vllm:")):
+        check_local_model(spec.split(":", 1)[1])
+    if spec.startswith("hf:"):
+        from .local import HFAgent
+
+        return HFAgent(spec[3:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch)
+    if spec.startswith("vllm:"):
+        from .local import VLLMAgent, import_vllm
+
+        import_vllm()
+        return VLLMAgent(spec[5:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch)
+    from ...models.llm import LLMConfig
+    from .api import APIAgent
+
+    return APIAgent(LLMConfig(spec, api_base=api_base, temperature=temperature, timeout_s=timeout_s, retries=retries,
+                              backoff_s=backoff_s, max_tokens=max_tokens))
+
+
+def check_local_model(ref: str) -> None:
+    """A checkpoint folder whose chat template cannot express tools fails here, before any episode runs
+    (loading is lazy; a refusal there would end every episode as agent_error instead)."""
+    from pathlib import Path
+
+    if Path(ref).expanduser().is_dir() and (Path(ref).expanduser() / "config.json").is_file():
+        from ...models.registry import chat_format, load_tokenizer
+
+        chat_format(load_tokenizer(Path(ref).expanduser()))

@@ -1,0 +1,166 @@
+"""How an episode's simulated user behaved, and how the agent interacted (UserRL's interaction metrics).
+
+User fidelity: τ²-bench names the user simulator as a first source of noise, so before training
+against a simulator, measure it: run the oracle agent (which asks for details and waits for consent
+before every write) against it, and check each episode's user against its task:
+
+    stated_goal       before the agent's first write, the user's messages carried the goal: every number
+                      of the task's `reason` and at least half of its content words
+    gave_facts        asked for details, the user gave every known fact (names, ids, emails, numbers of `known`)
+    consented         asked to confirm a change, it said yes        (tasks with user.consent: true)
+    refused           asked to confirm a change, it said no         (tasks with user.consent: false)
+    never_played_agent  no user message reads like the agent (offers help, asks to proceed, calls itself the
+                      agent, tool-call syntax) or repeats five words running of an agent message
+    right_stop        the user ended the conversation with the stop its task calls for (###STOP###, or the
+                      transfer where the task expects one)
+    within_budget     the conversation ended before the turn limit and the timeout
+
+Each check is True, False, or None where it does not apply (no facts to give, nothing asked, an agent
+or API failure that ended the episode first). An episode's user is `faithful` when every check that
+applies holds. These are heuristics over text, written for the oracle's plain phrasing: they measure a
+simulator, they do not classify episodes (a broken simulator's episodes are `user_error`).
+
+Interaction metrics, per episode:
+
+    effective_turns       agent turns with no tool error and no malformed reply
+    first_correct_write   the agent turn of the first write that matches a gold call and changed the
+                          database (None: no such write)
+    tool_errors           failed tool calls plus malformed replies
+    user_turns            messages the user wrote
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+CHECKS = ("stated_goal", "gave_facts", "consented", "refused", "never_played_agent", "right_stop", "within_budget")
+INTERACTION = ("effective_turns", "first_correct_write", "tool_errors", "user_turns")
+
+_STOPWORDS = set("""a an the and or but if then than to of in on at by for from into onto with without about as is are
+was were be been being am do does did done have has had having you your yours yourself i me my mine we our us it its this
+that these those there here what which who whom when where why how all any each some no not only own same so too very can
+will just want wants wanted need needs would should could may might must one more most other such""".split())
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_FACT = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|#?[A-Za-z]*\d[\w-]*|\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
+_AGENT_TALK = re.compile(r"<tool_call>|\bhow (can|may) i (help|assist)|\bi can help\b|\banything else i can\b|"
+                         r"\bshall i\b|\blet me (check|look)|\byour request is complete\b|\bi (have|'ve) "
+                         r"(transferred|cancelled|canceled|updated|moved|closed|processed)\b|\(yes/no\)|"
+                         r"\bhere to (?:help|assist)\b|\b(?:i(?:'m| am)|as) (?:a|an|the|your) [\w -]{0,30}"
+                         r"(?:agent|assistant|representative)\b", re.I)
+_CONFIRM = re.compile(r"\(yes/no\)|\bshall i\b|\bshould i\b|\bdo you want me\b|\bwould you like me\b|\bconfirm\b", re.I)
+_ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may i have|what is your|let me know)\b", re.I)
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 2 and w not in _STOPWORDS]
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower()).split())
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+def _grams(text: str, n: int = 5) -> set[tuple[str, ...]]:
+    """Runs of n words: a user message sharing one with the agent's is parroting the agent."""
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def known_facts(known: str | None) -> list[str]:
+    """The checkable facts of a task's `known` text: emails, ids and numbers, names."""
+    if not known:
+        return []
+    skip = {"Your", "You", "I", "My", "The", "It", "If", "When"}
+    return [f for f in dict.fromkeys(m.strip() for m in _FACT.findall(known)) if f and f not in skip]
+
+
+def _turns(messages: list[dict[str, Any]]):
+    """(role, text, message) for every user and agent text message, in order; tool traffic left out."""
+    for m in messages:
+        if m["role"] == "user":
+            yield "user", m.get("content") or "", m
+        elif m["role"] == "assistant" and not m.get("fixed") and (m.get("content") or "").strip():
+            yield "agent", m["content"], m
+
+
+def user_fidelity(task, episode, writes=lambda name: False) -> dict[str, bool | None]:
+    """The checks of the module docstring for one finished episode. `writes(tool)` tells writes from reads."""
+    goal = task.task.user
+    msgs = episode.messages
+    turns = list(_turns(msgs))
+    user_texts = [t for role, t, _ in turns if role == "user"]
+    first_write = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"
+                        and any(writes(c["name"]) for c in m.get("tool_calls") or [])), len(msgs))
+    before = " ".join(m.get("content") or "" for m in msgs[:first_write] if m["role"] == "user")
+    words = set(_words(goal.reason))
+    said = set(_words(before))
+    stated = _numbers(goal.reason) <= _numbers(before) and (not words or len(words & said) * 2 >= len(words))
+
+    out: dict[str, bool | None] = dict.fromkeys(CHECKS)
+    out["stated_goal"] = bool(user_texts) and stated
+    facts = known_facts(goal.known)
+    asked = any(role == "agent" and _ASK.search(t) and not _CONFIRM.search(t) for role, t, _ in turns)
+    if facts and asked:
+        everything = _norm(" ".join(user_texts))
+        out["gave_facts"] = all(_norm(f) in everything for f in facts)
+    answers = [turns[i + 1][1] for i, (role, t, _) in enumerate(turns[:-1])
+               if role == "agent" and _CONFIRM.search(t) and turns[i + 1][0] == "user"]
+    if answers:
+        from .agents.oracle import consent_in
+
+        key = "consented" if goal.consent else "refused"
+        out[key] = all(consent_in(a) is goal.consent for a in answers)
+    agent_grams = {g for role, t, _ in turns if role == "agent" for g in _grams(t)}
+    out["never_played_agent"] = not any(_AGENT_TALK.search(t) or agent_grams & _grams(t) for t in user_texts)
+    term = episode.termination
+    if term in ("agent_error", "infra_error", "too_many_errors"):  # the agent or an API ended it first
+        return out
+    want = "transfer" if task.task.expect.transfer else "user_stop"
+    out["right_stop"] = term == want
+    out["within_budget"] = term not in ("max_turns", "timeout")
+    return out
+
+
+def faithful(checks: dict[str, bool | None]) -> bool:
+    return all(v is not False for v in checks.values())
+
+
+def interaction_metrics(task, episode) -> dict[str, float | None]:
+    """UserRL-style interaction figures of one finished episode (see the module docstring)."""
+    from ..spec.models import call_parts
+
+    bad_turns = {r["turn"] for r in episode.records if r.get("error")}
+    gold = [call_parts(c) for c in task.task.expect.actions]
+    calls = [c for m in episode.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    results = [r for r in episode.records if r.get("tool") is not None]  # one per call, in order
+    first = next((r["turn"] for c, r in zip(calls, results)
+                  if r.get("changed") and not r.get("error") and (c["name"], c["arguments"]) in gold), None)
+    return {"effective_turns": float(sum(1 for t in range(1, episode.turns + 1) if t not in bad_turns)),
+            "first_correct_write": None if first is None else float(first),
+            "tool_errors": float(episode.tool_errors),
+            "user_turns": float(sum(1 for m in episode.messages if m["role"] == "user"))}
+
+
+def summarize_fidelity(rows: list[dict[str, bool | None]]) -> dict[str, Any]:
+    """Share of episodes where each check held, over the episodes it applies to, and `faithful`."""
+    out: dict[str, Any] = {"episodes": len(rows)}
+    for key in CHECKS:
+        vals = [r.get(key) for r in rows if r.get(key) is not None]
+        out[key] = sum(vals) / len(vals) if vals else None
+        out[f"{key}_n"] = len(vals)
+    out["faithful"] = sum(faithful(r) for r in rows) / len(rows) if rows else None
+    return out
+
+
+def summarize_interaction(rows: list[dict[str, float | None]]) -> dict[str, float | None]:
+    """Means per episode; first_correct_write over the episodes that made one (its share beside it)."""
+    out: dict[str, float | None] = {}
+    for key in INTERACTION:
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = sum(vals) / len(vals) if vals else None
+    out["correct_write_share"] = (sum(r.get("first_correct_write") is not None for r in rows) / len(rows)) if rows else None
+    return out

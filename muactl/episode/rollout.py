@@ -1,0 +1,320 @@
+"""The episode engine: agent, simulated user and tools on a live sandbox (MUA-RL's three-party rollout).
+
+One state machine serves eval, SFT synthesis, GRPO and chat:
+
+    [greeting or user opens] -> user turn -> agent turn -> (tool calls -> agent turn)* -> user turn -> ...
+
+Agent text goes to the user; agent tool calls go to the sandbox and the results back to the agent;
+user text goes to the agent. The user simulator never sees tool calls. An episode ends on a user stop
+token, the agent's transfer, out-of-scope, max turns, too many tool errors, a timeout, or an
+agent/user/infra error, and falls in exactly one outcome class (`outcome_of`).
+Many episodes run at once (`run_many`): API calls overlap up to a concurrency limit, and local-model
+agents batch the turns of all waiting episodes into one generate call (see agents/local.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from .agents.base import Agent, AgentError, InfraError, UserError
+from ..spec.models import call_parts
+
+if TYPE_CHECKING:
+    from ..compile import CompiledDomain
+    from ..env.sandbox import Environment
+    from .user import UserSimulator
+    from .judge import Judge
+    from ..spec.load import TaskSpec
+
+TERMINATIONS = ("user_stop", "transfer", "user_transfer", "out_of_scope", "max_turns", "too_many_errors", "timeout",
+                "agent_error", "user_error", "infra_error")
+
+# Outcome classes. success and failure are the agent's (scored: its own API errors, context overflow and
+# malformed calls are failures). The excluded ones say nothing about the agent: they leave pass^k and
+# GRPO's baselines, are reported on their own, and are run again by --resume.
+EXCLUDED = ("infra_error", "user_error")
+OUTCOMES = ("success", "failure", *EXCLUDED)
+
+
+def outcome_of(termination: str, success: bool) -> str:
+    return termination if termination in EXCLUDED else ("success" if success else "failure")
+
+
+@dataclass
+class RolloutConfig:
+    max_turns: int = 24  # agent turns (each model call counts)
+    max_tool_errors: int = 4
+    timeout_s: float = 600.0
+    opening: str | None = None  # "agent" (the domain's greeting) or "user"; None: greeting if the domain has one
+    seed: int = 0
+    track_progress: bool = False  # record each write's distance to the gold end state (turn-level shaping)
+
+
+@dataclass
+class TokenTrace:
+    """Token-exact trajectory of a local policy: every id the template inserted (mask 0) or the policy
+    sampled (mask 1, with its logprob). Generated ids are appended as produced, never re-tokenized."""
+
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # 0.0 where mask is 0
+    prompt_len: int = 0  # ids before the first sampled token
+    rendered_upto: int = 0  # messages already turned into ids
+
+    def add(self, ids: list[int], sampled: bool, logprobs: list[float] | None = None) -> None:
+        if sampled and not self.mask.count(1) and not self.prompt_len:
+            self.prompt_len = len(self.ids)
+        self.ids.extend(ids)
+        self.mask.extend([1 if sampled else 0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+@dataclass
+class EpisodeContext:
+    task: TaskSpec
+    domain: CompiledDomain
+    env: Environment
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]  # OpenAI schemas of the agent's tools
+    user_tools: list[dict[str, Any]]
+    seed: int
+    trial: int
+    trace: TokenTrace | None = None
+    state: dict[str, Any] = field(default_factory=dict)  # scratch space for agents and users
+
+
+@dataclass
+class Episode:
+    task_id: str
+    trial: int
+    seed: int
+    messages: list[dict[str, Any]]
+    termination: str
+    reward: float = 0.0
+    breakdown: dict[str, Any] = field(default_factory=dict)
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    records: list[dict[str, Any]] = field(default_factory=list)  # per tool call: turn, tool, error, changed
+    usage: dict[str, float] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+    final_hash: str = ""
+    error: str | None = None
+    trace: TokenTrace | None = None
+    fidelity: dict[str, bool | None] = field(default_factory=dict)  # how the simulated user behaved (fidelity.py)
+    interaction: dict[str, float | None] = field(default_factory=dict)  # effective turns, first correct write ...
+
+    @property
+    def outcome(self) -> str:
+        return outcome_of(self.termination, bool(self.breakdown.get("success")))
+
+    @property
+    def counted(self) -> bool:
+        """Excluded episodes (infra_error, user_error) say nothing about the agent: not in pass^k."""
+        return self.termination not in EXCLUDED
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def episode_seed(run_seed: int, task_id: str, trial: int) -> int:
+    digest = hashlib.sha256(f"{run_seed}:{task_id}:{trial}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def _add_usage(total: dict[str, float], usage: dict[str, float], prefix: str) -> None:
+    for k, v in usage.items():
+        key = "cost" if k == "cost" else f"{prefix}_{k}"
+        total[key] = total.get(key, 0.0) + float(v or 0)
+
+
+async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user: UserSimulator,
+                      cfg: RolloutConfig, trial: int = 0, env: Environment | None = None,
+                      on_message: Callable[[dict], Awaitable[None] | None] | None = None,
+                      judge: Judge | None = None) -> Episode:
+    """Run one conversation to its end and score it (the judge, when given, checks the task's
+    natural-language assertions). Never raises for agent, user, tool or judge failures."""
+    from .reward import score
+
+    seed = episode_seed(cfg.seed, task.task.id, trial)
+    env = env or domain.environment()
+    messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt}]
+    ctx = EpisodeContext(task, domain, env, messages,
+                         [t.openai_schema() for t in domain.agent_tools()],
+                         [t.openai_schema() for t in domain.user_tools()], seed, trial)
+    if agent.keeps_tokens:
+        ctx.trace = TokenTrace()
+    ep = Episode(task.task.id, trial, seed, messages, "agent_error")
+    progress = None
+    if cfg.track_progress:
+        from .reward import GoldDistance
+
+        progress = GoldDistance(task, domain)
+    timing = {"agent": 0.0, "user": 0.0, "tools": 0.0}
+    start = time.perf_counter()
+
+    async def emit(msg: dict) -> None:
+        messages.append(msg)
+        if on_message is not None:
+            res = on_message(msg)
+            if asyncio.iscoroutine(res):
+                await res
+
+    async def loop() -> str:
+        # tool work runs on the environment's thread (Environment.acall): a slow call never stalls the
+        # loop, so other episodes go on and this one's timeout fires on time
+        setup = await env.off_loop(env.replay, task.task.setup)
+        if any(r.error for r in setup):
+            ep.error = "task setup failed: " + "; ".join(r.content for r in setup if r.error)
+            return "infra_error"
+        greeting = domain.spec.domain.greeting
+        opening = cfg.opening or ("agent" if greeting else "user")
+        if opening == "agent":
+            await emit({"role": "assistant", "content": greeting or "Hi! How can I help you today?", "fixed": True})
+        next_is_user = True
+        while True:
+            if next_is_user:
+                t0 = time.perf_counter()
+                reply = await _user_turn(user, ctx)
+                timing["user"] += time.perf_counter() - t0
+                _add_usage(ep.usage, reply.usage, "user")
+                if reply.content or not reply.stop:
+                    await emit({"role": "user", "content": reply.content})
+                if reply.stop:
+                    return reply.stop
+                next_is_user = False
+                continue
+            if ep.turns >= cfg.max_turns:
+                return "max_turns"
+            t0 = time.perf_counter()
+            out = await agent.act(ctx)
+            timing["agent"] += time.perf_counter() - t0
+            ep.turns += 1
+            _add_usage(ep.usage, out.usage, "agent")
+            calls = [dict(c, id=c.get("id") or f"call_{ep.turns}_{i}") for i, c in enumerate(out.tool_calls)]
+            msg: dict[str, Any] = {"role": "assistant", "content": out.content}
+            if calls:
+                msg["tool_calls"] = calls
+            if out.error:
+                msg["malformed"] = out.error
+            await emit(msg)
+            for call in calls:  # well-formed calls run even when another part of the reply was malformed
+                t0 = time.perf_counter()
+                before = progress.distance(env) if progress else None
+                tool = domain.tools.get(call["name"])
+                if tool is not None and tool.side == "user":  # the user's own controls are not the agent's
+                    from ..env.sandbox import ToolResult
+
+                    result = ToolResult(f"Error: unknown tool '{call['name']}'.", error=True)
+                else:
+                    result = await env.acall(call["name"], call["arguments"])
+                timing["tools"] += time.perf_counter() - t0
+                ep.tool_calls += 1
+                ep.tool_errors += result.error
+                record = {"turn": ep.turns, "tool": call["name"], "error": result.error, "changed": result.changed}
+                if progress and result.changed:
+                    record.update(distance_before=before, distance_after=progress.distance(env))
+                ep.records.append(record)
+                await emit({"role": "tool", "tool_call_id": call["id"], "name": call["name"],
+                            "content": result.content, "error": result.error})
+                if result.transfer:
+                    return "transfer"
+            if out.error:
+                ep.tool_errors += 1
+                ep.records.append({"turn": ep.turns, "tool": None, "error": True, "changed": False, "malformed": True})
+                await emit({"role": "tool", "content": f"Error: your reply could not be parsed: {out.error}. "
+                            f"Call a tool with {agent.call_syntax}, or write a message."})
+            if ep.tool_errors > cfg.max_tool_errors:
+                return "too_many_errors"
+            if not calls and not out.error:
+                next_is_user = True
+
+    try:
+        ep.termination = await asyncio.wait_for(loop(), timeout=cfg.timeout_s)
+    except asyncio.TimeoutError:
+        ep.termination = "timeout"
+    except InfraError as e:
+        ep.termination, ep.error = "infra_error", str(e)
+    except UserError as e:
+        ep.termination, ep.error = "user_error", str(e)
+    except AgentError as e:
+        ep.termination, ep.error = "agent_error", str(e)
+    except asyncio.CancelledError:
+        env.interrupt()
+        raise
+    except Exception as e:  # a bug in a backend must not take the whole run down
+        ep.termination, ep.error = "agent_error", f"{type(e).__name__}: {e}"
+    await env.settle()  # a call cut off by the timeout is interrupted, and done with, before scoring
+    ep.trace = ctx.trace
+    t0 = time.perf_counter()
+    ep.final_hash = await env.off_loop(env.state_hash)
+    verdicts = None
+    if judge is not None and task.task.expect.nl_assertions and ep.counted:
+        try:
+            verdicts = await judge.verdicts(task.task.expect.nl_assertions, messages, domain)
+        except InfraError as e:  # the judge failed, not the agent: the episode cannot be scored
+            ep.termination, ep.error = "infra_error", f"judge: {e}"
+    ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
+    timing["reward"] = time.perf_counter() - t0
+    from .agents.oracle import _writes
+    from .fidelity import interaction_metrics, user_fidelity
+
+    ep.fidelity = user_fidelity(task, ep, lambda name: _writes(domain, name))
+    ep.interaction = interaction_metrics(task, ep)
+    timing["wall"] = time.perf_counter() - start
+    ep.timing = timing
+    env.close()
+    return ep
+
+
+async def _user_turn(user: UserSimulator, ctx: EpisodeContext):
+    """The simulator's next message; whatever breaks in it is a user_error, not the agent's failure."""
+    try:
+        reply = await user.respond(ctx)
+    except (InfraError, UserError, asyncio.CancelledError):
+        raise
+    except Exception as e:  # a crash, or its model refusing the request (RequestRejected)
+        raise UserError(f"{type(e).__name__}: {e}") from e
+    if not reply.stop and not reply.content.strip():
+        raise UserError("the user simulator sent an empty message")
+    return reply
+
+
+@dataclass
+class Job:
+    task: TaskSpec
+    trial: int
+    domain: Any = None  # a random database instance for this episode; None: run_many's domain
+
+
+async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_user: Callable[[], UserSimulator],
+                   cfg: RolloutConfig, concurrency: int = 8,
+                   on_done: Callable[[Episode], None] | None = None, judge: Judge | None = None) -> list[Episode]:
+    """Run jobs with at most `concurrency` episodes in flight; the episodes come back in the order of
+    `jobs` (GRPO's groups are consecutive jobs). `on_done` sees each episode as it ends (the run store
+    saves it there, so an interrupted run keeps everything finished)."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+    results: list[Episode | None] = [None] * len(jobs)
+
+    async def one(i: int, job: Job) -> None:
+        async with sem:
+            ep = await run_episode(job.task, job.domain or domain, agent, make_user(), cfg, trial=job.trial, judge=judge)
+            results[i] = ep
+            if on_done is not None:
+                on_done(ep)
+
+    tasks = [asyncio.ensure_future(one(i, j)) for i, j in enumerate(jobs)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+    return results
+
+
+def gold_calls(task: TaskSpec) -> list[tuple[str, dict]]:
+    return [call_parts(c) for c in task.task.expect.actions]

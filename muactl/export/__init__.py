@@ -1,1 +1,0 @@
-"""Exports of a domain to other training stacks (verl)."""

@@ -1,0 +1,1 @@
+"""Language models: local weights (registry), chat formats (chatml, formats) and API calls (llm)."""

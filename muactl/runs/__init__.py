@@ -1,0 +1,1 @@
+"""Runs on disk: the run store (store) and the HTML report (report)."""

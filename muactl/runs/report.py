@@ -1,0 +1,166 @@
+"""`muactl report RUN_ID`: PNG plots of the training metrics and an HTML page with the config, the
+tables and a few transcripts. Reads only the run folder (runs.sqlite, stages.json, config.yaml)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from .store import RunStore
+
+# (file, title, y label, metric names tried in order, y range: "unit" for [0, 1] rates and binary rewards,
+# "zero" for counts and losses: the axis starts at 0, so a flat series looks flat and not like noise)
+PLOTS = [
+    ("reward.png", "Mean reward per GRPO step", "mean reward", ["reward", "rewards/reward_from_episode/mean"], "unit"),
+    ("success.png", "Task success per GRPO step", "episodes succeeded (share)", ["rollout/success"], "unit"),
+    ("turns.png", "Agent turns per episode", "turns", ["rollout/turns"], "zero"),
+    ("kl.png", "KL divergence to the reference model", "KL", ["kl"], "zero"),
+    ("sft_loss.png", "SFT training loss", "loss", ["sft/loss"], "zero"),
+    ("effective_turns.png", "Effective agent turns per episode (no tool error)", "turns",
+     ["rollout/effective_turns"], "zero"),
+    ("first_correct_write.png", "Agent turn of the first correct write", "agent turn", ["rollout/first_correct_write"], "zero"),
+    ("user_turns.png", "User turns per episode", "turns", ["rollout/user_turns"], "zero"),
+    ("tool_errors.png", "Tool errors per episode", "tool errors", ["rollout/tool_errors"], "zero"),
+]
+
+
+def metric_series(store: RunStore) -> dict[str, list[tuple[int, float]]]:
+    out: dict[str, list[tuple[int, float]]] = {}
+    for row in store.db.query("SELECT step, name, value FROM metrics ORDER BY step"):
+        out.setdefault(row["name"], []).append((row["step"], row["value"]))
+    return out
+
+
+def write_plots(store: RunStore, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = metric_series(store)
+    written = []
+    for name, title, label, keys, yrange in PLOTS:
+        key = next((k for k in keys if k in series), None)
+        if key is None:
+            continue
+        xs, ys = zip(*series[key])
+        fig = figure(plt, xs, ys, title, label, yrange)
+        fig.savefig(out / name)
+        plt.close(fig)
+        written.append(out / name)
+    return written
+
+
+def figure(plt, xs, ys, title: str, label: str, yrange: str):
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+    ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.5)
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    top = max(ys)
+    if yrange == "unit" and min(ys) >= 0 and top <= 1:
+        ax.set_ylim(-0.05, 1.05)
+    else:
+        ax.set_ylim(min(0.0, min(ys)), max(top * 1.1, 1e-3))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def kl_note(config: dict[str, Any], plots: list[Path]) -> str | None:
+    """Why a GRPO run has no KL plot: with beta 0 there is no reference model, so no KL is computed."""
+    grpo = config.get("grpo") or {}
+    if any(p.name == "kl.png" for p in plots) or "beta" not in grpo or grpo["beta"]:
+        return None
+    return "No KL plot: grpo.beta is 0, so training keeps no reference model and computes no KL (set grpo.beta > 0 for it)."
+
+
+def _substores(store: RunStore) -> list[RunStore]:
+    return [RunStore.read(p.parent) for p in sorted(store.path.glob("*/runs.sqlite"))]
+
+
+def _transcript(store: RunStore, episode: dict[str, Any]) -> str:
+    lines = []
+    for m in store.messages(episode["id"]):
+        if m["role"] == "system":
+            continue
+        text = html.escape(m["content"] or "")
+        if m["role"] == "assistant":
+            calls = "".join(f"<div class=call>&rarr; {html.escape(c['name'])}({html.escape(json.dumps(c['arguments']))})</div>"
+                            for c in m["tool_calls"] or [])
+            lines.append(f"<div class=agent><b>agent</b> {text}{calls}</div>" if text else calls)
+        elif m["role"] == "tool":
+            lines.append(f"<div class='tool{' err' if m['error'] else ''}'>&larr; {text[:400]}</div>")
+        else:
+            lines.append(f"<div class=user><b>user</b> {text}</div>")
+    return "\n".join(lines)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p>none</p>"
+    keys = list(rows[0])
+    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(k)))}</td>" for k in keys) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_cell(x)}" for k, x in v.items())
+    return "-" if v is None else str(v)
+
+
+def write_report(run_id: str, transcripts: int = 3) -> Path:
+    store = RunStore.open(run_id)
+    out = store.path / "report"
+    out.mkdir(exist_ok=True)
+    plots = write_plots(store, out)
+    info = store.info()
+    from ..train.pipeline import before_after_table, stages_state
+
+    table = before_after_table(stages_state(store))
+    parts = [f"<h1>muactl run {html.escape(store.id)}</h1>",
+             f"<p>{html.escape(info['kind'])} on <b>{html.escape(info['domain'])}</b>, status {html.escape(info['status'])}</p>"]
+    if table:
+        parts.append("<h2>Before / after</h2>" + _table(table))
+    summary = {k: v for k, v in (info["summary"] or {}).items() if not isinstance(v, (dict, list))}
+    if summary:
+        parts.append("<h2>Summary</h2>" + _table([summary]))
+    if plots:
+        parts.append("<h2>Training</h2>" + "".join(f"<img src='{p.name}' alt='{p.stem}'>" for p in plots))
+        note = kl_note(info["config"], plots)
+        if note:
+            parts.append(f"<p>{html.escape(note)}</p>")
+    for sub in [store, *_substores(store)]:
+        eps = sub.episodes()
+        if not eps:
+            continue
+        from ..eval.evaluate import fidelity_per_task, fidelity_summary, interaction_summary, per_task
+
+        parts.append(f"<h2>Episodes: {html.escape(sub.id)}</h2>" + _table(per_task(eps)[:50]))
+        parts.append("<h3>Interaction</h3>" + _table([interaction_summary(eps)]))
+        fidelity = [r for r in [{"task_id": "all tasks", **fidelity_summary(eps)}, *fidelity_per_task(eps)] if r["episodes"]]
+        if fidelity:
+            parts.append("<h3>Simulated user fidelity</h3><p>share of episodes where each check held "
+                         "(<code>_n</code>: how many it applies to)</p>" + _table(fidelity[:51]))
+        shown = sorted(eps, key=lambda e: (-e["reward"], e["id"]))[:1] + [e for e in eps if e["reward"] < 1][: transcripts - 1]
+        for e in shown:
+            parts.append(f"<h3>{html.escape(e['task_id'])} (trial {e['trial']}): reward {e['reward']}, {html.escape(e['termination'])}</h3>"
+                         f"<div class=transcript>{_transcript(sub, e)}</div>")
+    parts.append("<h2>Config</h2><pre>" + html.escape((store.path / "config.yaml").read_text()) + "</pre>")
+    style = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:3px 8px}img{max-width:48%;margin:4px}.transcript{border:1px solid #ddd;"
+             "padding:8px}.agent{color:#05a}.user{color:#a05}.tool{color:#070;font-family:monospace;font-size:90%}"
+             ".err{color:#c00}.call{color:#a60;font-family:monospace}pre{background:#f6f6f6;padding:8px}")
+    page = out / "index.html"
+    page.write_text(f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(store.id)}</title>"
+                    f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return page

@@ -1,0 +1,116 @@
+"""Where domains live: ./domains (the working directory), the user's installed library, the built-ins.
+
+A name is looked up in that order, so a local copy shadows an installed or built-in domain of the
+same name. A path to a folder holding domain.yaml works too. Trust follows where a domain came from,
+never how it was named: a folder that holds an install record (an installed pack, reached by its path,
+or copied elsewhere) is "installed", so its code runs only with --trust however it is named. Tasks sit in `<root>/tasks/` when the
+domain carries them (installed packs), else in `tasks/<name>/` next to the `domains/` folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DomainNotFound, UsageError
+
+ORIGIN_ORDER = ("local", "installed", "builtin")
+INSTALLED_MANIFEST = ".muapack.json"  # beside domain.yaml in the library: what was installed, from where
+
+
+@dataclass(frozen=True)
+class DomainRef:
+    name: str
+    root: Path  # the folder holding domain.yaml
+    tasks_dir: Path | None
+    origin: str  # local | installed | builtin | path
+
+    @property
+    def untrusted(self) -> bool:
+        """Someone else's domain (an installed pack): its MCP commands and Python run only with --trust."""
+        return self.origin == "installed"
+
+
+def builtin_root() -> Path:
+    """The folder holding the built-in domains/ and tasks/: the source tree when run from a checkout
+    or an editable install, else the copy shipped inside the wheel as package data."""
+    here = Path(__file__).resolve().parents[1]  # the muactl package
+    repo = here.parent
+    if (repo / "domains").is_dir() and (repo / "pyproject.toml").is_file():
+        return repo
+    return here / "_builtin"
+
+
+def refuse_builtin_write(path: Path) -> None:
+    """The built-in domains and tasks are muactl's own, never a user's project: no command writes into them.
+    Run from the source checkout, `./domains` and `./tasks` *are* the built-ins, so a scaffold or a generated
+    task file there would silently become (or grow) a built-in; the user is sent to a project folder instead."""
+    target = path.resolve()
+    for folder in (builtin_root() / "domains", builtin_root() / "tasks"):
+        folder = folder.resolve()
+        if target == folder or folder in target.parents:
+            raise UsageError(
+                f"{path} is inside muactl's built-in {folder.name}/ folder ({folder}), which muactl never writes to "
+                f"(run from the source checkout, ./domains and ./tasks are the built-ins, not a project); work in a "
+                f"project folder of your own: mkdir my-project && cd my-project && muactl init NAME")
+
+
+def user_library() -> Path:
+    """Installed domain packs: $MUACTL_HOME/domains, default ~/.local/share/muactl/domains."""
+    home = os.environ.get("MUACTL_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share", "muactl")
+    return Path(home) / "domains"
+
+
+def _tasks_for(root: Path, project: Path | None) -> Path | None:
+    if (root / "tasks").is_dir():
+        return root / "tasks"
+    if project is not None:
+        return project / "tasks" / root.name
+    return root.parent.parent / "tasks" / root.name
+
+
+def _roots() -> list[tuple[str, Path, Path | None]]:
+    cwd = Path.cwd()
+    builtin = builtin_root()
+    out = [("local", cwd / "domains", cwd), ("installed", user_library(), None), ("builtin", builtin / "domains", builtin)]
+    # running inside the source checkout: its domains are the built-ins, not local ones
+    return [o for i, o in enumerate(out) if not (o[0] == "local" and o[1].resolve() == out[2][1].resolve())]
+
+
+def _by_path(candidate: Path) -> DomainRef:
+    root = candidate.resolve()
+    installed = (root / INSTALLED_MANIFEST).is_file() or root.parent == user_library().resolve()
+    return DomainRef(root.name, root, _tasks_for(root, None), "installed" if installed else "path")
+
+
+def find_domain(name: str) -> DomainRef:
+    candidate = Path(name)
+    if (candidate / "domain.yaml").is_file() and (os.sep in name or name.startswith(".") or not _named(name)):
+        return _by_path(candidate)
+    for origin, folder, project in _roots():
+        root = folder / name
+        if (root / "domain.yaml").is_file():
+            return DomainRef(name, root, _tasks_for(root, project), origin)
+    if (candidate / "domain.yaml").is_file():
+        return _by_path(candidate)
+    known = ", ".join(sorted({d.name for d in list_domains()})) or "none"
+    raise DomainNotFound(
+        f"no domain named '{name}' in ./domains, {user_library()} or the built-ins (known: {known}). "
+        f"Create one with `muactl init {name}`, or pass the path of a folder holding domain.yaml.")
+
+
+def _named(name: str) -> bool:
+    return any((folder / name / "domain.yaml").is_file() for _, folder, _ in _roots())
+
+
+def list_domains() -> list[DomainRef]:
+    """Every domain found, shadowed ones included (the first of each name is the one used)."""
+    out = []
+    for origin, folder, project in _roots():
+        if not folder.is_dir():
+            continue
+        for root in sorted(folder.iterdir()):
+            if (root / "domain.yaml").is_file():
+                out.append(DomainRef(root.name, root, _tasks_for(root, project), origin))
+    return out

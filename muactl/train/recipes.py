@@ -1,0 +1,247 @@
+"""Training configs: hydra groups in muactl/conf composed with the compose API (typer owns argv, so
+@hydra.main cannot be used), plus an optional user YAML file and dotted overrides.
+
+Bad input becomes a UsageError naming the key, never a hydra traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import UsageError
+
+CONF_DIR = Path(__file__).parents[1] / "conf"
+GROUPS = ("model", "user", "synth", "sft", "grpo", "eval")
+
+
+# Structured schemas: compose output is merged onto these, so a typo or a wrong type is an error.
+@dataclass
+class ModelConf:
+    name: str = "tiny"
+    dtype: Optional[str] = None
+    max_new_tokens: int = 96
+    temperature: float = 0.0
+
+
+@dataclass
+class UserConf:
+    kind: str = "scripted"
+    model: Optional[str] = None
+    api_base: Optional[str] = None
+    temperature: float = 0.0
+
+
+@dataclass
+class SynthConf:
+    agent: str = "oracle"
+    tasks: Any = "train"  # split | [task ids] | template:<id>|all
+    n: int = 100
+    db: str = "fixed"
+    trials: int = 8
+    concurrency: int = 8
+    tools: str = "real"
+    tool_model: Optional[str] = None
+    output: Optional[str] = None
+    api_base: Optional[str] = None
+    max_turns: int = 24
+
+
+@dataclass
+class SFTConf:
+    epochs: float = 3
+    max_steps: int = -1
+    batch_size: Optional[int] = None  # null: what fits the model on this device (models.sft_batch)
+    grad_accum: Optional[int] = None  # null: with batch_size null, 8 examples per optimizer step; else 1
+    lr: float = 2e-4
+    scheduler: str = "cosine"
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    max_length: int = 4096
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    save_steps: int = 200
+    logging_steps: int = 10
+    resume: bool = True
+
+
+@dataclass
+class GRPOConf:
+    steps: int = 50
+    group_size: int = 8
+    tasks_per_step: int = 2
+    lr: float = 1e-5
+    beta: float = 0.0
+    epsilon: float = 0.2
+    temperature: float = 1.0
+    max_turns: int = 12
+    max_new_tokens: int = 96
+    reward: str = "binary"
+    turn_credit: str = "equalized"
+    gamma: float = 0.9
+    trajectory_score: str = "mean"
+    resample_equal_groups: bool = True
+    lora: bool = False
+    grad_accum: int = 1
+    save_steps: int = 10
+    judge: Optional[str] = None  # litellm id or hf:<model> for expect.nl_assertions; None: not judged
+    judge_api_base: Optional[str] = None
+
+
+@dataclass
+class EvalConf:
+    split: str = "test"
+    tasks: Any = None  # overrides split: [task ids] | template:<id>|all
+    n: int = 100
+    db: str = "fixed"
+    trials: int = 1
+    concurrency: int = 32
+    max_turns: int = 12
+
+
+def _eval_default(name: str):
+    """A default taken from EvalConfig, so `muactl eval`'s options and the train config cannot drift."""
+    from ..eval.evaluate import EvalConfig
+
+    return next(f.default for f in fields(EvalConfig) if f.name == name)
+
+
+@dataclass
+class APIConf:
+    """Every API call of every stage: LLM users, judges, simulated tools, an API teacher in synth."""
+
+    max_tokens: int = _eval_default("max_tokens")
+    timeout_s: float = _eval_default("llm_timeout_s")  # per request; raise it for a slow (CPU-hosted) server
+    retries: int = _eval_default("retries")
+    backoff_s: float = _eval_default("backoff_s")
+
+
+@dataclass
+class EpisodeConf:
+    """Limits of every episode in synth, grpo and eval (max turns are per stage)."""
+
+    max_tool_errors: int = _eval_default("max_tool_errors")
+    timeout_s: float = _eval_default("timeout_s")
+    opening: Optional[str] = None  # agent (the domain's greeting) | user; null: greeting if the domain has one
+
+
+@dataclass
+class TrainConf:
+    model: ModelConf = field(default_factory=ModelConf)
+    user: UserConf = field(default_factory=UserConf)
+    synth: SynthConf = field(default_factory=SynthConf)
+    sft: SFTConf = field(default_factory=SFTConf)
+    grpo: GRPOConf = field(default_factory=GRPOConf)
+    eval: EvalConf = field(default_factory=EvalConf)
+    api: APIConf = field(default_factory=APIConf)
+    episode: EpisodeConf = field(default_factory=EpisodeConf)
+    domain: str = "bank"
+    data: Optional[str] = None
+    seed: int = 0
+    trust: bool = False
+    stages: list = field(default_factory=lambda: ["synth", "sft", "grpo", "eval"])
+    run_id: Optional[str] = None
+    tasks: Optional[str] = None  # template:<id>|all: GRPO draws a fresh task instance per group (train seed stream)
+    db: str = "fixed"  # fixed | random: with template tasks, each instance on a fresh random database
+
+
+def api_options(cfg) -> dict[str, Any]:
+    """A composed config's `api` settings as make_user, make_agent and the tool players take them."""
+    return {k: cfg.api[k] for k in ("max_tokens", "timeout_s", "retries", "backoff_s")}
+
+
+def eval_limits(cfg) -> dict[str, Any]:
+    """A composed config's `api` and `episode` settings as EvalConfig (and SynthConfig) fields."""
+    a, e = cfg.api, cfg.episode
+    return {"max_tokens": a.max_tokens, "llm_timeout_s": a.timeout_s, "retries": a.retries, "backoff_s": a.backoff_s,
+            "max_tool_errors": e.max_tool_errors, "timeout_s": e.timeout_s, "opening": e.opening}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _normalize(overrides: list[str]) -> list[str]:
+    """`model=Qwen/Qwen3-8B` or `model=runs/x/checkpoint-final` is not a group option: make it
+    `model=hf model.name=...`; likewise `user=openai/gpt-4o-mini` -> the litellm user."""
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and key in ("model", "user") and value not in options(key):
+            if key == "model":
+                out += ["model=hf", f"model.name={value}"]
+            else:
+                out += ["user=litellm", f"user.model={value}"]
+        else:
+            out.append(o)
+    return out
+
+
+def compose(config_file: Path | None = None, overrides: list[str] | None = None):
+    """Compose muactl/conf/train.yaml, then the user's file, then the overrides; validate against TrainConf."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = list(overrides or [])
+    file_cfg = None
+    if config_file is not None:
+        if not config_file.is_file():
+            raise UsageError(f"config file {config_file} not found")
+        try:
+            file_cfg = OmegaConf.load(config_file)
+        except Exception as e:  # YAML errors from OmegaConf carry the position in their text
+            raise UsageError(f"{config_file}: cannot read config: {e}") from None
+        # group selections in the file become overrides, applied before the user's: either a hydra-style
+        # `defaults: [{model: smollm2-135m}]` list (then `model:` below may set values), or `model: tiny`
+        picks = []
+        for item in file_cfg.pop("defaults", None) or []:
+            if not hasattr(item, "items"):
+                raise UsageError(f"{config_file}: defaults entries look like '- model: tiny'")
+            picks += [f"{k}={v}" for k, v in item.items()]
+        picks += [f"{g}={file_cfg[g]}" for g in GROUPS if isinstance(file_cfg.get(g), str)]
+        for g in GROUPS:
+            if isinstance(file_cfg.get(g), str):
+                del file_cfg[g]
+        overrides = picks + overrides
+    overrides = _normalize(overrides)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="muactl"):
+            # the user's file sits between the composed defaults and the command-line overrides
+            dotted = [o for o in overrides if "=" in o and o.split("=")[0] not in GROUPS]
+            groups = [o for o in overrides if o not in dotted]
+            cfg = hydra_compose(config_name="train", overrides=groups)
+        schema = OmegaConf.structured(TrainConf)
+        merged = OmegaConf.merge(schema, cfg)
+        if file_cfg is not None:
+            merged = OmegaConf.merge(merged, file_cfg)
+        if dotted:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([_plain_override(o) for o in dotted]))
+        OmegaConf.to_container(merged, throw_on_missing=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or ""
+        msg = str(e).splitlines()[0]
+        raise UsageError(f"bad config value{f' for {key}' if key else ''}: {msg}") from None
+    except Exception as e:  # hydra's composition and override-parsing errors
+        msg = str(e).strip().splitlines()
+        hint = ""
+        if "Could not find" in str(e) or "options" in str(e):
+            hint = " Groups and options: " + "; ".join(f"{g}: {', '.join(options(g))}" for g in GROUPS)
+        raise UsageError(f"bad override: {msg[0] if msg else e}.{hint}") from None
+    return merged
+
+
+def _plain_override(o: str) -> str:
+    return o[1:] if o.startswith("+") else o
+
+
+def to_yaml(cfg) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(cfg)
