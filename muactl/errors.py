@@ -74,3 +74,48 @@ class PackNotInstalled(MuactlError):
 
 class McpError(MuactlError):
     """An MCP server could not be started or reached."""
+
+
+class RunNotFound(MuactlError):
+    """No run with that id under the runs folder."""
+
+
+class RunUnreadable(MuactlError):
+    """A run folder whose runs.sqlite is damaged, truncated or not muactl's."""
+
+
+class RunBusy(MuactlError):
+    """Another muactl process is writing to this run (two --resume of one run at once)."""
+
+
+class ModelError(MuactlError):
+    """A model reference that cannot be resolved or loaded."""
+
+
+# Not MuactlErrors: these end an episode with an outcome (or are turned into a ModelError), they are not
+# reported to the user as a command's failure.
+
+class FormatError(Exception):
+    """A tokenizer whose chat template muactl cannot prompt with tools (models.py makes it a ModelError)."""
+
+
+class AgentError(Exception):
+    """The agent could not produce a turn because of what it did (its API refused its own messages, its
+    context overflowed): ends as agent_error, a scored failure."""
+
+
+class InfraError(Exception):
+    """Transport failed (connection, timeout, 5xx, 429 after retries; bad credentials or an unknown
+    model; a local generate call that crashed): ends as infra_error, excluded from pass^k and retried
+    on resume."""
+
+
+class UserError(Exception):
+    """The user simulator broke (it crashed, its model refused the request, it sent an empty message):
+    ends as user_error, excluded from pass^k and retried on resume."""
+
+
+class RequestRejected(Exception):
+    """An API refused a request for what it contains (4xx: bad request, context window exceeded,
+    content policy). The caller decides whose failure that is: the agent's own messages make it the
+    agent's (a scored failure), the simulator's make it a user_error."""

@@ -22,7 +22,8 @@ from muactl.models.formats import STAND_IN, parse_llama3, parse_mistral
 from muactl.episode.agents.local import LocalAgent
 from muactl.episode.agents.oracle import OracleAgent
 from muactl.episode.user import ScriptedUser
-from muactl.models.registry import MODEL_CARD, ModelError, chat_format, domain_corpus, load_tokenizer, read_card, tiny_path
+from muactl.errors import ModelError
+from muactl.models.registry import MODEL_CARD, chat_format, domain_corpus, load_tokenizer, read_card, tiny_path
 from muactl.episode.rollout import RolloutConfig, run_episode
 
 # ---------------------------------------------------------------- the three families' templates

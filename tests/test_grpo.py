@@ -102,7 +102,7 @@ def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
 
 @pytest.mark.parametrize("failure", ["infra", "user"])
 def test_excluded_episodes_are_dropped_not_scored_zero(tmp_path, failure):
-    from muactl.episode.agents.base import InfraError
+    from muactl.errors import InfraError
     from muactl.episode.user import UserSimulator
 
     class Down(UserSimulator):

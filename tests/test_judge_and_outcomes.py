@@ -204,7 +204,7 @@ def test_a_broken_user_simulator_is_a_user_error_not_the_agents_failure(bank, fa
 def test_a_local_generate_call_that_crashes_is_an_infra_error():
     import asyncio
 
-    from muactl.episode.agents.base import InfraError
+    from muactl.errors import InfraError
     from muactl.episode.agents.local import Batcher
 
     def out_of_memory(prompts, max_new_tokens, temperature, seed):

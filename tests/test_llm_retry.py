@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from muactl.episode.agents.base import InfraError
+from muactl.errors import InfraError
 from muactl.models.llm import LLMConfig, complete
 from tests.fakes.openai_server import FakeOpenAI, Reply
 

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..episode.agents.base import Agent, AgentError, AgentReply
+from ..episode.agents.base import Agent, AgentReply
+from ..errors import AgentError
 from ..episode.user import STOP, UserReply, UserSimulator, split_stop
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .agents.base import InfraError, RequestRejected
+from ..errors import InfraError, RequestRejected
 
 SYSTEM = """\
 You check statements about a conversation between a customer ("user") and a support agent ("agent").

@@ -20,7 +20,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from .agents.base import Agent, AgentError, InfraError, UserError
+from ..errors import AgentError, InfraError, UserError
+from .agents.base import Agent
 from ..spec.models import call_parts
 
 if TYPE_CHECKING:

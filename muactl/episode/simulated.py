@@ -26,7 +26,7 @@ Earlier calls in this session:
 
 def simulated_player(model: str, api_base: str | None = None, timeout_s: float = 60.0, retries: int = 4,
                      backoff_s: float = 1.0, max_tokens: int | None = 1024):
-    from .agents.base import RequestRejected
+    from ..errors import RequestRejected
     from ..models.llm import LLMConfig, complete
 
     cfg = LLMConfig(model, api_base=api_base, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,

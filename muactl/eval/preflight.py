@@ -31,7 +31,8 @@ def check_local_model(ref: str, label: str) -> None:
     """A checkpoint folder must exist and hold a model; built-in names and hub ids resolve when loaded."""
     if ref in ("tiny", "smollm2-135m", "smollm2"):
         return
-    from ..models.registry import ModelError, resolve
+    from ..errors import ModelError
+    from ..models.registry import resolve
 
     try:
         resolve(ref)

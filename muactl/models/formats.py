@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..episode.agents.base import decode_arguments
+from ..errors import FormatError
 from .chatml import (AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
                      render, to_template_messages)
 
@@ -44,10 +45,6 @@ CALL_SYNTAX = {
     "mistral": '[TOOL_CALLS] [{"name": ..., "arguments": {...}}]',
 }
 _SENTINEL = "muactl_probe_tool"
-
-
-class FormatError(Exception):
-    """A tokenizer whose chat template muactl cannot prompt with tools (models.py makes it a ModelError)."""
 
 
 @dataclass
@@ -69,7 +66,7 @@ class ChatFormat:
             return self.tokenizer.apply_chat_template(_with_ids(messages), tools=tools or None, tokenize=False,
                                                       add_generation_prompt=add_generation_prompt)
         except TemplateError as e:
-            from ..episode.agents.base import AgentError
+            from ..errors import AgentError
 
             raise AgentError(f"the model's chat template refused the conversation: {e}") from None
 
@@ -90,7 +87,7 @@ class ChatFormat:
         after = self.render(base + new, add_generation_prompt=True)
         ends = self._turn_ends(after)
         if not turns or len(ends) < turns:
-            from ..episode.agents.base import AgentError
+            from ..errors import AgentError
 
             raise AgentError("the model's chat template does not end turns with the tokenizer's end-of-turn token, "
                              "so muactl cannot tell where the agent's turn ends")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from ..episode.agents.base import InfraError, RequestRejected
+from ..errors import InfraError, RequestRejected
 
 
 @dataclass

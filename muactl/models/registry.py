@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .chatml import IM_END, SPECIAL_TOKENS, TOOL_FORMATS
-from .formats import ChatFormat, FormatError, detect
+from .formats import ChatFormat, detect
 from ..compile.database import cache_dir
-from ..errors import MuactlError
+from ..errors import FormatError, ModelError, MuactlError
 from ..locks import locked
 
 if TYPE_CHECKING:
@@ -36,10 +36,6 @@ TINY_CONFIG = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, 
                    num_key_value_heads=2, max_position_embeddings=8192, rope_theta=10000.0, tie_word_embeddings=True)
 TINY_VOCAB = 1024
 TINY_FORMAT = 3  # bump when the tiny recipe changes, so caches rebuild
-
-
-class ModelError(MuactlError):
-    """A model reference that cannot be resolved or loaded."""
 
 
 def _torch():

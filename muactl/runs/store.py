@@ -19,19 +19,7 @@ from typing import Any, Iterator
 import sqlite_utils
 
 from .. import locks
-from ..errors import MuactlError
-
-
-class RunNotFound(MuactlError):
-    """No run with that id under the runs folder."""
-
-
-class RunUnreadable(MuactlError):
-    """A run folder whose runs.sqlite is damaged, truncated or not muactl's."""
-
-
-class RunBusy(MuactlError):
-    """Another muactl process is writing to this run (two --resume of one run at once)."""
+from ..errors import RunBusy, RunNotFound, RunUnreadable
 
 
 def runs_dir() -> Path:

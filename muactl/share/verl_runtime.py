@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..episode.agents.base import AgentError
+from ..errors import AgentError
 from ..episode.agents.local import LocalAgent
 
 

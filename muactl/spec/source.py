@@ -115,7 +115,7 @@ _PLAIN_TAGS = {"!", *(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", 
 _INT_TAG = "tag:yaml.org,2002:int"
 
 
-class YamlLimitError(MarkedYAMLError):
+class _YamlLimit(MarkedYAMLError):
     """The document breaks one of muactl's YAML limits at problem_mark."""
 
 
@@ -156,7 +156,7 @@ class _BoundedComposer(Composer):
 
     @staticmethod
     def _refuse(message: str, event: Any) -> None:
-        raise YamlLimitError(None, None, message, event.start_mark)
+        raise _YamlLimit(None, None, message, event.start_mark)
 
 
 class _BoundedScanner(RoundTripScanner):
@@ -166,7 +166,7 @@ class _BoundedScanner(RoundTripScanner):
 
     def fetch_flow_collection_start(self, TokenClass: Any, to_push: Any) -> None:
         if self.flow_level >= MAX_YAML_DEPTH:
-            raise YamlLimitError(None, None, f"nesting deeper than {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)",
+            raise _YamlLimit(None, None, f"nesting deeper than {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)",
                                  self.reader.get_mark())
         super().fetch_flow_collection_start(TokenClass, to_push)
 
@@ -188,7 +188,7 @@ def load_yaml(path: Path, text: str | None = None) -> Located:
     yaml = _yaml()
     try:
         node = yaml.load(text)
-    except YamlLimitError as e:
+    except _YamlLimit as e:
         mark = e.problem_mark
         raise SpecError.single(path, f"YAML limit exceeded: {e.problem}", mark.line + 1, mark.column + 1) from None
     except DuplicateKeyError as e:

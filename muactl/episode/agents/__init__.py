@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Agent, AgentError, AgentReply, InfraError, RequestRejected, UserError
-
-__all__ = ["Agent", "AgentError", "AgentReply", "InfraError", "RequestRejected", "UserError", "make_agent"]
+from .base import Agent
 
 
 def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,

@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from ...models.llm import LLMConfig, complete
-from .base import Agent, AgentError, AgentReply, RequestRejected, decode_arguments
+from ...errors import AgentError, RequestRejected
+from .base import Agent, AgentReply, decode_arguments
 
 
 def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

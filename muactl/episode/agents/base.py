@@ -11,28 +11,6 @@ if TYPE_CHECKING:
     from ..rollout import EpisodeContext
 
 
-class AgentError(Exception):
-    """The agent could not produce a turn because of what it did (its API refused its own messages, its
-    context overflowed): ends as agent_error, a scored failure."""
-
-
-class InfraError(Exception):
-    """Transport failed (connection, timeout, 5xx, 429 after retries; bad credentials or an unknown
-    model; a local generate call that crashed): ends as infra_error, excluded from pass^k and retried
-    on resume."""
-
-
-class UserError(Exception):
-    """The user simulator broke (it crashed, its model refused the request, it sent an empty message):
-    ends as user_error, excluded from pass^k and retried on resume."""
-
-
-class RequestRejected(Exception):
-    """An API refused a request for what it contains (4xx: bad request, context window exceeded,
-    content policy). The caller decides whose failure that is: the agent's own messages make it the
-    agent's (a scored failure), the simulator's make it a user_error."""
-
-
 def decode_arguments(args: Any) -> Any:
     """A tool call's arguments as an object when they arrive as JSON text (some models and APIs send a
     string); an empty string is no arguments. Anything else comes back unchanged, for the caller to

@@ -18,7 +18,8 @@ import zlib
 from abc import abstractmethod
 from typing import Any, Callable
 
-from .base import Agent, AgentReply, InfraError
+from ...errors import InfraError
+from .base import Agent, AgentReply
 
 Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[int], list[float]]]]
 
