@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from muactl.env.sandbox import new_env
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -93,10 +94,10 @@ def measure(domain_path: str, scale: int) -> dict[str, float]:
     source.close()
 
     t0 = time.perf_counter()
-    compiled.environment().state_hash()  # the template's own digest, once per process
+    new_env(compiled).state_hash()  # the template's own digest, once per process
     template_digest = time.perf_counter() - t0
 
-    env = compiled.environment()
+    env = new_env(compiled)
     users = env.rows("users")
     user = users[len(users) // 2]
     pending = [o["order_id"] for o in env.rows("orders") if o["status"] == "pending"]
@@ -108,7 +109,7 @@ def measure(domain_path: str, scale: int) -> dict[str, float]:
     fork, write, hashed, close, fork_hash = [], [], [], [], []
     for i in range(n):
         t0 = time.perf_counter()
-        e = compiled.environment()
+        e = new_env(compiled)
         t1 = time.perf_counter()
         r = e.call("cancel_pending_order", {"order_id": pending[i % len(pending)], "reason": "no longer needed"})
         t2 = time.perf_counter()
@@ -124,7 +125,7 @@ def measure(domain_path: str, scale: int) -> dict[str, float]:
         fork_hash.append(t1 - t0 + t3 - t2 + t4 - t3)
     full = []
     for i in range(10 if scale < 100 else 3):
-        e = compiled.environment()
+        e = new_env(compiled)
         e.call("cancel_pending_order", {"order_id": pending[i % len(pending)], "reason": "no longer needed"})
         t0 = time.perf_counter()
         full_recompute(e)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from muactl.env.sandbox import new_env
 
 
 def main() -> None:
@@ -34,7 +35,7 @@ def main() -> None:
         t2 = time.perf_counter()
         build.append((t1 - t0) * 1000)
         task.append((t2 - t1) * 1000)
-    env = inst.environment()
+    env = new_env(inst)
     sizes = {t: env.conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in opened.compiled.tables}
     env.close()
     q = lambda xs, p: sorted(xs)[int(p * (len(xs) - 1))]

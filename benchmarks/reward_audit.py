@@ -50,7 +50,7 @@ def pass_at_1(opened, tasks: list, agent_spec: str) -> tuple[float, list[str]]:
 
 
 def audit(opened, tasks: list) -> dict:
-    from muactl.episode.reward import changes_nothing
+    from muactl.env.gold import changes_nothing
     from muactl.domain.task_templates import domain_for
 
     no_change = sum(changes_nothing(t, domain_for(opened, t)) for t in tasks) / len(tasks)

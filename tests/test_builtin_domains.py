@@ -13,6 +13,7 @@ from muactl.cli import app
 from muactl.spec.library import builtin_root, list_domains
 from muactl.spec.models import call_parts
 from muactl.domain.validate import open_domain, validate_domain
+from muactl.env.sandbox import new_env
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -44,10 +45,10 @@ def test_builtin_domain_validates(name, min_tools, min_tasks):
 def test_gold_paths_change_state_exactly_where_they_should(name):
     """A do-nothing path fails every task that needs a write: its gold end state differs from the start."""
     opened = open_domain(name)
-    start = opened.compiled.environment().state_hash()
+    start = new_env(opened.compiled).state_hash()
     n_write = 0
     for t in opened.tasks:
-        env = opened.compiled.environment()
+        env = new_env(opened.compiled)
         env.replay(t.task.setup)
         before = env.state_hash()
         env.replay(t.task.expect.actions)
@@ -106,9 +107,9 @@ def test_local_domain_shadows_builtin(project):
 
 def test_call_prints_a_tool_result_from_a_fresh_sandbox():
     opened = open_domain("retail", with_tasks=False)
-    email = opened.compiled.environment().rows("users")[0]["email"]
+    email = new_env(opened.compiled).rows("users")[0]["email"]
     r = runner.invoke(app, ["call", "retail", "find_user_id_by_email", json.dumps({"email": email})])
-    assert r.exit_code == 0 and r.output.strip() == opened.compiled.environment().rows("users")[0]["user_id"]
+    assert r.exit_code == 0 and r.output.strip() == new_env(opened.compiled).rows("users")[0]["user_id"]
 
 
 def test_schema_is_a_json_schema_of_domain_yaml():

@@ -16,6 +16,7 @@ from muactl.chat.app import ChatScreen, EndScreen, PickerScreen
 from muactl.chat.session import GuardedAgent, db_diff
 from muactl.chat.widgets import DiffPanel, RatingBar, StatusLine, ToolPanel
 from muactl.runs.store import RunStore
+from muactl.env.sandbox import new_env
 
 SIZE = (160, 45)
 MIA = ["I want to move 150 from my checking to my holiday account.", "My name is Mia.", "yes"]
@@ -303,7 +304,7 @@ async def test_guarded_agent_keeps_the_token_trace_clean_on_retry(bank):
 
 def test_db_diff_added_changed_removed(bank):
     domain = bank.compiled
-    env = domain.environment()
+    env = new_env(domain)
     from muactl.chat.session import snapshot
 
     before = snapshot(env)

@@ -229,7 +229,7 @@ def test_assistant_mask_covers_exactly_the_assistant_turns(tokenizer, tools):
 
 
 def test_decode_arguments_shared_by_the_parser_and_api_agents():
-    from muactl.episode.agents.base import decode_arguments
+    from muactl.models.chatml import decode_arguments
 
     assert decode_arguments({"x": 1}) == {"x": 1}
     assert decode_arguments('{"x": 1}') == {"x": 1}

@@ -12,10 +12,10 @@ import textwrap
 import pytest
 
 from muactl.episode.agents import make_agent
-from muactl.episode.agents.oracle import OracleAgent, _writes
+from muactl.episode.agents.oracle import OracleAgent
 from muactl.episode.user import ScriptedUser, make_user
 from muactl.eval.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
-from muactl.episode.reward import gold_hash
+from muactl.env.gold import gold_hash
 from muactl.episode.rollout import Job, RolloutConfig, run_episode, run_many
 from muactl.runs.store import RunStore
 from tests.fakes.openai_server import (
@@ -30,6 +30,7 @@ from tests.fakes.openai_server import (
     opening_line,
     two_sided,
 )
+from muactl.env.sandbox import new_env
 
 FAST = {"backoff_s": 0.01, "retries": 4, "timeout_s": 10.0}  # tiny backoff keeps the fault tests fast
 
@@ -54,7 +55,7 @@ def run_jobs(tasks, domain, agent, user_factory, trials=1, concurrency=16, cfg=N
 
 
 def writes(opened, task) -> bool:
-    return any(_writes(opened.compiled, next(iter(a))) for a in task.task.expect.actions)
+    return any(opened.compiled.writes(next(iter(a))) for a in task.task.expect.actions)
 
 
 def by_id(opened, *ids):
@@ -309,7 +310,7 @@ def test_episode_timeout_when_the_model_is_too_slow_overall(bank):
 def test_128_concurrent_episodes_never_see_each_others_writes(bank):
     tasks = bank.tasks  # 64 tasks x 2 trials = 128 episodes, all in flight at once
     assert len(tasks) == 64
-    template = bank.compiled.environment()
+    template = new_env(bank.compiled)
     before = template.state_hash()
     template.close()
 
@@ -340,7 +341,7 @@ def test_128_concurrent_episodes_never_see_each_others_writes(bank):
     write_hashes = {next(iter(by_task[t.task.id])) for t in tasks if writes(bank, t)}
     gold = {gold_hash(t, bank.compiled) for t in tasks if writes(bank, t)}
     assert len(write_hashes) == len(gold) >= 20  # distinct writes -> distinct end states
-    template = bank.compiled.environment()
+    template = new_env(bank.compiled)
     assert template.state_hash() == before  # and the template was never written
     template.close()
 

@@ -14,7 +14,6 @@ import yaml
 from typer.testing import CliRunner
 
 from muactl.episode.agents.base import Agent, AgentReply
-from muactl.episode.agents.oracle import _writes
 from muactl.cli import app
 from muactl.episode.user import ScriptedUser
 from muactl.eval.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
@@ -115,7 +114,7 @@ def test_do_nothing_agent_scores_0_on_every_task_that_writes(domain):
                                RolloutConfig(), concurrency=16))
     reward = {e.task_id: e.reward for e in eps}
     writing = [t.task.id for t in opened.tasks
-               if any(_writes(opened.compiled, next(iter(a))) for a in t.task.expect.actions)]
+               if any(opened.compiled.writes(next(iter(a))) for a in t.task.expect.actions)]
     assert len(writing) >= 10
     assert {t: reward[t] for t in writing} == {t: 0.0 for t in writing}
     # By design a do-nothing agent passes the refusal tasks: their gold outcome is "no change" and they

@@ -24,6 +24,7 @@ from muactl.errors import SpecError
 from muactl.share.mcp_server import STATE_TOOL, build_server
 from muactl.domain.validate import open_domain
 from tests.fakes import free_port
+from muactl.env.sandbox import new_env
 
 runner = CliRunner()
 
@@ -56,7 +57,7 @@ def test_stdio_server_lists_every_agent_tool_with_schema_and_runs_them(project, 
             assert not done.is_error and json.loads(_text(done))["status"] == "cancelled"
             after = _text(await c.call_tool(STATE_TOOL, {}))
             # the same hash muactl computes for that state
-            env = clinic.compiled.environment()
+            env = new_env(clinic.compiled)
             assert before == env.state_hash()
             env.call("cancel_appointment", {"appointment_id": "a3"})
             assert after == env.state_hash() != before

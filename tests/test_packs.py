@@ -17,6 +17,7 @@ from muactl.share import packs
 from muactl.cli import app
 from muactl.errors import PackExists, PackNotInstalled, UnsafePack
 from muactl.spec.library import find_domain, user_library
+from muactl.env.sandbox import new_env
 
 runner = CliRunner()
 
@@ -118,10 +119,10 @@ def test_pack_with_python_handlers_installs_but_its_tools_need_trust(project, tm
     from muactl.domain.validate import open_domain
 
     (project / "domains" / "clinic" / "domain.yaml").unlink()  # make the name resolve to the installed copy
-    env = open_domain("clinic", with_tasks=False).compiled.environment()
+    env = new_env(open_domain("clinic", with_tasks=False).compiled)
     refused = env.call("count_patients", {})
     assert refused.error and "--trust" in refused.content and not marker.exists()
-    trusted = open_domain("clinic", with_tasks=False, trust=True).compiled.environment()
+    trusted = new_env(open_domain("clinic", with_tasks=False, trust=True).compiled)
     assert trusted.call("count_patients", {}).content == "3" and marker.exists()
 
 

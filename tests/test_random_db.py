@@ -8,13 +8,14 @@ import pytest
 
 from muactl.errors import SpecError
 from muactl.compile.randomdb import draw_rows, instance, instance_bytes
-from muactl.episode.reward import gold_hash
+from muactl.env.gold import gold_hash
 from muactl.domain.validate import validate_domain
+from muactl.env.sandbox import new_env
 
 
 
 def _rows(domain):
-    env = domain.environment()
+    env = new_env(domain)
     try:
         return {t: sorted(map(repr, env.rows(t))) for t in domain.tables}
     finally:

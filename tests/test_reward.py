@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from muactl.episode import reward
-from muactl.episode.reward import gold_hash, output_said, score, tokens
+from muactl.env import gold
+from muactl.env.gold import gold_hash
+from muactl.episode.reward import output_said, score, tokens
 from muactl.episode.rollout import EXCLUDED, Episode, outcome_of
 from muactl.spec.load import TaskSpec
 from muactl.spec.models import Task
+from muactl.env.sandbox import new_env
 
 
 def play(opened, task_id: str, said: list[str], termination: str = "user_stop", calls: list[dict] | None = None,
@@ -18,7 +20,7 @@ def play(opened, task_id: str, said: list[str], termination: str = "user_stop", 
     spec = opened.task(task_id)
     if task is not None:
         spec = TaskSpec(task, spec.file, spec.index, spec.doc)
-    env = opened.compiled.environment()
+    env = new_env(opened.compiled)
     env.replay(spec.task.setup)
     gold = spec.task.expect.actions if calls is None else calls
     messages = [{"role": "system", "content": "policy"}, {"role": "user", "content": "hello"}]
@@ -85,7 +87,7 @@ def test_text_beside_a_tool_call_is_not_shown_to_the_user(bank):
     ep.messages.insert(2, {"role": "assistant", "content": "It is 540.", "tool_calls": [
         {"id": "x", "name": "find_customer", "arguments": {"name": "Pia"}}]})
     ep.messages.insert(3, {"role": "tool", "tool_call_id": "x", "name": "find_customer", "content": "c46"})
-    env = bank.compiled.environment()
+    env = new_env(bank.compiled)
     assert score(spec, bank.compiled, env, ep)[0] == 0.0
     ep.messages.append({"role": "assistant", "content": "It is 540.", "malformed": "bad call"})  # parse failures too
     assert score(spec, bank.compiled, env, ep)[0] == 0.0
@@ -97,7 +99,7 @@ def test_text_beside_a_tool_call_is_not_shown_to_the_user(bank):
 def test_the_domain_greeting_is_not_the_agents_output(bank):
     value, b, ep = play(bank, "balance-pia", [])
     ep.messages.insert(1, {"role": "assistant", "content": "Hi! 540 ways to help you.", "fixed": True})
-    env = bank.compiled.environment()
+    env = new_env(bank.compiled)
     assert score(bank.task("balance-pia"), bank.compiled, env, ep)[0] == 0.0
     env.close()
 
@@ -127,13 +129,13 @@ def test_failed_sql_assertion_and_wrong_database(bank):
 
 def test_sql_assertion_on_json_values(retail):
     """A JSON column compares by value (key order and spacing do not matter), against the real retail rows."""
-    from muactl.episode.reward import assertion_result
+    from muactl.env.gold import assertion_result
     from muactl.spec.models import Assertion
 
     address = {"zip": "68142", "state": "NE", "address1": "6532 Cedar Avenue", "address2": "", "city": "Omaha",
                "country": "USA"}
     query = "SELECT address FROM orders WHERE order_id = '#W4861339'"
-    env = retail.compiled.environment()
+    env = new_env(retail.compiled)
     try:
         assert assertion_result(env, Assertion(query=query, equals=address)) == (True, "")
         ok, why = assertion_result(env, Assertion(query=query, equals=dict(address, zip="68143")))
@@ -212,11 +214,11 @@ def test_gold_cache_keys_on_task_content_not_id(bank):
 
 
 def test_gold_cache_is_bounded(bank, monkeypatch):
-    monkeypatch.setattr(reward, "GOLD_CACHE_SIZE", 3)
-    monkeypatch.setattr(reward, "_GOLD", type(reward._GOLD)())
+    monkeypatch.setattr(gold, "GOLD_CACHE_SIZE", 3)
+    monkeypatch.setattr(gold, "_GOLD", type(gold._GOLD)())
     for spec in bank.tasks[:5]:
         gold_hash(spec, bank.compiled)
-    assert len(reward._GOLD) == 3
+    assert len(gold._GOLD) == 3
 
 
 def test_schema_states_what_is_paid():

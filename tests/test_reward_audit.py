@@ -11,7 +11,7 @@ import pytest
 
 from muactl.episode.agents import make_agent
 from muactl.episode.user import ScriptedUser, make_user
-from muactl.episode.reward import changes_nothing
+from muactl.env.gold import changes_nothing
 from muactl.episode.rollout import Job, RolloutConfig, run_many
 from muactl.domain.task_templates import domain_for, draw_stream
 from tests.fakes.openai_server import FakeOpenAI, Reply

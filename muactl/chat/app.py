@@ -40,6 +40,7 @@ from .widgets import (
     StatusLine,
     ToolPanel,
 )
+from ..env.sandbox import new_env
 
 if TYPE_CHECKING:
     from ..episode.agents.base import Agent
@@ -210,11 +211,11 @@ class ChatScreen(Screen):
             else:
                 self.seat = Seat(app.make_simulator(), self.human, cfg.pace_s, on_sim_turn=self._sim_turn)
                 user = self.seat
-        base = domain.environment()
+        base = new_env(domain)
         base.replay(self.task_spec.task.setup)
         self.baseline = snapshot(base)
         base.close()
-        self.env = domain.environment()
+        self.env = new_env(domain)
         self.trial = app.chats.next_trial(self.task_spec.task.id)
         rcfg = RolloutConfig(max_turns=cfg.max_turns, timeout_s=cfg.timeout_s, seed=0)
         ep = await run_episode(self.task_spec, domain, self.guard, user, rcfg, trial=self.trial, env=self.env,

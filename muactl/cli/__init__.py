@@ -246,7 +246,9 @@ def call(
         close = difflib.get_close_matches(tool, list(opened.compiled.tools), n=1)
         raise ToolNotFound(f"domain {opened.spec.domain.name} has no tool '{tool}'" + (f"; did you mean '{close[0]}'?" if close else "")
                            + f". Tools: {', '.join(opened.compiled.tools)}")
-    env = opened.compiled.environment()
+    from ..env.sandbox import new_env
+
+    env = new_env(opened.compiled)
     result = env.call(tool, args)
     out = result.content
     try:

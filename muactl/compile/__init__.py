@@ -38,6 +38,15 @@ class CompiledDomain:
     def tables(self) -> dict:
         return self.spec.domain.database.tables
 
+    def writes(self, name: str) -> bool:
+        """Whether the tool may change the database (a consent-needing action); unknown names do not."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return False
+        if tool.kind == "sql":
+            return bool(tool.spec.writes)
+        return tool.kind == "python"
+
     def agent_tools(self) -> list[CompiledTool]:
         return [t for t in self.tools.values() if t.side == "agent"]
 
@@ -53,12 +62,6 @@ class CompiledDomain:
             disk.close()
             self._template = with_log(data, self.tables)
         return self._template
-
-    def environment(self, trust: bool | None = None):
-        """A fresh sandbox over a private copy of the template (trust defaults to the domain's)."""
-        from ..env.sandbox import Environment
-
-        return Environment.from_template(self, trust=self.trust if trust is None else trust)
 
 
 def content_hash(spec: DomainSpec) -> str:

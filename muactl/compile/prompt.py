@@ -1,4 +1,5 @@
-"""The agent's system prompt: the domain's policy plus the conventions every muactl agent follows."""
+"""The prompts a domain compiles to: the agent's system prompt (the domain's policy plus the conventions every
+muactl agent follows), and the user simulator's guidelines where the domain brings none."""
 
 from __future__ import annotations
 
@@ -11,3 +12,14 @@ You are a customer service agent. Help the user with their request while followi
 
 def agent_system_prompt(domain_description: str, policy: str) -> str:
     return f"{AGENT_CONVENTIONS}\n\n# Domain\n{domain_description.strip()}\n\n# Policy\n{policy.strip()}\n"
+
+
+DEFAULT_GUIDELINES = """\
+You play a customer who contacts a company's support agent. Stay in character for the whole conversation.
+- Pursue the goal below. Reveal what you want step by step, as a real person would, not all at once.
+- Give only the facts listed as known, and only when they are relevant or asked for. Never invent ids,
+  numbers or facts you were not given; if asked for something you do not know, say you do not know.
+- Write short, natural messages. Never pretend to be the agent and never call tools unless you were given some.
+- When your goal is fully met, or cannot be met and you accept that, end with ###STOP### on its own.
+- If the agent hands you over to a human, end with ###TRANSFER###.
+- If the agent keeps asking for something your goal gives no way to answer, end with ###OUT-OF-SCOPE###."""

@@ -24,11 +24,11 @@ from typing import Any, Iterator
 from ..compile.database import schema_connection
 from ..compile.sql import Guard, bind_value, explain, param_names
 from ..env.budget import SqlBudget
-from ..env.sandbox import OUTSIDE_KINDS, decode_json_text
+from ..env.sandbox import OUTSIDE_KINDS, decode_json_text, new_env
 from ..errors import Problem, SpecError, UsageError
 from ..limits import MAX_SAMPLE_ROWS
 from ..compile.randomdb import Drawer, instance
-from ..episode.reward import assertion_result
+from ..env.gold import assertion_result
 from ..spec import models as m
 from ..spec.load import TaskSpec, validate
 from ..spec.source import Located, load_yaml
@@ -238,7 +238,7 @@ def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
     """One task from a template, its gold path replayed; (None, why) when it cannot be made."""
     t = ts.template
     domain = instance(opened.compiled, db_seed)
-    env = domain.environment()
+    env = new_env(domain)
     try:
         try:
             names, raw = env.select(t.sample, max_rows=MAX_SAMPLE_ROWS)
@@ -292,7 +292,7 @@ def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
 
 def replay_gold(task: m.Task, domain) -> str:
     """'' when setup and gold actions run without error and every assertion holds; else why not."""
-    env = domain.environment()
+    env = new_env(domain)
     try:
         for group, calls in (("setup", task.setup), ("gold action", task.expect.actions)):
             for call in calls:

@@ -12,10 +12,10 @@ from ..compile import CompiledDomain, changelog, compile_domain
 from ..compile.arguments import ArgumentValidator, pattern_error
 from ..compile.database import schema_connection
 from ..compile.sql import Guard, explain, param_names
-from ..env.sandbox import OUTSIDE_KINDS
+from ..env.sandbox import OUTSIDE_KINDS, new_env
 from ..errors import Problem, SpecError
 from ..spec.library import DomainRef, find_domain
-from ..episode.reward import assertion_result
+from ..env.gold import assertion_result
 from ..spec import models as m
 from ..spec.load import DomainSpec, TaskSpec, load_domain, load_tasks
 
@@ -264,10 +264,10 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
 
 
 def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Problem]:
-    from ..episode.reward import gold_actions
+    from ..env.gold import gold_actions
     from .task_templates import domain_for
 
-    env = domain_for(opened, t).environment()  # a generated task runs on the random database it was drawn on
+    env = new_env(domain_for(opened, t))  # a generated task runs on the random database it was drawn on
     task = t.task
     gold = gold_actions(t, opened.compiled)  # without the writes a user who declines them (consent: false) stops
     try:

@@ -18,16 +18,33 @@ handler); without it their mcp tools answer with an error that says so.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .sandbox import ToolResult
 from ..errors import McpError, Problem
+from .sandbox import ToolResult
 
 DISCOVERY_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 120.0
+
+
+def import_mcp():
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise McpError("the MCP SDK is not installed: pip install 'muactl[mcp]'") from None
+
+
+def tool_result_text(result) -> str:
+    """The text of a CallToolResult (text blocks joined; other blocks as JSON)."""
+    parts = []
+    for block in result.content or []:
+        text = getattr(block, "text", None)
+        parts.append(text if text is not None else json.dumps(block.model_dump(mode="json")))
+    return "\n".join(parts)
 
 
 def _key(ref) -> tuple:
@@ -54,8 +71,6 @@ class McpSession:
         self.errlog = None
 
     async def start(self, timeout: float = DISCOVERY_TIMEOUT_S) -> McpSession:
-        from ..share.mcp_server import import_mcp
-
         import_mcp()
         loop = asyncio.get_running_loop()
         self.queue, self.ready = asyncio.Queue(), loop.create_future()
@@ -242,7 +257,6 @@ class McpPlayer:
             result = await session.call(ref.tool, args)
         except TimeoutError:
             return ToolResult(f"Error: {tool.name} did not answer within {CALL_TIMEOUT_S:g} s.", error=True)
-        from ..share.mcp_server import tool_result_text
 
         return ToolResult(tool_result_text(result), error=bool(result.is_error))
 

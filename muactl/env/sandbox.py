@@ -480,3 +480,7 @@ def _sqlite_message(e: sqlite3.Error) -> str:
         return "a row with that key already exists"
     return text
 
+
+def new_env(domain: CompiledDomain, trust: bool | None = None) -> Environment:
+    """A fresh sandbox over a private copy of the domain's template database (trust defaults to the domain's)."""
+    return Environment.from_template(domain, trust=domain.trust if trust is None else trust)

@@ -11,7 +11,7 @@ random-database instances once per process). A sandbox keeps only its
 difference from the template (row digest -> net count), updated from the change log its triggers
 fill (compile/changelog.py); so hashing reads the new log entries, not the tables. The same
 difference, compared with the gold end state's, is how far an episode is from done
-(reward.GoldDistance). `full_hash` recomputes everything from the tables: the checked fallback
+(gold.GoldDistance). `full_hash` recomputes everything from the tables: the checked fallback
 (`muactl validate --verify-hash`, tests), and what a sandbox falls back to when its database was
 replaced wholesale (a python tool) and the log no longer describes what changed.
 """

@@ -1,122 +1,14 @@
-"""What a task pays: SQL assertions over a final state (also used by validate's gold replay) and the
-episode reward with its breakdown (README, "Episodes and rewards")."""
+"""What an episode pays: the reward and its breakdown (README, "Episodes and rewards"). The SQL assertions
+and the gold end state it compares against are in env/gold.py."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import re
-import sqlite3
-from collections import OrderedDict
 from decimal import Decimal
 from typing import Any
 
-from ..env.sandbox import decode_json_text
-from ..env.statehash import distance as delta_distance
-from ..env.statehash import template_key
-from ..spec import models as m
-
-
-def values_equal(got: Any, want: Any) -> bool:
-    got = decode_json_text(got)
-    if isinstance(want, bool) and isinstance(got, int):
-        return bool(got) == want
-    if isinstance(got, (int, float)) and isinstance(want, (int, float)) and not isinstance(got, bool):
-        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-6)
-    if isinstance(got, (int, float)) and isinstance(want, str):
-        try:
-            return math.isclose(float(want), got, rel_tol=1e-9, abs_tol=1e-6)
-        except ValueError:
-            return False
-    return got == want
-
-
-def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
-    """Evaluate one SQL assertion on an environment's state. Returns (holds, explanation)."""
-    try:
-        _, rows = env.select(assertion.query)
-    except sqlite3.Error as e:
-        return False, f"query failed: {e}"
-    got = rows[0][0] if rows else None
-    if "equals" in assertion.model_fields_set:
-        ok = values_equal(got, assertion.equals)
-        return ok, "" if ok else f"got {got!r}, expected {assertion.equals!r}"
-    ok = bool(got)
-    return ok, "" if ok else f"got {got!r}, expected a true value"
-
-
-# ---------------------------------------------------------------- episode reward (README, "Episodes and rewards")
-
-GOLD_CACHE_SIZE = 4096  # gold end states kept; a GRPO run draws fresh template tasks for hours
-_GOLD: OrderedDict[str, tuple[str, dict]] = OrderedDict()
-
-
-def gold_actions(task, domain) -> list:
-    """The calls whose end state is the right outcome: the gold path, without its writes when the task's
-    user declines them (user.consent: false)."""
-    actions = task.task.expect.actions
-    if task.task.user.consent:
-        return actions
-    from .agents.oracle import _writes
-
-    return [c for c in actions if not _writes(domain, next(iter(c)))]
-
-
-def _gold_key(task, domain) -> str:
-    """The gold state depends on the database the task runs on and on its setup and gold actions, not
-    on its id: two tasks (or two versions of one task) with one id but other actions differ."""
-    calls = json.dumps([task.task.setup, gold_actions(task, domain)], sort_keys=True, default=str)
-    return hashlib.sha256(f"{template_key(domain)}:{calls}".encode()).hexdigest()
-
-
-def _gold_state(task, domain) -> tuple[str, dict]:
-    """Hash and row difference to the template after the task's setup and gold actions on a fresh
-    sandbox (cached by content, least recently used dropped first)."""
-    key = _gold_key(task, domain)
-    if key in _GOLD:
-        _GOLD.move_to_end(key)
-        return _GOLD[key]
-    env = domain.environment()
-    try:
-        env.replay(task.task.setup)
-        env.replay(gold_actions(task, domain))
-        value = (env.state_hash(), env.state_delta())
-    finally:
-        env.close()
-    _GOLD[key] = value
-    if len(_GOLD) > GOLD_CACHE_SIZE:
-        _GOLD.popitem(last=False)
-    return value
-
-
-def changes_nothing(task, domain) -> bool:
-    """Whether the task's correct outcome is "no change": its gold actions leave the database as the
-    setup left it (refusals, questions, transfers). An agent that never writes can pass only these."""
-    env = domain.environment()
-    try:
-        env.replay(task.task.setup)
-        start = env.state_hash()
-    finally:
-        env.close()
-    return start == gold_hash(task, domain)
-
-
-def gold_hash(task, domain) -> str:
-    """State hash of the task's gold end state."""
-    return _gold_state(task, domain)[0]
-
-
-class GoldDistance:
-    """How many rows differ between a state and the task's gold end state (for turn-level shaping).
-    Both are kept as differences to the template, so this costs the rows they changed."""
-
-    def __init__(self, task, domain):
-        self.gold = _gold_state(task, domain)[1]
-
-    def distance(self, env) -> int:
-        return delta_distance(env.state_delta(), self.gold)
-
+from ..env.gold import assertion_result, gold_hash
 
 # A number stands alone: no letter or digit right before or after it, so "12" is not in "112" or in the
 # id "a12", and "$50" is not in "$500". Thousands separators are only commas between groups of three.

@@ -20,16 +20,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from ..env.sandbox import Environment, ToolResult, new_env
 from ..errors import AgentError, InfraError, UserError
-from .agents.base import Agent
 from ..spec.models import call_parts
+from .agents.base import Agent
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain
-    from ..env.sandbox import Environment
-    from .user import UserSimulator
-    from .judge import Judge
     from ..spec.load import TaskSpec
+    from .judge import Judge
+    from .user import UserSimulator
 
 TERMINATIONS = ("user_stop", "transfer", "user_transfer", "out_of_scope", "max_turns", "too_many_errors", "timeout",
                 "agent_error", "user_error", "infra_error")
@@ -142,7 +142,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     from .reward import score
 
     seed = episode_seed(cfg.seed, task.task.id, trial)
-    env = env or domain.environment()
+    env = env or new_env(domain)
     messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt}]
     ctx = EpisodeContext(task, domain, env, messages,
                          [t.openai_schema() for t in domain.agent_tools()],
@@ -152,7 +152,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     ep = Episode(task.task.id, trial, seed, messages, "agent_error")
     progress = None
     if cfg.track_progress:
-        from .reward import GoldDistance
+        from ..env.gold import GoldDistance
 
         progress = GoldDistance(task, domain)
     timing = {"agent": 0.0, "user": 0.0, "tools": 0.0}
@@ -208,8 +208,6 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 before = progress.distance(env) if progress else None
                 tool = domain.tools.get(call["name"])
                 if tool is not None and tool.side == "user":  # the user's own controls are not the agent's
-                    from ..env.sandbox import ToolResult
-
                     result = ToolResult(f"Error: unknown tool '{call['name']}'.", error=True)
                 else:
                     result = await env.acall(call["name"], call["arguments"])
@@ -261,10 +259,9 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
             ep.termination, ep.error = "infra_error", f"judge: {e}"
     ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
     timing["reward"] = time.perf_counter() - t0
-    from .agents.oracle import _writes
     from .fidelity import interaction_metrics, user_fidelity
 
-    ep.fidelity = user_fidelity(task, ep, lambda name: _writes(domain, name))
+    ep.fidelity = user_fidelity(task, ep, domain.writes)
     ep.interaction = interaction_metrics(task, ep)
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing

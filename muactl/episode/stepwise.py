@@ -15,6 +15,7 @@ from typing import Any
 
 from .agents.base import Agent, AgentReply
 from .rollout import Episode, RolloutConfig, run_episode
+from ..env.sandbox import new_env
 
 
 class ExternalAgent(Agent):
@@ -49,7 +50,7 @@ class StepwiseEpisode:
 
     def __init__(self, task, domain, user, cfg: RolloutConfig, trial: int = 0, trust: bool = False):
         self.task, self.domain, self.user, self.cfg, self.trial = task, domain, user, cfg, trial
-        self.sandbox = domain.environment(trust=trust)
+        self.sandbox = new_env(domain, trust=trust)
         self.agent = ExternalAgent()
         self.ctx = None
         self._reply: asyncio.Future | None = None

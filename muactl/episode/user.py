@@ -13,23 +13,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..compile.prompt import DEFAULT_GUIDELINES
+
 if TYPE_CHECKING:
     from .rollout import EpisodeContext
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 # the user's ###TRANSFER### is `user_transfer`: only the agent's transfer tool call ends as `transfer`
 STOP_TOKENS = {STOP: "user_stop", TRANSFER: "user_transfer", OUT_OF_SCOPE: "out_of_scope"}
-
-DEFAULT_GUIDELINES = """\
-You play a customer who contacts a company's support agent. Stay in character for the whole conversation.
-- Pursue the goal below. Reveal what you want step by step, as a real person would, not all at once.
-- Give only the facts listed as known, and only when they are relevant or asked for. Never invent ids,
-  numbers or facts you were not given; if asked for something you do not know, say you do not know.
-- Write short, natural messages. Never pretend to be the agent and never call tools unless you were given some.
-- When your goal is fully met, or cannot be met and you accept that, end with ###STOP### on its own.
-- If the agent hands you over to a human, end with ###TRANSFER###.
-- If the agent keeps asking for something your goal gives no way to answer, end with ###OUT-OF-SCOPE###."""
-
 
 def user_system_prompt(ctx: EpisodeContext) -> str:
     domain = ctx.domain.spec

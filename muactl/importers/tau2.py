@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..errors import ScaffoldExists, SpecError, UsageError
+from ..env.sandbox import new_env
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
 DOMAINS = ("retail", "airline", "telecom")
@@ -184,7 +185,7 @@ def mark_failing_calls(compiled, tasks: list[dict]) -> None:
     """Gold calls that fail (τ²'s tasks include some: a lookup of a wrong id) get `error: TEXT`, so
     validate replays them as expected failures. benchmarks/tau2_verify.py checks the texts are τ²'s."""
     for t in tasks:
-        env = compiled.environment()
+        env = new_env(compiled)
         try:
             for call in t.get("setup", []):
                 (name, args), = call.items()
@@ -283,7 +284,7 @@ def verify(opened, truth: dict) -> dict[str, Any]:
             mismatches.append(f"task {raw_id}: not imported")
             n_tasks += 1
             continue
-        env = opened.compiled.environment()
+        env = new_env(opened.compiled)
         try:
             env.replay(t.task.setup)
             for i, (call, want) in enumerate(zip(t.task.expect.actions, rec["actions"])):

@@ -12,7 +12,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..episode.agents.base import decode_arguments
+def decode_arguments(args: Any) -> Any:
+    """A tool call's arguments as an object when they arrive as JSON text (some models and APIs send a
+    string); an empty string is no arguments. Anything else comes back unchanged, for the caller to
+    report as malformed."""
+    if not isinstance(args, str):
+        return args
+    if not args.strip():
+        return {}
+    try:
+        return json.loads(args)
+    except (json.JSONDecodeError, RecursionError):
+        return args
+
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [IM_START, IM_END, "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<|endoftext|>"]

@@ -31,9 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..episode.agents.base import decode_arguments
 from ..errors import FormatError
-from .chatml import (AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
+from .chatml import (decode_arguments, AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
                      render, to_template_messages)
 
 FAMILIES = ("chatml", "hermes", "llama3", "mistral")  # and "plain": a template without tools (fine for a user)

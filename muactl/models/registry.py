@@ -120,7 +120,7 @@ def sft_batch(model: str, batch_size: int | None, grad_accum: int | None, cuda: 
 def domain_corpus(domain: CompiledDomain) -> list[str]:
     """The text a tiny tokenizer is trained on: everything the domain can put in a conversation."""
     from .chatml import TOOLS_FORMAT, TOOLS_PREAMBLE, compact_tool
-    from ..episode.user import DEFAULT_GUIDELINES
+    from ..compile.prompt import DEFAULT_GUIDELINES
     from ..spec.library import find_domain
     from ..spec.load import task_files
 

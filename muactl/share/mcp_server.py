@@ -14,9 +14,11 @@ process.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
+
+from ..env.mcp_tools import import_mcp
+from ..env.sandbox import new_env
 
 STATE_TOOL = "muactl_state_hash"
 _ENV_KEY = "muactl.sandbox"
@@ -28,15 +30,6 @@ def _modern_versions() -> set[str]:
     except ImportError:  # older SDKs have only the handshake era
         return set()
     return set(MODERN_PROTOCOL_VERSIONS)
-
-
-def import_mcp():
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        from ..errors import McpError
-
-        raise McpError("the MCP SDK is not installed: pip install 'muactl[mcp]'") from None
 
 
 def build_server(opened, trust: bool = False):
@@ -66,13 +59,13 @@ def build_server(opened, trust: bool = False):
         if conn is not None:
             state = conn.state
             if _ENV_KEY not in state:
-                env = compiled.environment(trust=trust)
+                env = new_env(compiled, trust=trust)
                 state[_ENV_KEY] = env
                 conn.exit_stack.callback(env.close)
             return state[_ENV_KEY]
         if getattr(ctx, "request", None) is None:  # stdio: the process has exactly one client
             if _ENV_KEY not in process_slot:
-                process_slot[_ENV_KEY] = compiled.environment(trust=trust)
+                process_slot[_ENV_KEY] = new_env(compiled, trust=trust)
             return process_slot[_ENV_KEY]
         raise MCPError(code=types.INVALID_REQUEST,
                        message="muactl keeps one sandbox per MCP session; connect with the initialize handshake "
@@ -177,15 +170,6 @@ def serve(domain: str, http: str | None = None, trust: bool = False, log=None) -
     if log:
         log(f"serving {server.name} on stdio ({len(opened.compiled.agent_tools())} tools + {STATE_TOOL})")
     anyio.run(serve_stdio, server)
-
-
-def tool_result_text(result) -> str:
-    """The text of a CallToolResult (text blocks joined; other blocks as JSON)."""
-    parts = []
-    for block in result.content or []:
-        text = getattr(block, "text", None)
-        parts.append(text if text is not None else json.dumps(block.model_dump(mode="json")))
-    return "\n".join(parts)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -121,7 +121,8 @@ def build_app(cfg: ServeConfig, opened=None):
     from openenv.core.env_server.types import Action, Observation, State
     from pydantic import BaseModel, Field
 
-    from ..episode.agents.base import AgentReply, decode_arguments
+    from ..episode.agents.base import AgentReply
+    from ..models.chatml import decode_arguments
     from ..episode.user import make_user
     from ..episode.rollout import RolloutConfig
     from ..episode.stepwise import StepwiseEpisode

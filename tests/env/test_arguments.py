@@ -10,13 +10,14 @@ import pytest
 
 from muactl.errors import SpecError
 from muactl.domain.validate import open_domain
+from muactl.env.sandbox import new_env
 
 pytestmark = pytest.mark.timeout(120, method="thread")  # a backtracking match runs on in C
 
 
 @pytest.fixture
 def env(retail):
-    e = retail.compiled.environment()
+    e = new_env(retail.compiled)
     yield e
     e.close()
 
@@ -110,7 +111,7 @@ def test_a_backtracking_pattern_is_stopped(tmp_path, monkeypatch):
     folder = tmp_path / "domains" / "redos"
     folder.mkdir(parents=True)
     (folder / "domain.yaml").write_text(REDOS)
-    env = open_domain("redos").compiled.environment()
+    env = new_env(open_domain("redos").compiled)
     start = time.perf_counter()
     result = env.call("find", {"id": "a" * 40 + "b"})  # re would backtrack for days
     assert result.error and "backtracks too much" in result.content and time.perf_counter() - start < 30
@@ -138,7 +139,7 @@ def test_a_param_raises_its_cap_within_the_hard_limit(tmp_path, monkeypatch):
     folder = tmp_path / "domains" / "bulk"
     folder.mkdir(parents=True)
     (folder / "domain.yaml").write_text(SHOP.replace("MAX", "5000"))
-    env = open_domain("bulk").compiled.environment()
+    env = new_env(open_domain("bulk").compiled)
     assert env.call("count_ids", {"ids": ["a"] * 3000}).content == "3000"
     assert "over the 5,000 allowed" in env.call("count_ids", {"ids": ["a"] * 5001}).content
     (folder / "domain.yaml").write_text(SHOP.replace("MAX", "10000000"))

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from muactl.cli import app
 from muactl.errors import SpecError
 from muactl.domain.validate import open_domain, validate_domain
+from muactl.env.sandbox import new_env
 
 runner = CliRunner()
 pytestmark = pytest.mark.timeout(120, method="thread")  # unbudgeted, SQLite runs on in C, past any signal
@@ -109,7 +110,7 @@ def _timed(fn):
 
 @pytest.mark.parametrize("tool", ["count_forever", "cross_join", "checked_forever", "write_forever"])
 def test_a_runaway_tool_call_is_a_tool_error_naming_the_budget(runaway, tool):
-    env = open_domain("runaway").compiled.environment()
+    env = new_env(open_domain("runaway").compiled)
     before = env.state_hash()
     result, took = _timed(lambda: env.call(tool, {}))
     assert result.error and "budget of 10,000,000 SQLite steps" in result.content and "limits.sql_steps" in result.content
@@ -127,7 +128,7 @@ def test_muactl_call_on_a_runaway_returns_quickly(runaway):
 
 def test_a_domain_raises_its_budget_within_the_cap(runaway):
     (runaway / "domain.yaml").write_text(RUNAWAY_YAML.replace("LIMITS", "limits: {sql_steps: 1000}"))
-    env = open_domain("runaway").compiled.environment()
+    env = new_env(open_domain("runaway").compiled)
     assert env.budget.steps == 1000
     assert "budget of 1,000 SQLite steps" in env.call("many_rows", {}).content  # 10,000 rows take more
     (runaway / "domain.yaml").write_text(RUNAWAY_YAML.replace("LIMITS", "limits: {sql_steps: 10000000000}"))
@@ -137,7 +138,7 @@ def test_a_domain_raises_its_budget_within_the_cap(runaway):
 
 
 def test_interrupt_from_another_thread_stops_the_running_statement(runaway):
-    env = open_domain("runaway").compiled.environment()
+    env = new_env(open_domain("runaway").compiled)
     env.budget.steps = 10**12  # would run for hours
     threading.Timer(0.3, env.interrupt).start()
     result, took = _timed(lambda: env.call("count_forever", {}))
@@ -161,7 +162,7 @@ def test_validate_reports_runaway_assertions_samples_and_derives(runaway):
 
 
 def test_a_tool_result_is_json_values_only(runaway):
-    env = open_domain("runaway").compiled.environment()
+    env = new_env(open_domain("runaway").compiled)
     blob = env.call("blob", {})
     assert blob.error and "BLOB" in blob.content and "column 'b'" in blob.content
     inf = env.call("infinite", {})

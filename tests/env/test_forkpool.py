@@ -11,6 +11,7 @@ import pytest
 from muactl.env import forkpool
 
 from tests.env.test_statehash import mutate, raw
+from muactl.env.sandbox import new_env
 
 
 def dump(conn: sqlite3.Connection, tables) -> dict:
@@ -31,10 +32,10 @@ def test_a_closed_sandbox_comes_back_as_its_template(domain, request):
     opened = request.getfixturevalue(domain)
     compiled = opened.compiled
     template = dump(fresh(compiled), compiled.tables)
-    start = compiled.environment().state_hash()
+    start = new_env(compiled).state_hash()
     rng = random.Random(5)
     for round_ in range(3):
-        env = compiled.environment()
+        env = new_env(compiled)
         for t in rng.sample(opened.tasks, 5):  # real tools ...
             env.replay(t.task.setup)
             env.replay(t.task.expect.actions)
@@ -45,7 +46,7 @@ def test_a_closed_sandbox_comes_back_as_its_template(domain, request):
         env.close()
         with pytest.raises(sqlite3.ProgrammingError):
             env.conn.execute("SELECT 1")
-        again = compiled.environment()
+        again = new_env(compiled)
         assert again.conn is conn, f"round {round_}: the database was not reused"
         assert dump(again.conn, compiled.tables) == template
         assert again.state_hash() == start == again.full_state_hash()
@@ -71,7 +72,7 @@ def test_a_sandbox_whose_database_was_swapped_in_is_not_reused(retail):
     with pytest.raises(sqlite3.ProgrammingError):
         conn.execute("SELECT 1")
 
-    env = compiled.environment()
+    env = new_env(compiled)
     raw(env, "CREATE TEMP TABLE scratch (x)")  # left-over state the template does not have
     env.close()
     assert forkpool.take(compiled) is None
@@ -80,7 +81,7 @@ def test_a_sandbox_whose_database_was_swapped_in_is_not_reused(retail):
 def test_forks_of_a_sandbox_are_reused_too(bank):
     compiled = bank.compiled
     template = dump(fresh(compiled), compiled.tables)
-    env = compiled.environment()
+    env = new_env(compiled)
     raw(env, "UPDATE accounts SET balance = balance + 7 WHERE rowid % 2 = 0")
     child = env.fork()
     raw(child, "DELETE FROM accounts WHERE rowid % 3 = 0")
@@ -99,7 +100,7 @@ def test_the_pool_keeps_a_bounded_number_of_databases_across_templates(bank):
 
     domains = [bank.compiled] + [instance(bank.compiled, seed) for seed in range(3)]
     for round_ in range(2):
-        envs = [d.environment() for d in domains for _ in range(forkpool._MAX_KEPT // 2)]
+        envs = [new_env(d) for d in domains for _ in range(forkpool._MAX_KEPT // 2)]
         for i, env in enumerate(envs):
             if i % 3 == 0:
                 raw(env, "UPDATE accounts SET balance = balance + 1 WHERE rowid = 1")
@@ -108,8 +109,8 @@ def test_the_pool_keeps_a_bounded_number_of_databases_across_templates(bank):
         assert all(forkpool._POOL.values())  # no template left with an empty list
     # the most recently closed templates are the ones kept, each still equal to its own template
     for d in domains:
-        env = d.environment()
-        assert env.state_hash() == env.full_state_hash() == d.environment().state_hash()
+        env = new_env(d)
+        assert env.state_hash() == env.full_state_hash() == new_env(d).state_hash()
 
 
 def test_after_a_python_tool_the_hash_is_rebuilt_and_the_database_not_reused(tmp_path, monkeypatch):
@@ -121,13 +122,13 @@ def test_after_a_python_tool_the_hash_is_rebuilt_and_the_database_not_reused(tmp
     monkeypatch.chdir(tmp_path)
     make_domain(tmp_path)
     shop = open_domain("shop").compiled
-    env = shop.environment(trust=True)
+    env = new_env(shop, trust=True)
     assert env.call("set_qty", {"id": "i1", "qty": 9}).changed
     assert env.call("py_add", {"id": "i9", "name": "kiwi"}).changed
     assert env.state_hash() == env.full_state_hash()
     assert env.call("set_qty", {"id": "i9", "qty": 3}).changed  # logged again from here
     assert env.state_hash() == env.full_state_hash()
-    other = shop.environment()  # the same end state by other means
+    other = new_env(shop)  # the same end state by other means
     raw(other, "INSERT INTO items (id, name, qty) VALUES ('i9', 'kiwi', 3)")
     assert other.call("set_qty", {"id": "i1", "qty": 9}).changed
     assert other.state_hash() == env.state_hash()

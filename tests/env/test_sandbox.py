@@ -14,6 +14,7 @@ import pytest
 from muactl.env import Environment, ToolResult
 from muactl.errors import SpecError
 from muactl.domain.validate import open_domain, validate_domain
+from muactl.env.sandbox import new_env
 
 # ---------------------------------------------------------------- a small domain built in tmp
 
@@ -223,7 +224,7 @@ def err(result: ToolResult) -> str:
 
 def test_writes_are_private_to_one_environment_and_fork_copies_current_state(clinic):
     compiled = clinic.compiled
-    a, b = compiled.environment(), compiled.environment()
+    a, b = new_env(compiled), new_env(compiled)
     start = a.state_hash()
     assert b.state_hash() == start
 
@@ -231,7 +232,7 @@ def test_writes_are_private_to_one_environment_and_fork_copies_current_state(cli
     assert a.state_hash() != start
     assert b.state_hash() == start
     assert b.call("list_appointments", {"patient_id": "p1"}).content.count("cancelled") == 0
-    assert compiled.environment().state_hash() == start
+    assert new_env(compiled).state_hash() == start
 
     child = a.fork()
     assert child.state_hash() == a.state_hash()
@@ -250,14 +251,14 @@ def test_template_on_disk_is_never_written(clinic):
     before = path.read_bytes()
     mtime = path.stat().st_mtime_ns
     for _ in range(5):
-        env = compiled.environment()
+        env = new_env(compiled)
         for aid in ("a1", "a3", "a4"):
             assert not env.call("cancel_appointment", {"appointment_id": aid}).error
         env.fork().call("cancel_appointment", {"appointment_id": "a1"})
         env.close()
     assert path.read_bytes() == before
     assert path.stat().st_mtime_ns == mtime
-    assert compiled.environment().rows("appointments")[0]["status"] == "scheduled"
+    assert new_env(compiled).rows("appointments")[0]["status"] == "scheduled"
 
 
 # ---------------------------------------------------------------- 2. argument validation
@@ -277,7 +278,7 @@ def test_template_on_disk_is_never_written(clinic):
     ("set_qty", "{not json", ["not valid JSON"]),
 ])
 def test_bad_arguments_are_refused_before_any_sql(shop, tool, args, names):
-    env = shop.environment()
+    env = new_env(shop)
     before = env.state_hash()
     content = err(env.call(tool, args))
     assert f"invalid arguments for {tool}" in content or "not valid JSON" in content
@@ -287,14 +288,14 @@ def test_bad_arguments_are_refused_before_any_sql(shop, tool, args, names):
 
 
 def test_every_schema_problem_is_reported_at_once(shop):
-    env = shop.environment()
+    env = new_env(shop)
     content = err(env.call("add_item", {"id": "x", "size": "huge", "bogus": 1}))
     for name in ("'id'", "'size'", "'name'", "'bogus'"):
         assert name in content
 
 
 def test_valid_arguments_pass_and_defaults_fill_in(shop):
-    env = shop.environment()
+    env = new_env(shop)
     result = env.call("add_item", '{"id": "i9", "name": "kiwi"}')
     assert result.changed and not result.error
     assert env.call("get_item", {"id": "i9"}).content == '{"id": "i9", "name": "kiwi", "qty": 0, "meta": {"size": "small"}}'
@@ -314,7 +315,7 @@ INJECTIONS = [
 
 @pytest.mark.parametrize("payload", INJECTIONS)
 def test_injection_strings_are_plain_data(clinic, payload):
-    env = clinic.compiled.environment()
+    env = new_env(clinic.compiled)
     before = env.state_hash()
     n_rows = {t: len(env.rows(t)) for t in ("patients", "appointments")}
 
@@ -331,7 +332,7 @@ def test_injection_strings_are_plain_data(clinic, payload):
 
 
 def test_injection_strings_are_stored_verbatim_by_writes(shop):
-    env = shop.environment()
+    env = new_env(shop)
     evil = "i1'; DELETE FROM items; --"
     assert not env.call("set_meta", {"id": "i1", "meta": {"note": evil, "k": 'x" OR 1=1 --'}}).error
     assert env.call("find_items", {"name": "apple' OR '1'='1"}).content == "[]"
@@ -395,12 +396,12 @@ def test_forbidden_sql_is_refused_at_validate_time(tmp_path, monkeypatch, tool, 
 def test_a_plain_select_is_accepted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make_domain(tmp_path, "bad", yaml_text=_tool_yaml("query: SELECT count(*) FROM t\nreturns: value"))
-    env = open_domain("bad").compiled.environment()
+    env = new_env(open_domain("bad").compiled)
     assert env.call("bad_tool", {}).content == "0"
 
 
 def test_the_runtime_connection_refuses_undeclared_sql(shop):
-    env = shop.environment()
+    env = new_env(shop)
     before = env.state_hash()
     assert env.guard.mode == "read"
     for sql in ("UPDATE items SET qty = 0", "DELETE FROM orders", "INSERT INTO items (id) VALUES ('zz')",
@@ -433,7 +434,7 @@ def test_the_runtime_connection_refuses_undeclared_sql(shop):
 
 
 def test_a_failing_second_write_rolls_back_the_first(shop):
-    env = shop.environment()
+    env = new_env(shop)
     before = env.state_hash()
     # foreign key: the order references an item that does not exist, after stock was taken
     content = err(env.call("order_item", {"order_id": "o9", "take_from": "i1", "item_id": "nope", "n": 2}))
@@ -457,7 +458,7 @@ def test_a_failing_second_write_rolls_back_the_first(shop):
 
 
 def test_a_failing_check_changes_nothing(shop):
-    env = shop.environment()
+    env = new_env(shop)
     before = env.state_hash()
     content = err(env.call("order_item", {"order_id": "o9", "take_from": "i3", "item_id": "i1", "n": 1}))
     assert content == "Error: Not enough stock in i3."
@@ -477,7 +478,7 @@ def test_an_error_in_the_final_query_rolls_back_the_writes(tmp_path, monkeypatch
         returns: value
         if_empty: Nothing for {id}.
         """))
-    env = open_domain("bad").compiled.environment()
+    env = new_env(open_domain("bad").compiled)
     before = env.state_hash()
     assert err(env.call("bad_tool", {"id": "x"})) == "Error: Nothing for x."
     assert env.state_hash() == before
@@ -491,7 +492,7 @@ def test_messages_with_stray_braces_still_fail_as_data(tmp_path, monkeypatch):
         query: SELECT v FROM t WHERE id = :id AND v > 1
         if_empty: 'No {id}; ids look like {"id": "t1"}, not {0} or {'
         """))
-    env = open_domain("bad").compiled.environment()
+    env = new_env(open_domain("bad").compiled)
     before = env.state_hash()
     assert err(env.call("bad_tool", {"id": "x"})) == 'Error: No x; ids look like {"id": "t1"}, not {0} or {'
     assert env.state_hash() == before
@@ -502,7 +503,7 @@ def test_messages_with_stray_braces_still_fail_as_data(tmp_path, monkeypatch):
 
 
 def test_failures_are_results_never_exceptions(shop):
-    env = shop.environment()
+    env = new_env(shop)
     before = env.state_hash()
     assert "unknown tool 'nope'" in err(env.call("nope", {}))
     assert "get_item" in err(env.call("nope", {}))  # lists what exists
@@ -529,10 +530,10 @@ def test_state_hash_is_deterministic_and_independent_of_insertion_order(tmp_path
     make_domain(tmp_path, "rev", reverse_seed=True)
     fwd, rev = open_domain("fwd").compiled, open_domain("rev").compiled
     assert fwd.template_path != rev.template_path
-    a, b = fwd.environment(), rev.environment()
+    a, b = new_env(fwd), new_env(rev)
     assert [r["id"] for r in a.rows("items")] == ["i1", "i2", "i3"]
     assert [r["id"] for r in b.rows("items")] == ["i3", "i2", "i1"]  # stored in the other order
-    assert a.state_hash() == b.state_hash() == fwd.environment().state_hash()
+    assert a.state_hash() == b.state_hash() == new_env(fwd).state_hash()
     assert len(a.state_hash()) == 64
 
     # the same rows written in different orders
@@ -543,14 +544,14 @@ def test_state_hash_is_deterministic_and_independent_of_insertion_order(tmp_path
     assert a.state_hash() == b.state_hash()
 
     # a different path to the same end state
-    c = fwd.environment()
+    c = new_env(fwd)
     c.call("set_qty", {"id": "i1", "qty": 0})
     c.call("set_qty", {"id": "i1", "qty": 5})
-    assert c.state_hash() == fwd.environment().state_hash()
+    assert c.state_hash() == new_env(fwd).state_hash()
 
 
 def test_state_hash_is_independent_of_page_layout(shop, tmp_path):
-    env = shop.environment()
+    env = new_env(shop)
     for i in range(200):  # grow, then shrink, so pages are freed and reused
         env.call("add_item", {"id": f"i{100 + i}", "name": "x" * 200})
     raw(env, "DELETE FROM items WHERE length(id) = 4 AND id != 'i150'")
@@ -581,14 +582,14 @@ def test_state_hash_is_independent_of_page_layout(shop, tmp_path):
 
 
 def test_state_hash_ignores_json_key_order_and_spacing(shop):
-    a, b, c = shop.environment(), shop.environment(), shop.environment()
+    a, b, c = new_env(shop), new_env(shop), new_env(shop)
     raw(a, "UPDATE items SET meta = ? WHERE id = 'i3'", ['{"a": 1, "b": {"x": [1, 2], "y": null}}'])
     raw(b, "UPDATE items SET meta = ? WHERE id = 'i3'", ['{"b":{"y":null,"x":[1,2]},"a":1}'])
     raw(c, "UPDATE items SET meta = ? WHERE id = 'i3'", ['{"b":{"y":null,"x":[2,1]},"a":1}'])
     assert a.state_hash() == b.state_hash()
     assert c.state_hash() != a.state_hash()  # array order is content
     # the tool path binds objects canonically too
-    d, e = shop.environment(), shop.environment()
+    d, e = new_env(shop), new_env(shop)
     d.call("set_meta", {"id": "i1", "meta": {"p": 1, "q": 2}})
     e.call("set_meta", {"id": "i1", "meta": {"q": 2, "p": 1}})
     assert d.state_hash() == e.state_hash()
@@ -606,7 +607,7 @@ def test_state_hash_ignores_json_key_order_and_spacing(shop):
     ("orders", "o1", "qty", 2),
 ])
 def test_state_hash_changes_when_any_cell_changes(shop, table, key, column, value):
-    env = shop.environment()
+    env = new_env(shop)
     before = env.state_hash()
     pk = "id" if table == "items" else "order_id"
     raw(env, f'UPDATE "{table}" SET "{column}" = ? WHERE "{pk}" = ?', (value, key))
@@ -615,7 +616,7 @@ def test_state_hash_changes_when_any_cell_changes(shop, table, key, column, valu
 
 
 def test_state_hash_sees_added_and_removed_rows_and_which_table_holds_them(shop):
-    env = shop.environment()
+    env = new_env(shop)
     base = env.state_hash()
     raw(env, "DELETE FROM orders WHERE order_id = 'o2'")
     removed = env.state_hash()
@@ -630,7 +631,7 @@ def test_state_hash_sees_added_and_removed_rows_and_which_table_holds_them(shop)
 
 
 def test_python_tools_need_trust(shop):
-    env = shop.environment(trust=False)
+    env = new_env(shop, trust=False)
     before = env.state_hash()
     content = err(env.call("py_add", {"id": "i9", "name": "kiwi"}))
     assert "--trust" in content and "py_add" in content
@@ -639,7 +640,7 @@ def test_python_tools_need_trust(shop):
 
 
 def test_trusted_python_tools_run_and_their_writes_apply(shop):
-    env = shop.environment(trust=True)
+    env = new_env(shop, trust=True)
     before = env.state_hash()
     result = env.call("py_add", {"id": "i9", "name": "kiwi"})
     assert (result.error, result.changed, result.content) == (False, True, '{"added": "i9"}')
@@ -655,7 +656,7 @@ def test_trusted_python_tools_run_and_their_writes_apply(shop):
 
 
 def test_a_python_handler_that_times_out_or_raises_changes_nothing(shop):
-    env = shop.environment(trust=True)
+    env = new_env(shop, trust=True)
     before = env.state_hash()
     t0 = time.monotonic()
     content = err(env.call("py_slow", {"seconds": 30}))
@@ -683,7 +684,7 @@ def test_loading_and_validating_never_imports_handlers(tmp_path, monkeypatch):
         """)
     opened = validate_domain("shop")
     assert "py_add" in opened.compiled.tools
-    env = opened.compiled.environment()
+    env = new_env(opened.compiled)
     env.call("py_add", {"id": "i9", "name": "kiwi"})
     assert not (folder / "imported.marker").exists()
     assert "shop_handlers" not in sys.modules
@@ -710,23 +711,23 @@ def test_validating_a_task_that_calls_a_python_tool_does_not_run_it(tmp_path, mo
 
 
 def test_replay_of_gold_actions(clinic):
-    start = clinic.compiled.environment().state_hash()
+    start = new_env(clinic.compiled).state_hash()
     by_id = {t.task.id: t.task for t in clinic.tasks}
 
-    write_env = clinic.compiled.environment()
+    write_env = new_env(clinic.compiled)
     results = write_env.replay(by_id["cancel-next-appointment"].expect.actions)
     assert [r.error for r in results] == [False, False, False]
     assert results[-1].changed
     assert write_env.state_hash() != start
 
-    info_env = clinic.compiled.environment()
+    info_env = new_env(clinic.compiled)
     results = info_env.replay(by_id["ask-appointment-day"].expect.actions)
     assert not any(r.error or r.changed for r in results)
     assert "2026-12-09" in results[-1].content
     assert info_env.state_hash() == start
 
     # replay is deterministic: the same gold path gives the same end state every time
-    again = clinic.compiled.environment()
+    again = new_env(clinic.compiled)
     again.replay(by_id["cancel-next-appointment"].expect.actions)
     assert again.state_hash() == write_env.state_hash()
     # and a failing call in a replay is data too
@@ -737,9 +738,9 @@ def test_replay_of_gold_actions(clinic):
 
 
 def test_many_forks_used_concurrently_never_see_each_other(shop):
-    base = shop.environment()
+    base = new_env(shop)
     start = base.state_hash()
-    envs = [base.fork() if i % 2 else shop.environment() for i in range(128)]
+    envs = [base.fork() if i % 2 else new_env(shop) for i in range(128)]
 
     def work(i: int) -> tuple[int, str, list]:
         env = envs[i]
@@ -757,4 +758,4 @@ def test_many_forks_used_concurrently_never_see_each_other(shop):
         assert extra == [f"i{500 + i}"]
     assert len({h for _, h, _ in out}) == 128
     assert base.state_hash() == start
-    assert shop.environment().state_hash() == start
+    assert new_env(shop).state_hash() == start

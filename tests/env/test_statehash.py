@@ -11,8 +11,9 @@ import pytest
 
 from muactl.env import Environment
 from muactl.env.statehash import template_key
-from muactl.episode.reward import GoldDistance, gold_hash
+from muactl.env.gold import GoldDistance, gold_hash
 from muactl.spec.models import call_parts
+from muactl.env.sandbox import new_env
 
 
 def raw(env: Environment, sql: str, params=()) -> None:
@@ -115,7 +116,7 @@ def _mutate(env: Environment, rng: random.Random) -> None:
 def test_incremental_hash_equals_full_recompute_after_random_writes(domain, seed, request):
     compiled = request.getfixturevalue(domain).compiled
     rng = random.Random(seed)
-    env = compiled.environment()
+    env = new_env(compiled)
     raw(env, "PRAGMA foreign_keys = OFF")  # any row may go; the hash must follow
     start = env.state_hash()
     assert start == env.full_state_hash()
@@ -133,7 +134,7 @@ def test_incremental_hash_equals_full_recompute_after_random_writes(domain, seed
     for f in forks:
         assert f.state_hash() == f.full_state_hash() != env.state_hash()
     # undo everything by rebuilding each table from the template, rows in reverse order
-    template = compiled.environment()
+    template = new_env(compiled)
     for name, spec in compiled.tables.items():
         cols = ", ".join(f'"{c}"' for c in spec.columns)
         rows = template.conn.execute(f'SELECT {cols} FROM "{name}" ORDER BY rowid DESC').fetchall()
@@ -149,7 +150,7 @@ def test_every_gold_path_hashes_as_a_full_recompute_does(domain, request):
     """The real write tools, through the sandbox: each task's setup and gold actions."""
     opened = request.getfixturevalue(domain)
     for t in opened.tasks:
-        env = opened.compiled.environment()
+        env = new_env(opened.compiled)
         env.replay(t.task.setup)
         env.replay(t.task.expect.actions)
         assert env.state_hash() == env.full_state_hash(), t.task.id
@@ -159,11 +160,11 @@ def test_every_gold_path_hashes_as_a_full_recompute_does(domain, request):
 
 def test_json_spelling_does_not_count_but_content_does(retail):
     compiled = retail.compiled
-    a, b = compiled.environment(), compiled.environment()
+    a, b = new_env(compiled), new_env(compiled)
     order, items = a.conn.execute("SELECT order_id, items FROM orders LIMIT 1").fetchone()
     rng = random.Random(3)
     raw(a, "UPDATE orders SET items = ? WHERE order_id = ?", (reshuffled_json(items, rng), order))
-    assert a.state_hash() == b.state_hash() == compiled.environment().state_hash()
+    assert a.state_hash() == b.state_hash() == new_env(compiled).state_hash()
     assert a.conn.execute("SELECT items FROM orders WHERE order_id = ?", (order,)).fetchone()[0] != items
     changed = json.loads(items)
     changed[0]["price"] = changed[0]["price"] + 1
@@ -175,7 +176,7 @@ def test_json_spelling_does_not_count_but_content_does(retail):
 def test_hash_reads_the_change_log_not_the_tables(retail):
     """Cost follows the rows changed: after a write, the hash runs a handful of statements, none of
     which scans a declared table."""
-    env = retail.compiled.environment()
+    env = new_env(retail.compiled)
     env.state_hash()
     pending = env.conn.execute("SELECT order_id FROM orders WHERE status = 'pending' LIMIT 1").fetchone()[0]
     assert not env.call("cancel_pending_order", {"order_id": pending, "reason": "no longer needed"}).error
@@ -196,7 +197,7 @@ def test_a_database_from_elsewhere_is_hashed_from_its_rows(retail):
     """No tracker (a connection muactl did not fork) or a database swapped in wholesale (what a python
     tool does): the change log is added if missing and the difference rebuilt once from every row."""
     compiled = retail.compiled
-    env = compiled.environment()
+    env = new_env(compiled)
     pending = env.conn.execute("SELECT order_id FROM orders WHERE status = 'pending' LIMIT 1").fetchone()[0]
     env.call("cancel_pending_order", {"order_id": pending, "reason": "no longer needed"})
     plain = sqlite3.connect(":memory:", check_same_thread=False)
@@ -207,7 +208,7 @@ def test_a_database_from_elsewhere_is_hashed_from_its_rows(retail):
     plain.execute("UPDATE orders SET status = 'pending' WHERE order_id = ?", (pending,))
     plain.commit()
     other = Environment(compiled, plain)
-    assert other.state_hash() == compiled.environment().state_hash()
+    assert other.state_hash() == new_env(compiled).state_hash()
     assert other.call("cancel_pending_order", {"order_id": pending, "reason": "no longer needed"}).changed
     assert other.state_hash() == env.state_hash() == other.full_state_hash()
     assert other.state_delta() == env.state_delta()
@@ -222,11 +223,11 @@ def test_gold_distance_counts_rows_that_differ_from_the_gold_end_state(retail):
         return {(t, repr(tuple(sorted(r.items())))) for t in compiled.tables for r in env.rows(t)}
 
     task = next(t for t in retail.tasks if len(t.task.expect.actions) >= 2)
-    gold = compiled.environment()
+    gold = new_env(compiled)
     gold.replay(task.task.setup)
     gold.replay(task.task.expect.actions)
     progress = GoldDistance(task, compiled)
-    env = compiled.environment()
+    env = new_env(compiled)
     env.replay(task.task.setup)
     distances = [progress.distance(env)]
     assert distances[0] == len(row_set(env) ^ row_set(gold)) > 0
@@ -242,7 +243,7 @@ def test_random_database_instances_hash_against_their_own_template(bank):
 
     a, b = instance(bank.compiled, 1), instance(bank.compiled, 2)
     assert template_key(a) != template_key(b)
-    ea, eb = a.environment(), b.environment()
+    ea, eb = new_env(a), new_env(b)
     assert ea.state_hash() == ea.full_state_hash() != eb.state_hash() == eb.full_state_hash()
     acc = ea.conn.execute("SELECT account_id FROM accounts LIMIT 1").fetchone()[0]
     raw(ea, "UPDATE accounts SET balance = balance + 1 WHERE account_id = ?", (acc,))
@@ -291,20 +292,20 @@ def test_template_sums_are_stored_beside_the_cached_template(bank):
     stored = statehash._sums_path(compiled)
     statehash._TEMPLATES.clear()
     stored.unlink(missing_ok=True)
-    start = compiled.environment().state_hash()
+    start = new_env(compiled).state_hash()
     assert stored.exists() and set(json.loads(stored.read_text())) == set(compiled.tables)
 
     stored.write_text("{not json")
     statehash._TEMPLATES.clear()
-    env = compiled.environment()
+    env = new_env(compiled)
     assert env.state_hash() == start == env.full_state_hash()
 
     sums = json.loads(stored.read_text())
     sums["accounts"][1] = f"{int(sums['accounts'][1], 16) ^ 1:064x}"
     stored.write_text(json.dumps(sums))
     statehash._TEMPLATES.clear()
-    env = compiled.environment()
+    env = new_env(compiled)
     assert env.state_hash() != env.full_state_hash()  # the stored sums are what the hash starts from
     stored.unlink()
     statehash._TEMPLATES.clear()
-    assert compiled.environment().state_hash() == start
+    assert new_env(compiled).state_hash() == start

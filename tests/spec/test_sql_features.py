@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from muactl.cli import app
 from muactl.errors import SpecError
 from muactl.domain.validate import open_domain, validate_domain
+from muactl.env.sandbox import new_env
 
 runner = CliRunner()
 
@@ -115,7 +116,7 @@ def shop(tmp_path, monkeypatch):
 
 
 def call(opened, name, args):
-    env = opened.compiled.environment()
+    env = new_env(opened.compiled)
     try:
         return env.call(name, args)
     finally:
@@ -136,7 +137,7 @@ def test_results_are_typed_as_declared_and_keep_key_order(shop):
 
 
 def test_state_hash_ignores_json_key_order(shop):
-    env = shop.compiled.environment()
+    env = new_env(shop.compiled)
     before = env.state_hash()
     env.guard.mode = "off"
     env.conn.execute("PRAGMA query_only = OFF")
@@ -150,7 +151,7 @@ def test_each_checks_stop_at_the_first_failing_element_and_use_computed_columns(
     assert r.error and r.content == "Error: Item zz not found"
     r = call(shop, "buy", {"item_ids": ["a", "b"], "limit": 100})
     assert r.content == "Error: Item b costs 250.0, over 100"
-    env = shop.compiled.environment()
+    env = new_env(shop.compiled)
     assert env.call("buy", {"item_ids": ["a"]}).content == "Bought."
     assert env.conn.execute("SELECT ok FROM items WHERE item_id = 'a'").fetchone() == (0,)
     env.close()

@@ -8,7 +8,8 @@ from typing import Any
 
 from ...models.llm import LLMConfig, complete
 from ...errors import AgentError, RequestRejected
-from .base import Agent, AgentReply, decode_arguments
+from ...models.chatml import decode_arguments
+from .base import Agent, AgentReply
 
 
 def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..rollout import EpisodeContext
-
-
-def decode_arguments(args: Any) -> Any:
-    """A tool call's arguments as an object when they arrive as JSON text (some models and APIs send a
-    string); an empty string is no arguments. Anything else comes back unchanged, for the caller to
-    report as malformed."""
-    if not isinstance(args, str):
-        return args
-    if not args.strip():
-        return {}
-    try:
-        return json.loads(args)
-    except (json.JSONDecodeError, RecursionError):
-        return args
 
 
 @dataclass

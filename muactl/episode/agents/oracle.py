@@ -15,15 +15,6 @@ from ...spec.models import call_parts
 from .base import Agent, AgentReply
 
 
-def _writes(domain, name: str) -> bool:
-    tool = domain.tools.get(name)
-    if tool is None:
-        return False
-    if tool.kind == "sql":
-        return bool(tool.spec.writes)
-    return tool.kind == "python"
-
-
 def _last_user_text(ctx) -> str:
     return next((m.get("content") or "" for m in reversed(ctx.messages) if m["role"] == "user"), "")
 
@@ -56,7 +47,7 @@ class OracleAgent(Agent):
             return AgentReply("I can help with that. Could you please give me the details I need to find your records?")
         if st["step"] < len(actions):
             name, args = actions[st["step"]]
-            if _writes(ctx.domain, name):
+            if ctx.domain.writes(name):
                 if st["confirmed"] != st["step"]:
                     st["confirmed"] = st["step"]
                     return AgentReply(f"I will {_describe(name, args)}. Shall I proceed? (yes/no)")

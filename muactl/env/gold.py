@@ -1,0 +1,112 @@
+"""A task's right outcome on a sandbox: its SQL assertions, and the end state its gold actions leave
+(cached by content). The validator, task templates and the episode reward all judge by these."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+from collections import OrderedDict
+from typing import Any
+
+from ..spec import models as m
+from .sandbox import decode_json_text, new_env
+from .statehash import distance as delta_distance
+from .statehash import template_key
+
+
+def values_equal(got: Any, want: Any) -> bool:
+    got = decode_json_text(got)
+    if isinstance(want, bool) and isinstance(got, int):
+        return bool(got) == want
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)) and not isinstance(got, bool):
+        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-6)
+    if isinstance(got, (int, float)) and isinstance(want, str):
+        try:
+            return math.isclose(float(want), got, rel_tol=1e-9, abs_tol=1e-6)
+        except ValueError:
+            return False
+    return got == want
+
+
+def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
+    """Evaluate one SQL assertion on an environment's state. Returns (holds, explanation)."""
+    try:
+        _, rows = env.select(assertion.query)
+    except sqlite3.Error as e:
+        return False, f"query failed: {e}"
+    got = rows[0][0] if rows else None
+    if "equals" in assertion.model_fields_set:
+        ok = values_equal(got, assertion.equals)
+        return ok, "" if ok else f"got {got!r}, expected {assertion.equals!r}"
+    ok = bool(got)
+    return ok, "" if ok else f"got {got!r}, expected a true value"
+
+
+GOLD_CACHE_SIZE = 4096  # gold end states kept; a GRPO run draws fresh template tasks for hours
+_GOLD: OrderedDict[str, tuple[str, dict]] = OrderedDict()
+
+
+def gold_actions(task, domain) -> list:
+    """The calls whose end state is the right outcome: the gold path, without its writes when the task's
+    user declines them (user.consent: false)."""
+    actions = task.task.expect.actions
+    if task.task.user.consent:
+        return actions
+    return [c for c in actions if not domain.writes(next(iter(c)))]
+
+
+def _gold_key(task, domain) -> str:
+    """The gold state depends on the database the task runs on and on its setup and gold actions, not
+    on its id: two tasks (or two versions of one task) with one id but other actions differ."""
+    calls = json.dumps([task.task.setup, gold_actions(task, domain)], sort_keys=True, default=str)
+    return hashlib.sha256(f"{template_key(domain)}:{calls}".encode()).hexdigest()
+
+
+def _gold_state(task, domain) -> tuple[str, dict]:
+    """Hash and row difference to the template after the task's setup and gold actions on a fresh
+    sandbox (cached by content, least recently used dropped first)."""
+    key = _gold_key(task, domain)
+    if key in _GOLD:
+        _GOLD.move_to_end(key)
+        return _GOLD[key]
+    env = new_env(domain)
+    try:
+        env.replay(task.task.setup)
+        env.replay(gold_actions(task, domain))
+        value = (env.state_hash(), env.state_delta())
+    finally:
+        env.close()
+    _GOLD[key] = value
+    if len(_GOLD) > GOLD_CACHE_SIZE:
+        _GOLD.popitem(last=False)
+    return value
+
+
+def changes_nothing(task, domain) -> bool:
+    """Whether the task's correct outcome is "no change": its gold actions leave the database as the
+    setup left it (refusals, questions, transfers). An agent that never writes can pass only these."""
+    env = new_env(domain)
+    try:
+        env.replay(task.task.setup)
+        start = env.state_hash()
+    finally:
+        env.close()
+    return start == gold_hash(task, domain)
+
+
+def gold_hash(task, domain) -> str:
+    """State hash of the task's gold end state."""
+    return _gold_state(task, domain)[0]
+
+
+class GoldDistance:
+    """How many rows differ between a state and the task's gold end state (for turn-level shaping).
+    Both are kept as differences to the template, so this costs the rows they changed."""
+
+    def __init__(self, task, domain):
+        self.gold = _gold_state(task, domain)[1]
+
+    def distance(self, env) -> int:
+        return delta_distance(env.state_delta(), self.gold)
