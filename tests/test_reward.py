@@ -9,7 +9,7 @@ from muactl.env import gold
 from muactl.env.gold import gold_hash
 from muactl.episode.reward import output_said, score, tokens
 from muactl.episode.rollout import EXCLUDED, Episode, outcome_of
-from muactl.spec.load import TaskSpec
+from muactl.spec.tasks import TaskSpec
 from muactl.spec.models import Task
 from muactl.env.sandbox import new_env
 

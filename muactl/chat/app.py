@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..episode.agents.base import Agent
     from ..episode.user import UserSimulator
     from ..episode.rollout import Episode
-    from ..spec.load import TaskSpec
+    from ..spec.tasks import TaskSpec
     from ..domain.validate import Opened
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..compile import CompiledDomain
     from ..episode.rollout import Episode, EpisodeContext
     from ..runs.store import RunStore
-    from ..spec.load import TaskSpec
+    from ..spec.tasks import TaskSpec
 
 FREE_CHAT_ID = "free-chat"
 
@@ -54,7 +54,7 @@ def free_task() -> TaskSpec:
     """A task with no goal and no gold path, so the engine can run a free conversation (its reward is not
     meaningful and is stored as NULL)."""
     from ..spec import models as m
-    from ..spec.load import TaskSpec
+    from ..spec.tasks import TaskSpec
 
     task = m.Task(id=FREE_CHAT_ID, user=m.UserGoal(reason="Free chat: no task, no goal to check."))
     return TaskSpec(task=task, file=Path("<chat>"), index=0, doc=None)

@@ -15,7 +15,8 @@ import sqlite_utils
 from ..errors import Problem, SpecError
 from ..limits import SQLITE_INT_MAX, SQLITE_INT_MIN, quote
 from ..spec import models as m
-from ..spec.load import DomainSpec, SeedSource, parse_json
+from ..spec.load import DomainSpec
+from ..spec.seeds import SeedSource, parse_json
 
 _PY_TYPES = {"text": str, "integer": int, "real": float, "boolean": int, "json": str}
 

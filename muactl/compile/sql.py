@@ -174,22 +174,3 @@ def bind_value(value: Any) -> Any:
     return value
 
 
-_FRAGMENT = re.compile(r"\{\{\s*([A-Za-z_]\w*)\s*\}\}")
-
-
-def expand_fragments(sql: str, fragments: dict[str, str]) -> tuple[str, list[str]]:
-    """Paste named SQL fragments where a statement says {{name}} (fragments may use other fragments).
-    Returns the statement and the names that are not declared."""
-    unknown: list[str] = []
-    for _ in range(10):  # nesting depth; a cycle stays unexpanded and fails to compile
-        def sub(m: re.Match) -> str:
-            if m[1] in fragments:
-                return f"({fragments[m[1]]})"
-            unknown.append(m[1])
-            return m[0]
-
-        new = _FRAGMENT.sub(sub, sql)
-        if new == sql:
-            break
-        sql = new
-    return sql, unknown

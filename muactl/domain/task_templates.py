@@ -30,7 +30,8 @@ from ..limits import MAX_SAMPLE_ROWS
 from ..compile.randomdb import Drawer, instance
 from ..env.gold import assertion_result
 from ..spec import models as m
-from ..spec.load import TaskSpec, validate
+from ..spec.problems import validate
+from ..spec.tasks import TaskSpec
 from ..spec.source import Located, load_yaml
 from ..spec.task_templates import Template, placeholder_fields
 

@@ -17,7 +17,8 @@ from ..errors import Problem, SpecError
 from ..spec.library import DomainRef, find_domain
 from ..env.gold import assertion_result
 from ..spec import models as m
-from ..spec.load import DomainSpec, TaskSpec, load_domain, load_tasks
+from ..spec.load import DomainSpec, load_domain
+from ..spec.tasks import TaskSpec, load_tasks
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
@@ -370,7 +371,8 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
     (references, arguments, assertion SQL, and the gold paths that avoid the broken tools)."""
     import dataclasses
 
-    from ..spec.load import load_domain_salvaged, load_tasks_partial
+    from ..spec.load import load_domain_salvaged
+    from ..spec.tasks import load_tasks_partial
 
     ref = find_domain(name)
     salvaged = load_domain_salvaged(ref.root)

@@ -27,7 +27,7 @@ from .agents.base import Agent
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain
-    from ..spec.load import TaskSpec
+    from ..spec.tasks import TaskSpec
     from .judge import Judge
     from .user import UserSimulator
 

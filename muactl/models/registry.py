@@ -122,7 +122,7 @@ def domain_corpus(domain: CompiledDomain) -> list[str]:
     from .chatml import TOOLS_FORMAT, TOOLS_PREAMBLE, compact_tool
     from ..compile.prompt import DEFAULT_GUIDELINES
     from ..spec.library import find_domain
-    from ..spec.load import task_files
+    from ..spec.tasks import task_files
 
     spec = domain.spec
     texts = [domain.system_prompt, TOOLS_PREAMBLE, TOOLS_FORMAT, DEFAULT_GUIDELINES]

@@ -6,7 +6,8 @@ from typing import Any
 
 from ..errors import SpecError
 from ..spec.library import list_domains
-from ..spec.load import load_domain, load_tasks
+from ..spec.load import load_domain
+from ..spec.tasks import load_tasks
 
 
 def domain_summaries() -> list[dict[str, Any]]:

@@ -242,3 +242,19 @@ def _mapping_at(node: Any, mark: Pos, path: tuple) -> tuple[CommentedMap, tuple]
         if found is not None:
             return found
     return None
+
+
+def inside_folder(root: Path, value: str, doc: Located, key: tuple, problems: list[Problem]) -> Path | None:
+    """`root / value` when it stays inside the domain's folder (after `..` and symbolic links are
+    followed), else a problem naming the key: a domain, and above all a pack from someone else, must
+    never read local files into prompts or databases (an absolute path, `../..`, a link out)."""
+    path = root / value
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        problems.append(doc.problem(key, f"'{value}' is outside the domain's folder; every file a domain uses "
+                                         f"must be inside {root} (copy the file in)"))
+        return None
+    return path
