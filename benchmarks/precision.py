@@ -22,10 +22,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    from muactl.models.registry import _torch, cpu_has_bf16, resolve
+    from muactl.models.registry import import_torch, cpu_has_bf16, resolve
     from muactl.domain.validate import open_domain
 
-    torch = _torch()
+    torch = import_torch()
     from transformers import AutoModelForCausalLM
 
     domain = open_domain("bank", with_tasks=False).compiled if args.model == "tiny" else None

@@ -280,7 +280,7 @@ async def test_quitting_mid_chat_saves_it(bank):
 
 
 async def test_guarded_agent_keeps_the_token_trace_clean_on_retry(bank):
-    from muactl.episode.rollout import TokenTrace
+    from muactl.episode.types import TokenTrace
 
     class Local(Agent):
         keeps_tokens = True

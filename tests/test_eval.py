@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from muactl.episode.agents.base import Agent, AgentReply
 from muactl.cli import app
 from muactl.episode.user import ScriptedUser
-from muactl.eval.evaluate import EvalConfig, pass_hat_k, run_eval, summarize
+from muactl.eval.evaluate import EvalConfig, run_eval
+from muactl.runs.summary import pass_hat_k, summarize
 from muactl.episode.rollout import Job, RolloutConfig, run_many
 from muactl.runs.store import RunStore
 from muactl.domain.validate import open_domain

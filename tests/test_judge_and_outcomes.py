@@ -219,7 +219,7 @@ def test_a_run_written_before_outcome_classes_still_opens_and_reports_them(tmp_p
 
     from muactl.episode.agents.oracle import OracleAgent
     from muactl.episode.user import ScriptedUser
-    from muactl.eval.evaluate import summarize
+    from muactl.runs.summary import summarize
     from muactl.episode.rollout import RolloutConfig, run_episode
 
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))

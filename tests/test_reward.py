@@ -8,7 +8,7 @@ import pytest
 from muactl.env import gold
 from muactl.env.gold import gold_hash
 from muactl.episode.reward import output_said, score, tokens
-from muactl.episode.rollout import EXCLUDED, Episode, outcome_of
+from muactl.episode.types import EXCLUDED, Episode, outcome_of
 from muactl.spec.tasks import TaskSpec
 from muactl.spec.models import Task
 from muactl.env.sandbox import new_env

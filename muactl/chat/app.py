@@ -45,7 +45,7 @@ from ..env.sandbox import new_env
 if TYPE_CHECKING:
     from ..episode.agents.base import Agent
     from ..episode.user import UserSimulator
-    from ..episode.rollout import Episode
+    from ..episode.types import Episode
     from ..spec.tasks import TaskSpec
     from ..domain.validate import Opened
 
@@ -381,7 +381,8 @@ class ChatScreen(Screen):
         self.workers.cancel_group(self, "episode")
         if self.episode is not None or not self.transcript:
             return
-        from ..episode.rollout import Episode, episode_seed
+        from ..episode.rollout import episode_seed
+        from ..episode.types import Episode
 
         messages = [{"role": "system", "content": self.app.opened.compiled.system_prompt}, *self.transcript]
         ep = Episode(self.task_spec.task.id, self.trial, episode_seed(0, self.task_spec.task.id, self.trial), messages,

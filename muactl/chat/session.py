@@ -19,7 +19,7 @@ from ..episode.user import STOP, UserReply, UserSimulator, split_stop
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain
-    from ..episode.rollout import Episode, EpisodeContext
+    from ..episode.types import Episode, EpisodeContext
     from ..runs.store import RunStore
     from ..spec.tasks import TaskSpec
 

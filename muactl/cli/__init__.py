@@ -742,7 +742,7 @@ def runs_show(
     from rich.console import Console
     from rich.table import Table
 
-    from ..eval.evaluate import fidelity_per_task, per_task
+    from ..runs.summary import fidelity_per_task, per_task
     from ..runs.store import RunStore
 
     store = RunStore.open(run_id)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .agents.base import Agent, AgentReply
-from .rollout import Episode, RolloutConfig, run_episode
+from .rollout import RolloutConfig, run_episode
+from .types import Episode
 from ..env.sandbox import new_env
 
 

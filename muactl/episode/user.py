@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..compile.prompt import DEFAULT_GUIDELINES
 
 if TYPE_CHECKING:
-    from .rollout import EpisodeContext
+    from .types import EpisodeContext
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 # the user's ###TRANSFER### is `user_transfer`: only the agent's transfer tool call ends as `transfer`

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass, field
-from collections import Counter
-from math import comb
 from typing import Any, Callable
 
 from ..errors import UsageError
-from ..episode.rollout import EXCLUDED, OUTCOMES, Job, RolloutConfig, outcome_of, run_many
+from ..episode.rollout import Job, RolloutConfig, run_many
 from ..runs.store import RunStore
+from ..runs.summary import summarize
 
 
 @dataclass
@@ -87,116 +86,6 @@ def select_tasks(opened, split: str | None, ids: list[str]):
         splits = sorted({t.split for t in opened.tasks}) or ["none"]
         raise UsageError(f"domain {opened.ref.name} has no tasks in split '{split}' (splits: {', '.join(splits)})")
     return chosen
-
-
-def pass_hat_k(counts: dict[str, tuple[int, int]], k: int) -> float | None:
-    """Mean over tasks with at least k counted trials of C(c, k) / C(n, k)."""
-    vals = [comb(c, k) / comb(n, k) for n, c in counts.values() if n >= k]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _outcome(e: dict[str, Any]) -> str:
-    return e.get("outcome") or outcome_of(e["termination"], bool(e["success"]))
-
-
-def _reason(e: dict[str, Any]) -> str:
-    """An excluded episode's error, short enough to group identical causes (model name first, cut)."""
-    text = (e.get("error") or "no error recorded").strip().splitlines()[0]
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def excluded_report(episodes: list[dict[str, Any]], top: int = 3) -> dict[str, Any]:
-    """Per excluded class: its count and its `top` most frequent reasons as [reason, count] pairs."""
-    out: dict[str, Any] = {}
-    for cls in EXCLUDED:
-        reasons = Counter(_reason(e) for e in episodes if _outcome(e) == cls)
-        if reasons:
-            out[cls] = {"count": sum(reasons.values()), "reasons": [list(r) for r in reasons.most_common(top)]}
-    return out
-
-
-def tasks_not_scored(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tasks that ran but have no scored trial, with the classes their trials ended in: they are not
-    in pass^k, and a summary must say so rather than shrink the denominator quietly."""
-    by_task: dict[str, Counter] = {}
-    for e in episodes:
-        by_task.setdefault(e["task_id"], Counter())[_outcome(e)] += 1
-    return [{"task_id": t, "outcomes": dict(sorted(c.items()))} for t, c in sorted(by_task.items())
-            if not c["success"] and not c["failure"]]
-
-
-def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
-    counted = [e for e in episodes if _outcome(e) not in EXCLUDED]
-    counts: dict[str, tuple[int, int]] = {}
-    for e in counted:
-        n, c = counts.get(e["task_id"], (0, 0))
-        counts[e["task_id"]] = (n + 1, c + int(e["success"]))
-    terms = Counter(e["termination"] for e in episodes)
-    outcomes = Counter(_outcome(e) for e in episodes)
-    calls = sum(e["tool_calls"] for e in counted)
-    out: dict[str, Any] = {
-        "episodes": len(episodes), "counted": len(counted),
-        "infra_errors": outcomes["infra_error"], "user_errors": outcomes["user_error"],
-        "tasks": len(counts),
-        "avg_reward": sum(e["reward"] for e in counted) / len(counted) if counted else None,
-        "outcomes": {o: outcomes[o] for o in OUTCOMES if outcomes[o]},
-        "terminations": dict(sorted(terms.items())),
-        "excluded": excluded_report(episodes),
-        "tasks_not_scored": tasks_not_scored(episodes),
-        "tool_error_rate": sum(e["tool_errors"] for e in counted) / calls if calls else 0.0,
-        # errors also count malformed replies, which make no call: per episode says more for weak models
-        "avg_tool_errors": sum(e["tool_errors"] for e in counted) / len(counted) if counted else None,
-        "avg_turns": sum(e["turns"] for e in counted) / len(counted) if counted else None,
-        "prompt_tokens": sum(e["prompt_tokens"] or 0 for e in episodes),
-        "completion_tokens": sum(e["completion_tokens"] or 0 for e in episodes),
-        "cost": round(sum(e["cost"] or 0 for e in episodes), 6),
-    }
-    for k in range(1, k_max + 1):
-        out[f"pass^{k}"] = pass_hat_k(counts, k)
-    for key in ("first_call_right", "gold_calls_made"):
-        vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
-        out[key] = sum(vals) / len(vals) if vals else None
-    out.update({k: v for k, v in interaction_summary(episodes).items() if k != "tool_errors"})  # avg_tool_errors
-    out["user_fidelity"] = fidelity_summary(episodes)
-    return out
-
-
-def _played(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Episodes that ran (an API that kept failing says nothing about the agent or the user)."""
-    return [e for e in episodes if e["termination"] != "infra_error"]
-
-
-def interaction_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """UserRL's interaction figures per episode."""
-    from ..episode.fidelity import summarize_interaction
-
-    return summarize_interaction([e["interaction"] for e in _played(episodes) if e.get("interaction")])
-
-
-def fidelity_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """How the simulated user behaved, check by check (muactl/episode/fidelity.py)."""
-    from ..episode.fidelity import summarize_fidelity
-
-    return summarize_fidelity([e["fidelity"] for e in _played(episodes) if e.get("fidelity")])
-
-
-def fidelity_per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for e in episodes:
-        by_task.setdefault(e["task_id"], []).append(e)
-    return [{"task_id": tid, **fidelity_summary(eps)} for tid, eps in by_task.items()]
-
-
-def per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    for e in episodes:
-        r = rows.setdefault(e["task_id"], {"task_id": e["task_id"], "trials": 0, "successes": 0, "excluded": 0,
-                                           "terminations": {}})
-        r["trials"] += 1
-        r["successes"] += int(e["success"])
-        r["excluded"] += int(_outcome(e) in EXCLUDED)
-        r["terminations"][e["termination"]] = r["terminations"].get(e["termination"], 0) + 1
-    return list(rows.values())
 
 
 def build_parts(cfg: EvalConfig, opened):

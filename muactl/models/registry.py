@@ -38,7 +38,7 @@ TINY_VOCAB = 1024
 TINY_FORMAT = 3  # bump when the tiny recipe changes, so caches rebuild
 
 
-def _torch():
+def import_torch():
     import torch
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -58,7 +58,7 @@ def _torch():
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): there, bf16 autocast trains
     2.6x faster than float32 (smollm2-135m on 2 EPYC cores, benchmarks/precision.py)."""
-    torch = _torch()
+    torch = import_torch()
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -69,7 +69,7 @@ def training_precision(dtype: str | None) -> tuple[Any, bool]:
     """(weights dtype, train with bf16 autocast) for model.dtype. null: bf16 on GPUs; on CPUs float32
     weights with bf16 mixed precision where the CPU has native bf16 (MUACTL_CPU_BF16=0 turns it off),
     else plain float32. An explicit dtype is taken as given."""
-    torch = _torch()
+    torch = import_torch()
     cuda = torch.cuda.is_available()
     if dtype:
         weights = getattr(torch, dtype)
@@ -81,7 +81,7 @@ def training_precision(dtype: str | None) -> tuple[Any, bool]:
 
 def precision_note(dtype: str | None) -> str:
     """One line for the start of training: which precision, and why (a 2.6x difference on CPUs)."""
-    torch = _torch()
+    torch = import_torch()
     weights, autocast = training_precision(dtype)
     name = str(weights).removeprefix("torch.")
     what = f"{name} weights" + (" with bf16 autocast" if autocast and weights != torch.bfloat16 else "")
@@ -159,7 +159,7 @@ def build_tokenizer(corpus: list[str]):
 
 def build_tiny(domain: CompiledDomain, out: Path, seed: int = 0) -> Path:
     """Write a tiny random-init Qwen2 model and its domain tokenizer to `out` (atomically)."""
-    torch = _torch()
+    torch = import_torch()
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     tok = build_tokenizer(domain_corpus(domain))
@@ -292,7 +292,7 @@ def smollm2_path() -> Path:
 
 def _convert_smollm2(out: Path) -> Path:
     gguf = _fetch_smollm2_gguf(out.parent)
-    torch = _torch()
+    torch = import_torch()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -409,7 +409,7 @@ class LocalLM:
 
     def __init__(self, path: Path | str, device: str | None = None, dtype: str | None = None,
                  prefix_cache: bool | None = None):
-        torch = _torch()
+        torch = import_torch()
         from transformers import AutoModelForCausalLM
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -451,7 +451,7 @@ class LocalLM:
         """no_grad, plus bf16 autocast where it was chosen at load time."""
         import contextlib
 
-        torch = _torch()
+        torch = import_torch()
         stack = contextlib.ExitStack()
         stack.enter_context(torch.no_grad())
         if self.autocast:
@@ -477,7 +477,7 @@ class LocalLM:
         is cached): the prefix's cached keys/values then line up with every row, and since generate
         derives position ids from the attention mask (cumsum), each token keeps the position it has
         in its unpadded prompt."""
-        torch = _torch()
+        torch = import_torch()
         past, shared = self._shared_prefix(prompts) if self.prefix_cache else (None, 0)
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -569,7 +569,7 @@ class LocalLM:
         return cache
 
     def _compute_prefix(self, ids: tuple[int, ...], base, start: int) -> list[tuple[Any, Any]]:
-        torch = _torch()
+        torch = import_torch()
         if base is not None and start == len(ids):  # a longer stored prefix holds all of it
             return [(k[:, :, :start], v[:, :, :start]) for k, v in base]
         past = self._new_cache([(k[:, :, :start], v[:, :, :start]) for k, v in base] if base is not None else [])

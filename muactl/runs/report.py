@@ -124,7 +124,7 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
     out.mkdir(exist_ok=True)
     plots = write_plots(store, out)
     info = store.info()
-    from ..train.pipeline import before_after_table, stages_state
+    from .stages import before_after_table, stages_state
 
     table = before_after_table(stages_state(store))
     parts = [f"<h1>muactl run {html.escape(store.id)}</h1>",
@@ -143,7 +143,7 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
         eps = sub.episodes()
         if not eps:
             continue
-        from ..eval.evaluate import fidelity_per_task, fidelity_summary, interaction_summary, per_task
+        from .summary import fidelity_per_task, fidelity_summary, interaction_summary, per_task
 
         parts.append(f"<h2>Episodes: {html.escape(sub.id)}</h2>" + _table(per_task(eps)[:50]))
         parts.append("<h3>Interaction</h3>" + _table([interaction_summary(eps)]))

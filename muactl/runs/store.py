@@ -167,7 +167,7 @@ class RunStore:
     # ------------------------------------------------------------ write
 
     def save_episode(self, ep, step: int = 0, human: bool = False, keep_trace: bool = True) -> int:
-        from ..episode.rollout import Episode
+        from ..episode.types import Episode
 
         assert isinstance(ep, Episode)
         usage = ep.usage or {}
@@ -244,7 +244,7 @@ class RunStore:
 
     def finished(self, step: int = 0) -> set[tuple[str, int]]:
         """(task, trial) pairs done for good: excluded episodes (infra_error, user_error) are not."""
-        from ..episode.rollout import EXCLUDED
+        from ..episode.types import EXCLUDED
 
         marks = ", ".join("?" * len(EXCLUDED))
         return {(r["task_id"], r["trial"]) for r in self.db.query(
@@ -253,7 +253,7 @@ class RunStore:
 
     def forget_excluded(self, step: int = 0) -> int:
         """Drop the excluded episodes of a step, so that a resumed run plays them again; their count."""
-        from ..episode.rollout import EXCLUDED
+        from ..episode.types import EXCLUDED
 
         marks = ", ".join("?" * len(EXCLUDED))
         return self._delete_episodes(f"run_id = ? AND step = ? AND termination IN ({marks})", [self.id, step, *EXCLUDED])
@@ -261,7 +261,7 @@ class RunStore:
     def episodes(self, step: int | None = None) -> list[dict[str, Any]]:
         where, args = ("run_id = ?", [self.id]) if step is None else ("run_id = ? AND step = ?", [self.id, step])
         rows = list(self.db["episodes"].rows_where(where, args, order_by="id"))
-        from ..episode.rollout import outcome_of
+        from ..episode.types import outcome_of
 
         for r in rows:
             for k in ("breakdown", "records", "usage", "timing", "fidelity", "interaction"):

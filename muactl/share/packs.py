@@ -78,7 +78,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _collect(folder: Path, prefix: str, skip: Path | None = None) -> list[tuple[str, Path]]:
+def collect_files(folder: Path, prefix: str, skip: Path | None = None) -> list[tuple[str, Path]]:
     out = []
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
@@ -100,9 +100,9 @@ def pack_domain(name: str, output: Path | None = None) -> PackResult:
     d = spec.domain
     tasks_dir = ref.tasks_dir if ref.tasks_dir and ref.tasks_dir.is_dir() else None
     inner_tasks = ref.root / "tasks"
-    files = _collect(ref.root, "domain", skip=inner_tasks if inner_tasks.is_dir() else None)
+    files = collect_files(ref.root, "domain", skip=inner_tasks if inner_tasks.is_dir() else None)
     if tasks_dir is not None:
-        files += _collect(tasks_dir, "tasks")
+        files += collect_files(tasks_dir, "tasks")
     entries = []
     for arcname, path in files:
         data = path.read_bytes()

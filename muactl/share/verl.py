@@ -104,7 +104,7 @@ def write_parquet(path: Path, data: list[dict[str, Any]]) -> None:
 
 def export_verl(cfg: VerlExport) -> dict[str, Any]:
     """Write the export folder; returns a summary (paths, row counts, the GRPO settings used)."""
-    from .packs import _collect
+    from .packs import collect_files
     from ..domain.validate import validate_domain
 
     from ..outputs import prepare_output
@@ -130,7 +130,7 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
         shutil.rmtree(dom)
     ref = opened.ref
     inner = ref.root / "tasks"
-    for arc, src in _collect(ref.root, "d", skip=inner if inner.is_dir() else None):
+    for arc, src in collect_files(ref.root, "d", skip=inner if inner.is_dir() else None):
         dst = dom / arc[2:]
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
@@ -140,7 +140,7 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
         record = ref.root / INSTALLED_MANIFEST
         (dom / INSTALLED_MANIFEST).write_text(record.read_text() if record.is_file() else "{}")
     if ref.tasks_dir and ref.tasks_dir.is_dir():
-        for arc, src in _collect(ref.tasks_dir, "t"):
+        for arc, src in collect_files(ref.tasks_dir, "t"):
             dst = dom / "tasks" / arc[2:]
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)

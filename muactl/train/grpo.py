@@ -313,10 +313,10 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
              final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from ..models.registry import _torch, load_tokenizer, precision_note, resolve, training_precision
+    from ..models.registry import import_torch, load_tokenizer, precision_note, resolve, training_precision
     from ..domain.validate import open_domain
 
-    torch = _torch()
+    torch = import_torch()
     import datasets
     from datasets import Dataset
 

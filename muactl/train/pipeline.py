@@ -9,22 +9,11 @@ checkpoints (synth and eval skip finished episodes; sft and grpo restart from th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
+from ..runs.stages import save_stages, stages_state
 from ..runs.store import RunStore
-
-
-def stages_state(store: RunStore) -> dict[str, Any]:
-    f = store.path / "stages.json"
-    return json.loads(f.read_text()) if f.is_file() else {}
-
-
-def _save_state(store: RunStore, state: dict[str, Any]) -> None:
-    tmp = store.path / "stages.json.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(store.path / "stages.json")
 
 
 def local_agent(model: str) -> str:
@@ -54,7 +43,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
 
         log(f"synth: {describe(stats)}")
         state["synth"] = {"data": stats["output"], "kept": stats["kept"], "episodes": stats["episodes"]}
-        _save_state(store, state)
+        save_stages(store, state)
 
     data = cfg.data or state.get("synth", {}).get("data")
     if "sft" in stages and "sft" not in state:
@@ -66,7 +55,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         log("== sft: supervised fine-tuning on the kept episodes")
         final, stats = run_sft(cfg, store, Path(data), log=log, final=store.path / "sft" / "checkpoint-final")
         state["sft"] = {"checkpoint": str(final), **stats}
-        _save_state(store, state)
+        save_stages(store, state)
 
     start = state.get("sft", {}).get("checkpoint", model)
     if "grpo" in stages and "grpo" not in state:
@@ -75,7 +64,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         log(f"== grpo: {cfg.grpo.steps} steps, {cfg.grpo.group_size} rollouts per task, from {start}")
         final, stats = run_grpo(cfg, store, start, log=log, final=store.path / "grpo" / "checkpoint-final")
         state["grpo"] = {"checkpoint": str(final), **stats}
-        _save_state(store, state)
+        save_stages(store, state)
 
     if "eval" in stages:
         rows = state.setdefault("eval", {})
@@ -94,7 +83,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
                                                                           "gold_calls_made", "avg_turns", "episodes")}}
-            _save_state(store, state)
+            save_stages(store, state)
     return state
 
 
@@ -146,7 +135,3 @@ def _substore(store: RunStore, name: str, cfg, asdict_cfg) -> str:
     if not (path / "runs.sqlite").is_file():
         RunStore.create(name, str(cfg.domain), asdict(asdict_cfg), path=path)
     return str(path)
-
-
-def before_after_table(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"stage": label, **row} for label, row in state.get("eval", {}).items()]

@@ -77,12 +77,12 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
 def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
-    from ..models.registry import _torch, load_tokenizer, precision_note, resolve, sft_batch, training_precision
+    from ..models.registry import import_torch, load_tokenizer, precision_note, resolve, sft_batch, training_precision
     from ..domain.validate import open_domain
     from .checkpoints import card_on_save, train_and_save
     from .synth import read_jsonl
 
-    torch = _torch()
+    torch = import_torch()
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..rollout import EpisodeContext
+    from ..types import EpisodeContext
 
 
 @dataclass
