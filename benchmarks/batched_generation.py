@@ -41,7 +41,7 @@ def main() -> None:
 
     from muactl.episode.agents.local import HFAgent
     from muactl.episode.user import ScriptedUser
-    from muactl.models.registry import load_model
+    from muactl.models.generation import load_model
     from muactl.episode.rollout import Job, RolloutConfig, run_many
     from muactl.domain.validate import open_domain
 

@@ -22,7 +22,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    from muactl.models.registry import import_torch, cpu_has_bf16, resolve
+    from muactl.models.precision import cpu_has_bf16, import_torch
+
+    from muactl.models.registry import resolve
     from muactl.domain.validate import open_domain
 
     torch = import_torch()

@@ -150,7 +150,7 @@ def test_wheel_ships_the_builtin_domains(tmp_path):
     # installed from the wheel (not the checkout), the built-ins are found as package data
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True)
-    code = "import muactl.library as l; print(l.builtin_root()); print(sorted(d.name for d in l.list_domains()))"
+    code = "import muactl.spec.library as l; print(l.builtin_root()); print(sorted(d.name for d in l.list_domains()))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stderr

@@ -21,7 +21,8 @@ from muactl.models.chatml import (
 
 @pytest.fixture(scope="module")
 def tokenizer(bank):
-    from muactl.models.registry import load_tokenizer, tiny_path
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.tiny import tiny_path
 
     return load_tokenizer(tiny_path(bank.compiled))
 

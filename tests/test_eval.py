@@ -302,7 +302,7 @@ def test_two_resumes_of_one_run_the_second_is_told_who_holds_it(runs_root):
 
     store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from muactl.runs import RunStore; RunStore.open(sys.argv[1]).lock(); "
+        "import sys, time; from muactl.runs.store import RunStore; RunStore.open(sys.argv[1]).lock(); "
         "print('held', flush=True); time.sleep(60)"), store.id], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -321,7 +321,7 @@ def test_a_run_whose_process_died_shows_as_interrupted_with_its_resume_command(r
     import subprocess
     import sys
 
-    code = ("import os, signal, sys; from muactl.runs import RunStore; s = RunStore.create('eval', 'bank', {}, run_id=sys.argv[1]); "
+    code = ("import os, signal, sys; from muactl.runs.store import RunStore; s = RunStore.create('eval', 'bank', {}, run_id=sys.argv[1]); "
             "s.update(status='running'); print('up', flush=True); sys.stdin.readline(); os.kill(os.getpid(), signal.SIGKILL)")
     env = dict(os.environ, MUACTL_RUNS=str(runs_root))
     proc = subprocess.Popen([sys.executable, "-c", code, "r1"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

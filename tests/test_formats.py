@@ -23,7 +23,8 @@ from muactl.episode.agents.local import LocalAgent
 from muactl.episode.agents.oracle import OracleAgent
 from muactl.episode.user import ScriptedUser
 from muactl.errors import ModelError
-from muactl.models.registry import MODEL_CARD, chat_format, domain_corpus, load_tokenizer, read_card, tiny_path
+from muactl.models.folder import MODEL_CARD, chat_format, load_tokenizer, read_card
+from muactl.models.tiny import domain_corpus, tiny_path
 from muactl.episode.rollout import RolloutConfig, run_episode
 
 # ---------------------------------------------------------------- the three families' templates

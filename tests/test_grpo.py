@@ -62,7 +62,7 @@ class FakeTrainer:
 def make_rollouts(tmp_path, user_factory=None, **grpo):
     from muactl.train.recipes import compose
     from muactl.episode.user import ScriptedUser
-    from muactl.models.registry import load_model
+    from muactl.models.generation import load_model
     from muactl.runs.store import RunStore
     from muactl.domain.validate import open_domain
 

@@ -37,7 +37,7 @@ def bank():
 def tools(bank, tok):
     """The tool list as the tiny model's prompt shows it (its model card says compact)."""
     from muactl.models.chatml import prompt_tools
-    from muactl.models.registry import tool_format_of
+    from muactl.models.folder import tool_format_of
 
     assert tool_format_of(tok) == "compact"
     return prompt_tools([t.openai_schema() for t in bank.compiled.agent_tools()], "compact")
@@ -45,7 +45,8 @@ def tools(bank, tok):
 
 @pytest.fixture(scope="module")
 def tok(bank):
-    from muactl.models.registry import load_tokenizer, tiny_path
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.tiny import tiny_path
 
     return load_tokenizer(tiny_path(bank.compiled))
 
@@ -276,7 +277,9 @@ def test_reloaded_tiny_tokenizer_splits_like_the_trained_one(bank, tok, tmp_path
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
-    from muactl.models.registry import domain_corpus, load_tokenizer, tiny_path
+    from muactl.models.folder import load_tokenizer
+
+    from muactl.models.tiny import domain_corpus, tiny_path
 
     path = tiny_path(bank.compiled)
     raw = Tokenizer.from_file(str(path / "tokenizer.json"))  # the `tokenizers` object as trained and saved
@@ -382,7 +385,9 @@ def test_tool_format_follows_the_model_card(bank, tmp_path):
 
     from transformers import PreTrainedTokenizerFast
 
-    from muactl.models.registry import MODEL_CARD, load_tokenizer, tiny_path, tool_format_of
+    from muactl.models.folder import MODEL_CARD, load_tokenizer, tool_format_of
+
+    from muactl.models.tiny import tiny_path
 
     path = tiny_path(bank.compiled)
     assert tool_format_of(load_tokenizer(path)) == "compact"

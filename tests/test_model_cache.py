@@ -14,7 +14,7 @@ import pytest
 BUILD = textwrap.dedent("""\
     import os, sys, time
     from pathlib import Path
-    from muactl.models import cached_model
+    from muactl.models.folder import cached_model
 
     out, log = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -58,7 +58,7 @@ def test_two_processes_building_the_tiny_model_at_once(tmp_path):
     code = textwrap.dedent("""\
         import time
         import muactl.models as models
-        from muactl.validate import open_domain
+        from muactl.domain.validate import open_domain
 
         real = models.save_atomically
 

@@ -9,9 +9,9 @@ import copy
 
 import pytest
 
-from muactl.models import registry as models
+from muactl.models import generation as models
 from muactl.models.chatml import render
-from muactl.models.registry import LocalLM, load_model
+from muactl.models.generation import load_model, LocalLM
 
 MAX_NEW = 16
 

@@ -126,7 +126,8 @@ def test_synth_resume_appends_without_duplicates(in_tmp):
 
 def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
     from muactl.models.chatml import IM_END
-    from muactl.models.registry import load_tokenizer, tiny_path
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.tiny import tiny_path
     from muactl.train.sft import tokenize_example
     from muactl.train.synth import SynthConfig, read_jsonl, run_synth
     from muactl.domain.validate import open_domain
@@ -243,7 +244,7 @@ def test_training_precision(monkeypatch):
     """float32 weights with bf16 autocast on CPUs with native bf16; an explicit dtype is taken as given."""
     import torch
 
-    from muactl.models.registry import cpu_has_bf16, training_precision
+    from muactl.models.precision import cpu_has_bf16, training_precision
 
     assert training_precision("float32") == (torch.float32, False)
     assert training_precision("bfloat16") == (torch.bfloat16, True)
@@ -267,7 +268,7 @@ def test_example_configs_compose():
 def test_precision_note_says_which_and_why(monkeypatch):
     import torch
 
-    from muactl.models.registry import precision_note
+    from muactl.models.precision import precision_note
 
     assert precision_note("float32") == "precision: float32 weights (model.dtype=float32)"
     if not torch.cuda.is_available():
@@ -276,7 +277,7 @@ def test_precision_note_says_which_and_why(monkeypatch):
 
 
 def test_sft_batch_defaults_fit_the_model():
-    from muactl.models.registry import sft_batch
+    from muactl.models.precision import sft_batch
 
     assert sft_batch("smollm2-135m", None, None, cuda=False) == (2, 4)  # 8 examples per update, 2 at a time
     assert sft_batch("tiny", None, None, cuda=False) == (8, 1)

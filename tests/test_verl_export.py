@@ -114,7 +114,8 @@ def oracle_turns(task, compiled) -> list[str]:
 
 @pytest.fixture
 def tok(clinic):
-    from muactl.models.registry import load_tokenizer, tiny_path
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.tiny import tiny_path
 
     return load_tokenizer(tiny_path(clinic.compiled))
 

@@ -80,7 +80,7 @@ class Judge:
             return msg["content"] or ""
         import asyncio
 
-        from ..models.registry import load_model
+        from ..models.generation import load_model
 
         lm = load_model(self.spec[3:], domain=domain)
         return await asyncio.to_thread(lm.chat, messages, self.max_new_tokens, 0.0, 0)

@@ -244,7 +244,7 @@ class HFUser(UserSimulator):
     async def respond(self, ctx: EpisodeContext) -> UserReply:
         import asyncio
 
-        from ..models.registry import load_model
+        from ..models.generation import load_model
 
         if self._lm is None:
             self._lm = load_model(self.model_ref, domain=ctx.domain)

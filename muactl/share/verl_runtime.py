@@ -28,7 +28,7 @@ class VerlPolicy(LocalAgent):
         self.name = "verl"
         self.server_manager = server_manager
         self.tokenizer = tokenizer
-        from ..models.registry import chat_format
+        from ..models.folder import chat_format
 
         self.format = chat_format(tokenizer)  # its card's (ChatML for muactl's own), else its template's family
         self.sampling_params = dict(sampling_params)

@@ -31,7 +31,7 @@ def train_and_save(trainer, tokenizer, out_dir: Path, final: Path, lora: bool, r
                    log: Callable[[str], None], stage: str) -> tuple[Any, float]:
     """trainer.train(), resuming from out_dir's last checkpoint if asked; then save `final`.
     Returns TRL's TrainOutput and the training seconds."""
-    from ..models.registry import save_tokenizer
+    from ..models.folder import save_tokenizer
 
     last = last_checkpoint(out_dir) if resume else None
     if last:
@@ -50,7 +50,7 @@ def card_on_save(tokenizer):
     tokenizer there already), so that an intermediate checkpoint is prompted as the final one is."""
     from transformers import TrainerCallback
 
-    from ..models.registry import write_card
+    from ..models.folder import write_card
 
     class CardOnSave(TrainerCallback):
         def on_save(self, args, state, control, **kw):

@@ -114,7 +114,7 @@ class Rollouts:
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..episode.agents.local import HFAgent
-        from ..models.registry import LocalLM
+        from ..models.generation import LocalLM
         from ..episode.rollout import Job, run_many
 
         g = self.cfg.grpo
@@ -313,7 +313,9 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
              final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from ..models.registry import import_torch, load_tokenizer, precision_note, resolve, training_precision
+    from ..models.folder import load_tokenizer
+    from ..models.precision import import_torch, precision_note, training_precision
+    from ..models.registry import resolve
     from ..domain.validate import open_domain
 
     torch = import_torch()

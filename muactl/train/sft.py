@@ -41,7 +41,7 @@ def training_template(tokenizer) -> str:
 
 def tokenize_example(tokenizer, record: dict[str, Any], max_length: int) -> dict[str, list[int]] | None:
     from ..models.chatml import prompt_tools
-    from ..models.registry import tool_format_of
+    from ..models.folder import tool_format_of
 
     tools = prompt_tools(record.get("tools"), tool_format_of(tokenizer))
     context = set(record.get("not_trained") or [])  # the greeting: rendered as template text, no loss
@@ -77,7 +77,9 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
 def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
-    from ..models.registry import import_torch, load_tokenizer, precision_note, resolve, sft_batch, training_precision
+    from ..models.folder import load_tokenizer
+    from ..models.precision import import_torch, precision_note, sft_batch, training_precision
+    from ..models.registry import resolve
     from ..domain.validate import open_domain
     from .checkpoints import card_on_save, train_and_save
     from .synth import read_jsonl

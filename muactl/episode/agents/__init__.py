@@ -45,6 +45,6 @@ def check_local_model(ref: str) -> None:
     from pathlib import Path
 
     if Path(ref).expanduser().is_dir() and (Path(ref).expanduser() / "config.json").is_file():
-        from ...models.registry import chat_format, load_tokenizer
+        from ...models.folder import chat_format, load_tokenizer
 
         chat_format(load_tokenizer(Path(ref).expanduser()))

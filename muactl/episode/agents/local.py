@@ -166,10 +166,10 @@ class HFAgent(BatchedAgent):
 
     def _load(self, domain) -> None:
         if self.lm is None:
-            from ...models.registry import load_model
+            from ...models.generation import load_model
 
             self.lm = load_model(self.model_ref, domain)
-        from ...models.registry import chat_format
+        from ...models.folder import chat_format
 
         self.tokenizer = self.lm.tokenizer
         self.format = chat_format(self.tokenizer)
@@ -187,7 +187,8 @@ class VLLMAgent(BatchedAgent):
 
     def _load(self, domain) -> None:
         vllm = import_vllm()
-        from ...models.registry import chat_format, load_tokenizer, resolve
+        from ...models.folder import chat_format, load_tokenizer
+        from ...models.registry import resolve
 
         path = resolve(self.model_ref, domain)
         self.tokenizer = load_tokenizer(path)
