@@ -14,7 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from muactl import cli
+from muactl.cli import options
 from muactl.cli import app
 from muactl.train.recipes import compose
 from muactl.eval.evaluate import EvalConfig
@@ -52,8 +52,8 @@ def test_every_eval_config_field_is_an_eval_option_with_the_same_default():
     for f in fields(EvalConfig):
         flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
         assert flag in text, f"EvalConfig.{f.name} has no `muactl eval` option ({flag})"
-    shared = {"max_tool_errors": cli.MAX_TOOL_ERRORS, "timeout_s": cli.EPISODE_TIMEOUT, "max_tokens": cli.MAX_TOKENS,
-              "llm_timeout_s": cli.REQUEST_TIMEOUT, "retries": cli.RETRIES, "backoff_s": cli.BACKOFF}
+    shared = {"max_tool_errors": options.MAX_TOOL_ERRORS, "timeout_s": options.EPISODE_TIMEOUT, "max_tokens": options.MAX_TOKENS,
+              "llm_timeout_s": options.REQUEST_TIMEOUT, "retries": options.RETRIES, "backoff_s": options.BACKOFF}
     defaults = {f.name: f.default for f in fields(EvalConfig)}
     for name, option in shared.items():
         assert option.default == defaults[name], name

@@ -1,0 +1,201 @@
+"""Commands on domains: init, validate, import tau2, domains, tools, call, schema."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import typer
+
+from ..errors import UsageError
+from .app import app, command
+
+
+@command()
+def init(
+    name: str = typer.Argument(..., help="Name of the new domain (lowercase letters, digits, - and _)."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+) -> None:
+    """Scaffold a small working domain: 2 tables, 3 tools, 2 personas, 4 tasks.
+
+    [bold]init clinic[/bold] writes the README's clinic front desk; any other name a neutral starter
+    (a small help desk) under that name, to edit into your own domain.
+    Example: [bold]muactl init clinic && muactl validate clinic[/bold]
+    """
+    if not re.match(r"^[a-z][a-z0-9_-]*$", name):
+        raise UsageError(f"'{name}' is not a valid domain name: use lowercase letters, digits, '-' and '_', starting with a letter")
+    from ..scaffold import scaffold
+
+    written = scaffold(name, directory, force)
+    for path in written:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"\nNext: muactl validate {name}")
+
+
+@command()
+def validate(
+    domain: str = typer.Argument(..., help="Domain name (./domains, installed, built-in) or a folder holding domain.yaml."),
+    trust: bool = typer.Option(False, "--trust", help="Run the domain's Python tools when replaying gold paths."),
+    verify_hash: bool = typer.Option(False, "--verify-hash", help="Also check the incremental state hash against a "
+                                     "full recompute from every row after each gold path (a check of muactl itself)."),
+) -> None:
+    """Check a domain and its tasks: schema, SQL, references, seed rows, and every task's gold path.
+
+    Problems are printed as file:line:column: key: message, all at once; exit code 2 if any.
+    Example: [bold]muactl validate retail[/bold]
+    """
+    from ..domain.validate import domain_warnings, validate_domain
+
+    opened = validate_domain(domain, trust=trust, verify_hash=verify_hash)
+    for warning in domain_warnings(opened):
+        typer.echo(f"warning: {warning}", err=True)
+    d = opened.spec.domain
+    splits: dict[str, int] = {}
+    for t in opened.tasks:
+        splits[t.split] = splits.get(t.split, 0) + 1
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(splits.items())) or "no tasks"
+    typer.echo(f"ok: {d.name} {d.version} ({opened.ref.origin}, {opened.ref.root}): "
+               f"{len(d.database.tables)} tables, {len(d.tools)} tools, {len(opened.tasks)} tasks ({counts}); "
+               f"every gold path replayed" + (", state hashes verified" if verify_hash else "")
+               + (f"; {len(opened.templates)} templates checked (sample instances replayed)" if opened.templates else ""))
+
+
+import_app = typer.Typer(help="Import another benchmark's worlds as muactl domains and task sets.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@command("tau2", group=import_app)
+def import_tau2_cmd(
+    checkout: Path = typer.Argument(..., help="A τ²-bench checkout (sierra-research/tau2-bench)."),
+    domain: str = typer.Option(..., "--domain", help="retail | airline | telecom."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
+) -> None:
+    """Import a τ²-bench domain: writes domains/tau2-DOMAIN/ (muactl's YAML tools, τ²'s data and policy)
+    and tasks/tau2-DOMAIN/ (τ²'s tasks, split as in its split_tasks.json).
+
+    Example: [bold]muactl import tau2 ../tau2-bench --domain retail && muactl validate tau2-retail[/bold]
+    """
+    from ..importers.tau2 import import_tau2
+
+    d, t, counts = import_tau2(checkout, domain, directory, force)
+    shown = ", ".join(f"{n} {s}" for s, n in counts.items())
+    typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
+
+
+@command("domains")
+def domains_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """List built-in, installed and local domains with version, tables, tools and task counts.
+
+    Example: [bold]muactl domains[/bold]
+    """
+    from ..share.catalog import domain_summaries
+
+    rows = domain_summaries()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "version", "origin", "tables", "tools", "tasks (train/test)", "path")
+    for r in rows:
+        name = r["name"] + (" (shadowed)" if r["shadowed"] else "")
+        origin = r["origin"] + (f" ({r['pack']['source_name']})" if r.get("pack") else "")
+        if r.get("error"):
+            table.add_row(name, "?", origin, "-", "-", "-", f"{r['path']}  [red]{r['error']}[/red]")
+            continue
+        table.add_row(name, r["version"], origin, str(r["tables"]), str(r["tools"]),
+                      f"{r['tasks']} ({r['train']}/{r['test']})", r["path"])
+    Console().print(table)
+
+
+@command()
+def tools(
+    domain: str = typer.Argument(..., help="Domain name or folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the OpenAI function schemas as one JSON list."),
+) -> None:
+    """Print each tool's OpenAI function schema: what the model sees.
+
+    Example: [bold]muactl tools retail --json[/bold]
+    """
+    from ..domain.validate import open_domain
+
+    opened = open_domain(domain, with_tasks=False)
+    schemas = [t.openai_schema() | ({"x-muactl-side": "user"} if t.side == "user" else {})
+               for t in opened.compiled.tools.values()]
+    if as_json:
+        typer.echo(json.dumps(schemas, indent=2, ensure_ascii=False))
+        return
+    for tool, schema in zip(opened.compiled.tools.values(), schemas):
+        typer.secho(f"{tool.name}  [{tool.kind}{', user side' if tool.side == 'user' else ''}]", bold=True)
+        typer.echo(f"  {tool.description}")
+        params = schema["function"]["parameters"]
+        for pname, p in params["properties"].items():
+            req = "" if pname in params["required"] else " (optional)"
+            extra = {k: v for k, v in p.items() if k not in ("type", "description")}
+            typer.echo(f"    {pname}: {p['type']}{req}  {p.get('description', '')}" + (f"  {json.dumps(extra)}" if extra else ""))
+        typer.echo("")
+
+
+@command()
+def call(
+    domain: str = typer.Argument(..., help="Domain name or folder."),
+    tool: str = typer.Argument(..., help="Tool name (see `muactl tools DOMAIN`)."),
+    arguments: str = typer.Argument("{}", help="Arguments as a JSON object."),
+    trust: bool = typer.Option(False, "--trust", help="Allow tools that run the domain's Python code."),
+    show_hash: bool = typer.Option(False, "--hash", help="Also print the sandbox's state hash after the call."),
+) -> None:
+    """Run one tool on a fresh sandbox of the domain's database and print the result.
+
+    Nothing is saved: every call starts from the seed data.
+    Example: [bold]muactl call retail find_user_id_by_email '{"email": "maya.novak34@example.com"}'[/bold]
+    """
+    from ..errors import ToolNotFound
+    from ..domain.validate import open_domain
+
+    try:
+        args = json.loads(arguments)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"arguments are not valid JSON ({e.msg} at column {e.colno}); example: '{{\"email\": \"a@b.c\"}}'") from None
+    opened = open_domain(domain, with_tasks=False, trust=trust)
+    if tool not in opened.compiled.tools:
+        import difflib
+
+        close = difflib.get_close_matches(tool, list(opened.compiled.tools), n=1)
+        raise ToolNotFound(f"domain {opened.spec.domain.name} has no tool '{tool}'" + (f"; did you mean '{close[0]}'?" if close else "")
+                           + f". Tools: {', '.join(opened.compiled.tools)}")
+    from ..env.sandbox import new_env
+
+    env = new_env(opened.compiled)
+    result = env.call(tool, args)
+    out = result.content
+    try:
+        out = json.dumps(json.loads(out), indent=2, ensure_ascii=False)
+    except ValueError:
+        pass
+    typer.echo(out)
+    if show_hash:
+        typer.echo(f"state hash: {env.state_hash()}", err=True)
+    if result.error:
+        raise typer.Exit(1)
+
+
+@command()
+def schema() -> None:
+    """Print the JSON Schema of domain.yaml and task files, for editors (YAML language servers).
+
+    Example: [bold]muactl schema > muactl-domain.schema.json[/bold]
+    """
+    from .. import limits
+    from ..spec.models import Domain, Task
+
+    out = Domain.model_json_schema(by_alias=True)
+    out["$defs"]["Task"] = Task.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
+    for name, d in out["$defs"]["Task"].pop("$defs", {}).items():
+        out["$defs"].setdefault(name, d)
+    out["title"] = "muactl domain.yaml"
+    out["$comment"] = limits.summary()
+    typer.echo(json.dumps(out, indent=2))

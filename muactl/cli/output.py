@@ -1,0 +1,107 @@
+"""How commands print results: run summaries, fidelity tables, the before/after table, a progress bar."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+from .app import fail
+
+
+def fmt_value(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def print_summary(summary: dict, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    keys = [k for k in summary if k.startswith("pass^")]
+    for k in keys + ["avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
+                     "user_errors", "tasks", "avg_turns", "effective_turns", "first_correct_write",
+                     "correct_write_share", "user_turns", "tool_error_rate", "avg_tool_errors", "prompt_tokens", "completion_tokens", "cost"]:
+        if k in summary:
+            table.add_row(k, fmt_value(summary[k]))
+    if "outcomes" in summary:
+        table.add_row("outcomes", ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()))
+    table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
+    console = Console()
+    console.print(table)
+    for line in excluded_lines(summary):
+        console.print(line, markup=False, highlight=False)
+    if summary.get("user_fidelity", {}).get("episodes"):
+        print_fidelity([{"task_id": "all tasks", **summary["user_fidelity"]}], "simulated user fidelity")
+
+
+def print_fidelity(rows: list[dict], title: str) -> None:
+    """Each fidelity check as the share of episodes where it held (of those it applies to)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..episode.fidelity import CHECKS
+
+    table = Table("task", *[c.replace("_", " ") for c in CHECKS], "faithful", title=title)
+    for r in rows:
+        cells = [f"{fmt_value(r[c])} ({r[c + '_n']})" if r.get(c) is not None else "-" for c in CHECKS]
+        table.add_row(r["task_id"], *cells, fmt_value(r.get("faithful")))
+    Console().print(table)
+
+
+def excluded_lines(summary: dict) -> list[str]:
+    """What was left out of pass^k and why: each excluded class with its top reasons, and the tasks
+    that have no scored trial at all."""
+    lines = []
+    for cls, info in (summary.get("excluded") or {}).items():
+        reasons = "; ".join(f"{reason} ({n})" for reason, n in info["reasons"])
+        lines.append(f"{info['count']} {cls} (not scored): {reasons}")
+    missing = summary.get("tasks_not_scored") or []
+    if missing:
+        why = Counter(cls for t in missing for cls in t["outcomes"])
+        ids = ", ".join(t["task_id"] for t in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        lines.append(f"{len(missing)} task{'s' if len(missing) != 1 else ''} not scored "
+                     f"({', '.join(f'{c} {n}' for c, n in sorted(why.items()))}): {ids}")
+    return lines
+
+
+def with_progress(kind: str, label: str, run, on_interrupt: str):
+    """Run `run(on_progress)` under a live progress bar of finished episodes; Ctrl-C becomes exit 130
+    with `on_interrupt` (which may name {run_id}), everything finished so far being saved already."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    holder: dict = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn(label + " {task.fields[succ]}"), TimeElapsedColumn()) as progress:
+        def on_progress(state: dict) -> None:
+            if "bar" not in holder:
+                holder["run_id"] = state["run_id"]
+                holder["bar"] = progress.add_task(f"{kind} {state['run_id']}", total=state["total"], succ=0)
+            progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
+
+        try:
+            return run(on_progress)
+        except KeyboardInterrupt:
+            fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
+
+
+
+
+def print_before_after(state: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = state.get("eval", {})
+    if not rows:
+        return
+    table = Table("model", "checkpoint", "pass^1", "first call right", "gold calls made", "avg turns",
+                  title="before / after")
+    for label, r in rows.items():
+        table.add_row(label, str(r["model"]), fmt_value(r.get("pass^1")), fmt_value(r.get("first_call_right")),
+                      fmt_value(r.get("gold_calls_made")), fmt_value(r.get("avg_turns")))
+    Console().print(table)

@@ -1,0 +1,120 @@
+"""Commands that train and report: train, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+from .app import command, fail
+from .output import print_before_after
+
+
+@command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train(
+    ctx: typer.Context,
+    what: str = typer.Argument(..., help="A stage (sft, grpo) or an experiment config (YAML) naming several."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run (after a crash or kill -9)."),
+    show_config: bool = typer.Option(False, "--cfg", help="Print the resolved config and exit."),
+) -> None:
+    """Train: SFT, GRPO with the simulated user in the loop, or a whole recipe from a config file.
+
+    Configs are hydra groups from muactl/conf (model, user, synth, sft, grpo, eval) plus a YAML file
+    and dotted overrides. Every run writes runs/<id>/ (config.yaml, runs.sqlite, TensorBoard, checkpoints).
+    Examples:
+      [bold]muactl train examples/quickstart.yaml[/bold]   (synth -> sft -> grpo -> eval)
+      [bold]muactl train sft model=smollm2-135m data=data/bank-sft.jsonl sft.epochs=2[/bold]
+      [bold]muactl train grpo model=runs/<sft>/checkpoint-final domain=bank grpo.group_size=8 grpo.steps=50[/bold]
+      [bold]muactl train grpo ... user=litellm user.model=openai/gpt-4o-mini[/bold]
+      [bold]muactl train grpo ... grpo.reward=userrl grpo.turn_credit=r2g grpo.trajectory_score=r2g[/bold]
+      [bold]muactl train grpo ... --resume RUN_ID[/bold]
+    """
+    from omegaconf import OmegaConf
+
+    from ..train.recipes import compose, to_yaml
+    from ..runs.store import RunStore, runs_dir
+
+    overrides = list(ctx.args)
+    stage = what if what in ("sft", "grpo") else None
+    config_file = None if stage else Path(what)
+    if config_file is not None and config_file.suffix not in (".yaml", ".yml"):
+        raise UsageError(f"'{what}' is neither a stage (sft, grpo) nor a YAML config file")
+    store = None
+    if resume:
+        store = RunStore.open(resume)
+        # the saved, resolved config is the run's truth; new overrides may only extend it (e.g. more steps)
+        cfg = compose(store.path / "config.yaml", overrides)
+    else:
+        cfg = compose(config_file, overrides)
+    typer.echo(to_yaml(cfg))
+    if show_config:
+        return
+    from ..eval.preflight import check_backend
+
+    # an LLM user or teacher that cannot answer fails here, before a run folder exists, not as infra errors
+    if cfg.user.kind != "scripted":
+        check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
+    if stage is None and "synth" in cfg.stages:
+        check_backend(str(cfg.synth.agent), None, "synth.agent")
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    kind = stage or "train"
+    if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():
+        store = RunStore.open(cfg.run_id)  # naming an existing run continues it, like --resume
+    if store is None:
+        store = RunStore.create(kind, str(cfg.domain), resolved, run_id=cfg.run_id)
+        store.lock()
+    else:
+        store.lock()  # one process at a time writes a run (two --resume of it would double its work)
+        (store.path / "config.yaml").write_text(to_yaml(cfg))
+    typer.echo(f"run: {store.path}/")
+    store.update(status="running")
+    try:
+        if stage == "sft":
+            if not cfg.data:
+                raise UsageError("sft needs data=FILE.jsonl (make one with `muactl synth DOMAIN -o FILE.jsonl`)")
+            from ..train.sft import run_sft
+
+            final, stats = run_sft(cfg, store, Path(cfg.data), log=typer.echo)
+            store.update(status="finished", summary={"sft": stats, "checkpoint": str(final)})
+            typer.echo(f"checkpoint: {final}\nevaluate it: muactl eval {cfg.domain} --agent hf:{final} --split test")
+        elif stage == "grpo":
+            from ..train.grpo import run_grpo
+
+            final, stats = run_grpo(cfg, store, str(cfg.model.name), log=typer.echo)
+            store.update(status="finished", summary={"grpo": stats, "checkpoint": str(final)})
+            typer.echo(f"checkpoint: {final}\nplots: muactl report {store.id}")
+        else:
+            from ..train.pipeline import run_pipeline
+
+            state = run_pipeline(cfg, store, log=typer.echo)
+            store.update(status="finished", summary=state)
+            print_before_after(state)
+            typer.echo(f"\nrun: {store.path}/   report: muactl report {store.id}")
+    except KeyboardInterrupt:
+        store.update(status="interrupted")
+        fail(f"interrupted; continue with: muactl train {what} --resume {store.id}", 130)
+    except BaseException:
+        store.update(status="failed")
+        raise
+    finally:
+        store.unlock()
+
+
+
+
+@command()
+def report(
+    run_id: str = typer.Argument(..., help="Run id (see `muactl runs`) or a run folder."),
+) -> None:
+    """Write PNG plots (reward, success rate, turns, KL per step) and an HTML summary of a run.
+
+    Example: [bold]muactl report 20261129-101500-train-bank-1a2b[/bold]  ->  runs/<id>/report/index.html
+    """
+    from ..runs.report import write_report
+
+    page = write_report(run_id)
+    typer.echo(f"report: {page}")
+    for png in sorted(page.parent.glob("*.png")):
+        typer.echo(f"plot: {png}")
