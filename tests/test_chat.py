@@ -12,7 +12,9 @@ import pytest
 
 from muactl.episode.agents.base import Agent, AgentReply
 from muactl.chat import ChatApp, ChatConfig
-from muactl.chat.app import ChatScreen, EndScreen, PickerScreen
+from muactl.chat.conversation import ChatScreen
+from muactl.chat.ending import EndScreen
+from muactl.chat.picker import PickerScreen
 from muactl.chat.session import GuardedAgent, db_diff
 from muactl.chat.widgets import DiffPanel, RatingBar, StatusLine, ToolPanel
 from muactl.runs.store import RunStore
