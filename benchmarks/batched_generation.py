@@ -43,7 +43,7 @@ def main() -> None:
     from muactl.episode.user import ScriptedUser
     from muactl.models.generation import load_model
     from muactl.episode.rollout import Job, RolloutConfig, run_many
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     bank = open_domain("bank")
     tasks = [t for t in bank.tasks if t.split == "test"] + [t for t in bank.tasks if t.split == "train"]

@@ -61,7 +61,8 @@ def full_recompute(env) -> str:
 def measure(domain_path: str, scale: int) -> dict[str, float]:
     from muactl.compile import compile_domain
     from muactl.spec.load import load_domain
-    from muactl.domain.validate import check_domain, open_domain
+    from muactl.domain.checks import check_domain
+    from muactl.domain.open import open_domain
 
     t0 = time.perf_counter()
     opened = open_domain(domain_path, with_tasks=False)  # cold: empty cache, builds the template

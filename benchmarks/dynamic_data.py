@@ -47,7 +47,7 @@ def partial_metrics(run_id: str, eval_n: int, seed: int) -> dict[str, float]:
     from muactl.runs.store import RunStore
     from muactl.spec.models import call_parts
     from muactl.domain.task_templates import draw_stream
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     opened = open_domain("bank")
     gold = {t.task.id: [call_parts(c) for c in t.task.expect.actions]

@@ -30,7 +30,7 @@ from muactl.episode.agents import make_agent
 from muactl.episode.user import make_user
 from muactl.episode.rollout import Job, RolloutConfig, run_many
 from muactl.runs.store import RunStore
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 from tests.fakes.openai_server import FakeOpenAI, gold_agent, two_sided
 
 

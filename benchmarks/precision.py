@@ -25,7 +25,7 @@ def main() -> None:
     from muactl.models.precision import cpu_has_bf16, import_torch
 
     from muactl.models.registry import resolve
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     torch = import_torch()
     from transformers import AutoModelForCausalLM

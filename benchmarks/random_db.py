@@ -19,7 +19,7 @@ def main() -> None:
     args = ap.parse_args()
     from muactl.compile import randomdb
     from muactl.domain.task_templates import instantiate
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     opened = open_domain(args.domain)
     randomdb.instance_bytes(opened.compiled, -1)  # the empty schema image is made once per process

@@ -68,7 +68,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from muactl.spec.library import list_domains
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     t0 = time.perf_counter()
     short = [a.removeprefix("adversary:") for a in AGENTS]

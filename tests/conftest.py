@@ -40,7 +40,7 @@ def project(tmp_path: Path, monkeypatch) -> Path:
 @pytest.fixture
 def clinic(project):
     """The scaffolded clinic domain, opened (loaded, checked, compiled, tasks loaded)."""
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     return open_domain("clinic")
 
@@ -57,13 +57,13 @@ def in_tmp(tmp_path: Path, monkeypatch) -> Path:
 # Opened built-in domains, shared within a test module (a module may register tool players on it).
 @pytest.fixture(scope="module")
 def bank():
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     return open_domain("bank")
 
 
 @pytest.fixture(scope="module")
 def retail():
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     return open_domain("retail")

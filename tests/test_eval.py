@@ -20,7 +20,7 @@ from muactl.eval.evaluate import EvalConfig, run_eval
 from muactl.runs.summary import pass_hat_k, summarize
 from muactl.episode.rollout import Job, RolloutConfig, run_many
 from muactl.runs.store import RunStore
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "220"}  # rich tables would truncate run ids at 80 columns

@@ -138,7 +138,7 @@ def test_small_local_users_get_a_role_reminding_prompt():
     from types import SimpleNamespace
 
     from muactl.episode.user import HFUser, small_model_messages
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     bank = open_domain("bank")
     task = bank.task("move-quin")

@@ -126,7 +126,7 @@ def build_family_tokenizer(family: str, corpus: list[str], out, template: str | 
 
 @pytest.fixture(scope="module")
 def bank():
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     return open_domain("bank")
 

@@ -64,7 +64,7 @@ def make_rollouts(tmp_path, user_factory=None, **grpo):
     from muactl.episode.user import ScriptedUser
     from muactl.models.generation import load_model
     from muactl.runs.store import RunStore
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     cfg = compose(None, FAST + [f"grpo.{k}={v}" for k, v in grpo.items()])
     opened = open_domain("bank")
@@ -255,7 +255,7 @@ def test_run_many_returns_episodes_in_job_order_not_finishing_order():
     from muactl.episode.agents.oracle import OracleAgent
     from muactl.episode.user import ScriptedUser
     from muactl.episode.rollout import Job, RolloutConfig, run_many
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     opened = open_domain("bank")
     ids = ["move-ivy", "human-max", "move-zed", "human-max"]  # long, short, long, short
@@ -274,7 +274,7 @@ def test_run_many_returns_episodes_in_job_order_not_finishing_order():
 
 def test_grpo_never_falls_back_to_the_test_split():
     from muactl.train.grpo import _training_tasks
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     opened = open_domain("bank")
     for synth_tasks in ("train", "template:all", ["move-ivy"]):  # a template or id list: GRPO uses train

@@ -116,7 +116,7 @@ def api_args(server) -> list[str]:
 
 def test_summary_reports_excluded_classes_and_tasks_not_scored_and_resume_retries_them(bank_copy):
     tasks = ["move-mia", "move-quin", "balance-pia"]
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     opened = open_domain("bank")
     gold = two_sided(gold_agent([opened.task(t).task for t in tasks]))

@@ -23,7 +23,7 @@ from muactl.episode.agents.oracle import OracleAgent
 from muactl.episode.user import ScriptedUser, first_person
 from muactl.errors import MuactlError
 from muactl.episode.rollout import Job, RolloutConfig, run_many
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 
 # ---------------------------------------------------------------- fixtures and the fake model
 

@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from muactl.cli import app
 from muactl.errors import SpecError
 from muactl.share.mcp_server import STATE_TOOL, build_server
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 from tests.fakes import free_port
 from muactl.env.sandbox import new_env
 

@@ -58,7 +58,7 @@ def test_two_processes_building_the_tiny_model_at_once(tmp_path):
     code = textwrap.dedent("""\
         import time
         import muactl.models as models
-        from muactl.domain.validate import open_domain
+        from muactl.domain.open import open_domain
 
         real = models.save_atomically
 

@@ -116,7 +116,7 @@ def test_pack_with_python_handlers_installs_but_its_tools_need_trust(project, tm
     result = runner.invoke(app, ["install", str(pack)])
     assert result.exit_code == 0 and "--trust" in result.output
     assert not marker.exists()  # nothing ran at pack or install time
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     (project / "domains" / "clinic" / "domain.yaml").unlink()  # make the name resolve to the installed copy
     env = new_env(open_domain("clinic", with_tasks=False).compiled)
@@ -229,7 +229,7 @@ def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, t
     import shutil
     import sys
 
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     marker = tmp_path / "command-ran"
     root = project / "domains" / "clinic"
@@ -269,7 +269,7 @@ def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, t
 def test_files_outside_the_domain_folder_are_refused(project, tmp_path, key, value):
     """A local domain gets an error naming the key; a pack referring outside itself is refused at install."""
     from muactl.errors import SpecError
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     (project / "secret.txt").write_text("the secret\n")
     (project / "secret-rows.csv").write_text("patient_id,name,phone\np9,Eve,5550199\n")

@@ -18,7 +18,7 @@ MAX_NEW = 16
 
 @pytest.fixture(scope="module")
 def bank():
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     return open_domain("bank", with_tasks=False).compiled
 

@@ -106,7 +106,7 @@ def test_shipped_yaml_compiles_without_tau2_data(domain, tmp_path):
     """Offline guard for the shipped tools: every statement compiles against the schema, every
     fragment and param resolves (the data only comes with an import)."""
     from muactl.spec.load import load_domain
-    from muactl.domain.validate import check_domain
+    from muactl.domain.checks import check_domain
 
     (tmp_path / "data").mkdir()
     (tmp_path / "policy.md").write_text("Follow the rules.\n")

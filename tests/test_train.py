@@ -130,7 +130,7 @@ def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
     from muactl.models.tiny import tiny_path
     from muactl.train.sft import tokenize_example
     from muactl.train.synth import SynthConfig, read_jsonl, run_synth
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
 
     run_synth(SynthConfig(domain="bank", trials=1, tasks=["move-quin"], output=str(in_tmp / "one.jsonl")))
     record = read_jsonl(in_tmp / "one.jsonl")[0]
@@ -209,7 +209,7 @@ def test_synth_with_an_api_teacher_and_llm_user_over_a_local_server(in_tmp):
     """The teacher and the user are litellm models served by a real local HTTP server (the model is fake):
     successes are kept, with the native tool calls turned into the TRL format."""
     from muactl.train.synth import SynthConfig, read_jsonl, run_synth
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
     from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, gold_agent, two_sided
 
     tasks = [t.task for t in open_domain("bank").tasks if t.split == "train"][:6]

@@ -6,7 +6,7 @@ import asyncio
 from muactl.episode.agents import make_agent
 from muactl.episode.user import make_user
 from muactl.episode.rollout import Job, RolloutConfig, run_many
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 from tests.fakes.openai_server import FakeOpenAI, Reply, is_user_request
 
 DOMAIN = """\

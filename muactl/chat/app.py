@@ -20,7 +20,7 @@ from .picker import PickerScreen
 from .session import ChatConfig, ChatStore
 
 if TYPE_CHECKING:
-    from ..domain.validate import Opened
+    from ..domain.open import Opened
     from ..episode.agents.base import Agent
     from ..episode.types import Episode
     from ..episode.user import UserSimulator

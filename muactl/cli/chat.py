@@ -37,7 +37,7 @@ def chat(
       [bold]muactl chat retail --agent openai/gpt-4o-mini --task cancel-gift-card-order --show-goal[/bold]
       [bold]muactl chat bank --agent hf:tiny --watch --user scripted[/bold]
     """
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     opened = open_domain(domain, trust=trust)
     if task:

@@ -121,7 +121,7 @@ def tools(
 
     Example: [bold]muactl tools retail --json[/bold]
     """
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     opened = open_domain(domain, with_tasks=False)
     schemas = [t.openai_schema() | ({"x-muactl-side": "user"} if t.side == "user" else {})
@@ -154,7 +154,7 @@ def call(
     Example: [bold]muactl call retail find_user_id_by_email '{"email": "maya.novak34@example.com"}'[/bold]
     """
     from ..errors import ToolNotFound
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     try:
         args = json.loads(arguments)

@@ -36,7 +36,7 @@ def tasks_generate(
     """
     from ..spec.library import refuse_builtin_write
     from ..domain.task_templates import generate, write_tasks
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     if bool(template) == all_templates:
         raise UsageError("give --template ID (repeatable) or --all-templates")

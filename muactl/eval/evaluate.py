@@ -133,7 +133,7 @@ def run_eval(cfg: EvalConfig, resume: str | None = None,
 
 
 def _run_eval(cfg, store, on_progress, opened, kind, on_episode):
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     if store is not None:
         cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)

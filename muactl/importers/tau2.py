@@ -210,7 +210,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     from ..spec import models as m
     from ..spec.load import load_domain
     from ..domain.task_templates import write_tasks
-    from ..domain.validate import check_domain
+    from ..domain.checks import check_domain
 
     if domain not in DOMAINS:
         raise UsageError(f"unknown τ² domain '{domain}'; choose one of {', '.join(DOMAINS)}")

@@ -159,7 +159,7 @@ def serve(domain: str, http: str | None = None, trust: bool = False, log=None) -
     """Open the domain and serve its tools until the client (stdio) or Ctrl-C (HTTP) ends it."""
     import anyio
 
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     opened = open_domain(domain, with_tasks=False, trust=trust)
     server = build_server(opened, trust=trust)

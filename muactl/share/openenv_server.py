@@ -111,7 +111,7 @@ class TaskSource:
 
 def build_app(cfg: ServeConfig, opened=None):
     """The FastAPI app OpenEnv builds around MuactlEnvironment (WebSocket sessions at /ws)."""
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     source = TaskSource(cfg, opened)  # bad --tasks or --split fail here, before the slow imports

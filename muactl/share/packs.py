@@ -133,7 +133,8 @@ def check_static(ref: DomainRef):
     a domain's tasks are checked without replay); MCP tools are not started, so their arguments are not
     checked here. Returns (spec, tasks, manifest facts)."""
     from ..spec import models as m
-    from ..domain.validate import check_tasks, open_domain
+    from ..domain.open import open_domain
+    from ..domain.validate import check_tasks
 
     opened = open_domain(ref, start_mcp=False)
     spec, tasks = opened.spec, opened.tasks

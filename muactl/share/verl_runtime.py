@@ -87,7 +87,7 @@ class EpisodeRunner:
                  user_temperature: float = 0.7, max_turns: int = 12, max_new_tokens: int = 512,
                  max_tool_errors: int = 4, timeout_s: float = 600.0, trust: bool = False, max_tokens: int = 1024,
                  request_timeout_s: float = 60.0, retries: int = 4):
-        from ..domain.validate import open_domain
+        from ..domain.open import open_domain
 
         self.opened = open_domain(str(Path(domain_dir).resolve()), trust=trust)
         self.tasks = {t.task.id: t for t in self.opened.tasks}

@@ -316,7 +316,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     from ..models.folder import load_tokenizer
     from ..models.precision import import_torch, precision_note, training_precision
     from ..models.registry import resolve
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     torch = import_torch()
     import datasets

@@ -80,7 +80,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from ..models.folder import load_tokenizer
     from ..models.precision import import_torch, precision_note, sft_batch, training_precision
     from ..models.registry import resolve
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
     from .checkpoints import card_on_save, train_and_save
     from .synth import read_jsonl
 

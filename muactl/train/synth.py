@@ -107,7 +107,7 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     def ep_tools(ep) -> list[dict[str, Any]]:
         return state["tools"]
 
-    from ..domain.validate import open_domain
+    from ..domain.open import open_domain
 
     if resume:
         from ..eval.evaluate import stored_config

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from muactl.errors import SpecError
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 from muactl.env.sandbox import new_env
 
 pytestmark = pytest.mark.timeout(120, method="thread")  # a backtracking match runs on in C

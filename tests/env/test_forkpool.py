@@ -116,7 +116,7 @@ def test_the_pool_keeps_a_bounded_number_of_databases_across_templates(bank):
 def test_after_a_python_tool_the_hash_is_rebuilt_and_the_database_not_reused(tmp_path, monkeypatch):
     """A python tool hands back a whole new database file: the log cannot be trusted to describe it, so
     the difference is rebuilt from its rows once, then follows the log again."""
-    from muactl.domain.validate import open_domain
+    from muactl.domain.open import open_domain
     from tests.env.test_sandbox import make_domain
 
     monkeypatch.chdir(tmp_path)

@@ -14,7 +14,7 @@ import pytest
 from muactl.episode.agents.base import Agent, AgentReply
 from muactl.episode.user import ScriptedUser
 from muactl.episode.rollout import Job, RolloutConfig, run_episode, run_many
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 
 # A recursive count: seconds of SQLite work for a large limit (about 2 million rows a second here).
 DOMAIN = """\

@@ -13,7 +13,8 @@ import pytest
 
 from muactl.env import Environment, ToolResult
 from muactl.errors import SpecError
-from muactl.domain.validate import open_domain, validate_domain
+from muactl.domain.open import open_domain
+from muactl.domain.validate import validate_domain
 from muactl.env.sandbox import new_env
 
 # ---------------------------------------------------------------- a small domain built in tmp

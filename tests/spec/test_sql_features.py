@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from muactl.cli import app
 from muactl.errors import SpecError
-from muactl.domain.validate import open_domain, validate_domain
+from muactl.domain.open import open_domain
+from muactl.domain.validate import validate_domain
 from muactl.env.sandbox import new_env
 
 runner = CliRunner()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from muactl.cli import app
-from muactl.domain.validate import open_domain
+from muactl.domain.open import open_domain
 
 runner = CliRunner()
 
