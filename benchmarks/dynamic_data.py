@@ -1,5 +1,6 @@
-"""Fixed data vs dynamic data, same model, same number of steps (issue 8, DESIGN.md "What a tiny model
-can learn on a CPU"):
+"""Fixed data vs dynamic data, same model, same number of steps. Over one fixed database a small model
+can memorise names, ids and balances instead of copying them from tool results; a fresh random database
+per conversation leaves copying as the only way to succeed. This measures the difference:
 
   (a) fixed:   oracle conversations of the hand-written bank train tasks, over the one seed database
   (b) dynamic: oracle conversations of template instances, each over a fresh random database

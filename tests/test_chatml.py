@@ -14,7 +14,7 @@ from muactl.models.chatml import (
     parse_assistant,
     prompt_tools,
     render,
-    to_template_messages,
+    to_chat_template_messages,
 )
 
 
@@ -60,7 +60,7 @@ def test_render_matches_transformers_apply_chat_template(tokenizer, tools, with_
     msgs = conversation()
     shown = prompt_tools(tools, with_tools) if with_tools else None
     ours = render(msgs, shown, add_generation_prompt=gen_prompt)
-    theirs = tokenizer.apply_chat_template(to_template_messages(msgs), tools=shown,
+    theirs = tokenizer.apply_chat_template(to_chat_template_messages(msgs), tools=shown,
                                            tokenize=False, add_generation_prompt=gen_prompt)
     assert ours == theirs
     if with_tools == "json":
@@ -191,7 +191,7 @@ def test_parse_never_raises(text):
 
 def test_assistant_mask_covers_exactly_the_assistant_turns(tokenizer, tools):
     msgs = conversation()
-    out = tokenizer.apply_chat_template(to_template_messages(msgs), tools=tools, return_assistant_tokens_mask=True,
+    out = tokenizer.apply_chat_template(to_chat_template_messages(msgs), tools=tools, return_assistant_tokens_mask=True,
                                         return_dict=True)
     ids, mask = out["input_ids"], out["assistant_masks"]
     assert len(ids) == len(mask)

@@ -57,11 +57,11 @@ def test_duplicate_bindings_are_written_once(bank):
 
 
 def test_failing_gold_paths_are_dropped_and_reported(bank):
-    from muactl.domain.task_templates import TemplateSpec, draw
+    from muactl.domain.task_templates import TaskTemplateSpec, draw
 
     ts = next(t for t in bank.templates if t.id == "move")
     data = dict(ts.data, expect={**ts.data["expect"], "actions": ts.data["expect"]["actions"][:2]})
-    broken = TemplateSpec(ts.template, ts.file, ts.index, ts.doc, data)
+    broken = TaskTemplateSpec(ts.template, ts.file, ts.index, ts.doc, data)
     drawn = draw(bank, [broken], 3, lambda k: (k, None))
     assert not drawn.tasks and len(drawn.dropped) >= 3
     assert "assertion" in drawn.dropped[0][3]

@@ -20,7 +20,7 @@ class Opened:
     spec: DomainSpec
     compiled: CompiledDomain
     tasks: list[TaskSpec] = field(default_factory=list)
-    templates: list = field(default_factory=list)  # TemplateSpec (muactl/domain/task_templates.py)
+    templates: list = field(default_factory=list)  # TaskTemplateSpec (muactl/domain/task_templates.py)
 
     def task(self, task_id: str) -> TaskSpec:
         for t in self.tasks:

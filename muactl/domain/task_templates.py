@@ -33,7 +33,7 @@ from ..spec import models as m
 from ..spec.problems import validate
 from ..spec.tasks import TaskSpec
 from ..spec.source import Located, load_yaml
-from ..spec.task_templates import Template, placeholder_fields
+from ..spec.task_templates import TaskTemplate, placeholder_fields
 
 TEMPLATES_FILE = "templates.yaml"
 TRAIN_BASE, TEST_BASE, SPAN = 0, 2**31, 2**31
@@ -42,8 +42,8 @@ _WHOLE = re.compile(r"^\{([A-Za-z_]\w*(?:\.\w+)*)\}$")
 
 
 @dataclass
-class TemplateSpec:
-    template: Template
+class TaskTemplateSpec:
+    template: TaskTemplate
     file: Path
     index: int
     doc: Located
@@ -61,7 +61,7 @@ class TemplateSpec:
 # ---------------------------------------------------------------- loading and checking
 
 
-def load_templates(tasks_dir: Path | None) -> list[TemplateSpec]:
+def load_templates(tasks_dir: Path | None) -> list[TaskTemplateSpec]:
     """The domain's templates ([] when it has no templates.yaml); problems raised together."""
     found = [tasks_dir / name for name in (TEMPLATES_FILE, "templates.yml")] if tasks_dir is not None else []
     found = [p for p in found if p.is_file()]
@@ -78,11 +78,11 @@ def load_templates(tasks_dir: Path | None) -> list[TemplateSpec]:
         raise SpecError([doc.problem(prefix, "expected a list of templates (each starting with '- id: ...')")])
     out, problems, seen = [], [], {}
     for i, item in enumerate(data):
-        tpl, found = validate(doc, Template, item, prefix=prefix + (i,))
+        tpl, found = validate(doc, TaskTemplate, item, prefix=prefix + (i,))
         problems += found
         if tpl is None:
             continue
-        ts = TemplateSpec(tpl, path, i, doc, item, prefix)
+        ts = TaskTemplateSpec(tpl, path, i, doc, item, prefix)
         if tpl.id in seen:
             problems.append(ts.problem(("id",), f"duplicate template id '{tpl.id}' (first at line "
                                        f"{doc.pos(prefix + (seen[tpl.id], 'id'))[0]})"))
@@ -126,7 +126,7 @@ def check_templates(opened, sample_seeds: int = 3) -> list[Problem]:
     return problems
 
 
-def _check_static(ts: TemplateSpec, opened, conn, guard) -> list[Problem]:
+def _check_static(ts: TaskTemplateSpec, opened, conn, guard) -> list[Problem]:
     t, d = ts.template, opened.spec.domain
     out: list[Problem] = []
     for p in [t.persona] if isinstance(t.persona, str) else (t.persona or []):
@@ -175,7 +175,7 @@ def _check_static(ts: TemplateSpec, opened, conn, guard) -> list[Problem]:
     return out
 
 
-def _check_instances(ts: TemplateSpec, opened, n: int) -> list[Problem]:
+def _check_instances(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
     out: list[Problem] = []
     dbs: list[int | None] = [None]
     if opened.spec.domain.database.generate:
@@ -234,7 +234,7 @@ def instance_id(template: str, bindings: dict, db_seed: int | None) -> str:
     return f"{template}-{digest.hexdigest()[:10]}"
 
 
-def instantiate(ts: TemplateSpec, opened, seed: int, db_seed: int | None = None,
+def instantiate(ts: TaskTemplateSpec, opened, seed: int, db_seed: int | None = None,
                 split: str | None = None) -> tuple[TaskSpec | None, str]:
     """One task from a template, its gold path replayed; (None, why) when it cannot be made."""
     t = ts.template
@@ -327,7 +327,7 @@ def instance_key(task: m.Task) -> tuple:
     return (o.template, json.dumps(o.bindings, sort_keys=True, default=str), o.db_seed)
 
 
-def select_templates(opened, spec: str | list[str] | None) -> list[TemplateSpec]:
+def select_templates(opened, spec: str | list[str] | None) -> list[TaskTemplateSpec]:
     """`template:all`, `template:<id>`, or a list of ids."""
     if not opened.templates:
         raise UsageError(f"domain {opened.ref.name} has no templates (write tasks/{opened.ref.name}/{TEMPLATES_FILE})")
@@ -358,7 +358,7 @@ class Drawn:
     duplicates: int = 0
 
 
-def draw(opened, templates: list[TemplateSpec], n: int, seed_of, split: str | None = None,
+def draw(opened, templates: list[TaskTemplateSpec], n: int, seed_of, split: str | None = None,
          max_tries: int | None = None) -> Drawn:
     """n distinct instances, templates taken in turn; seed_of(k) -> (seed, db_seed) for the k-th try."""
     out = Drawn()

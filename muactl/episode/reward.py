@@ -101,7 +101,7 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
 
 
 def partial_credit(task, episode) -> dict[str, float | None]:
-    """Signals that move long before full success does (DESIGN.md, "What a tiny model can learn"):
+    """Signals that move long before full success does (docs/contracts.md, "Reward"):
     whether the agent's first tool call is the gold path's first (same tool, same arguments), and the
     share of gold calls it made. Not part of the reward."""
     from ..spec.models import call_parts

@@ -122,7 +122,7 @@ def parse_assistant(text: str) -> Parsed:
     return Parsed(content, calls, "; ".join(errors) or None)
 
 
-def to_template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_chat_template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """muactl messages -> the shape the template (and TRL) reads: tool_calls as {type, function{name, arguments}}."""
     out = []
     for msg in messages:
@@ -167,11 +167,11 @@ def prompt_tools(tools: list[dict] | None, tool_format: str = "json") -> list | 
 
 def render(messages: list[dict[str, Any]], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> str:
     """Render with the chat template (jinja2, as transformers does), without needing a tokenizer."""
-    return _template().render(messages=to_template_messages(messages), tools=tools or None,
+    return _chat_template().render(messages=to_chat_template_messages(messages), tools=tools or None,
                               add_generation_prompt=add_generation_prompt)
 
 
-def _template():
+def _chat_template():
     global _COMPILED
     if _COMPILED is None:
         from jinja2 import nodes

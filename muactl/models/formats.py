@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import FormatError
 from .chatml import (decode_arguments, AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
-                     render, to_template_messages)
+                     render, to_chat_template_messages)
 
 FAMILIES = ("chatml", "hermes", "llama3", "mistral")  # and "plain": a template without tools (fine for a user)
 END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>")
@@ -123,8 +123,8 @@ class ChatFormat:
 
 
 def _with_ids(messages: list[dict]) -> list[dict]:
-    """to_template_messages, keeping tool-call ids and tool_call_id (some templates render or check them)."""
-    out = to_template_messages(messages)
+    """to_chat_template_messages, keeping tool-call ids and tool_call_id (some templates render or check them)."""
+    out = to_chat_template_messages(messages)
     for m, src in zip(out, messages):
         for tc, call in zip(m.get("tool_calls", []), src.get("tool_calls") or []):
             if call.get("id"):

@@ -16,7 +16,7 @@ from .generators import GenOrValue
 from .models import Expect, Strict, ToolCall, UserGoal
 
 
-class Template(Strict):
+class TaskTemplate(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Unique id among the domain's templates.")
     description: str | None = Field(None, description="What kind of task this makes; for humans.")
     sample: str = Field(

@@ -13,7 +13,7 @@ so the policy-gradient loss touches only the policy's own tokens while condition
 Steps: rollout (this file) -> rewards -> group-normalized advantages and the clipped update (TRL).
 
 Rewards:
-- binary (default, MUA-RL): 1 if the task succeeded (DESIGN.md "Reward"), else 0.
+- binary (default, MUA-RL): 1 if the task succeeded (docs/contracts.md, "Reward"), else 0.
 - userrl (UserRL's turn-level shaping): per-turn rewards r_t from the episode's records,
       r_t = (d_{t-1} - d_t) / max(d_0, 1)  - 0.1 * [tool error in turn t],  plus the task reward on the last turn,
   where d_t is the number of rows that differ from the gold end state after turn t. Turn credit:

@@ -32,9 +32,9 @@ def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
     templates read): each assistant tool call carries its `id` and each tool result the `tool_call_id`
     it answers. The greeting is template text, not policy output: it is rendered but never trained on,
     and the row lists it by index in `not_trained` (messages carry no muactl-only keys)."""
-    from ..models.chatml import to_template_messages
+    from ..models.chatml import to_chat_template_messages
 
-    messages, not_trained = to_template_messages(ep.messages), []
+    messages, not_trained = to_chat_template_messages(ep.messages), []
     for i, (src, msg) in enumerate(zip(ep.messages, messages)):
         if msg.pop("fixed", None):
             not_trained.append(i)

@@ -1,4 +1,4 @@
-"""The sandbox guarantees (DESIGN.md "Contracts": Sandbox, State hash), one test group each, on real SQLite."""
+"""The sandbox guarantees (docs/contracts.md: Sandbox, State hash), one test group each, on real SQLite."""
 
 from __future__ import annotations
 
