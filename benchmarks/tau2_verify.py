@@ -56,7 +56,8 @@ def run(checkout: Path, domain: str) -> dict:
 
 def oracle_score(opened) -> float:
     """Mean reward of `muactl eval --agent oracle --user scripted --split all` (a run folder in the temp dir)."""
-    from muactl.eval.evaluate import EvalConfig, run_eval
+    from muactl.eval.config import EvalConfig
+    from muactl.eval.evaluate import run_eval
 
     _, summary = run_eval(EvalConfig(domain=opened.spec.domain.name, split="all"), opened=opened)
     return summary["avg_reward"]

@@ -14,7 +14,8 @@ import pytest
 from muactl.episode.agents import make_agent
 from muactl.episode.agents.oracle import OracleAgent
 from muactl.episode.user import ScriptedUser, make_user
-from muactl.eval.evaluate import EvalConfig, run_eval
+from muactl.eval.config import EvalConfig
+from muactl.eval.evaluate import run_eval
 from muactl.runs.summary import pass_hat_k, summarize
 from muactl.env.gold import gold_hash
 from muactl.episode.rollout import Job, RolloutConfig, run_episode, run_many

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from muactl.episode.agents.base import Agent, AgentReply
 from muactl.cli import app
 from muactl.episode.user import ScriptedUser
-from muactl.eval.evaluate import EvalConfig, run_eval
+from muactl.eval.config import EvalConfig
+from muactl.eval.evaluate import run_eval
 from muactl.runs.summary import pass_hat_k, summarize
 from muactl.episode.rollout import Job, RolloutConfig, run_many
 from muactl.runs.store import RunStore
@@ -233,7 +234,8 @@ def test_cli_errors_exit_2_without_traceback(runs_root, args, message):
 
 def test_partial_credit_moves_before_success(tmp_path, monkeypatch):
     """first_call_right and gold_calls_made: 1.0 for the oracle, 0.0 for an agent that never calls a tool."""
-    from muactl.eval.evaluate import EvalConfig, run_eval
+    from muactl.eval.config import EvalConfig
+    from muactl.eval.evaluate import run_eval
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))

@@ -13,7 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from muactl.cli import app
-from muactl.eval.evaluate import EvalConfig, run_eval
+from muactl.eval.config import EvalConfig
+from muactl.eval.evaluate import run_eval
 from muactl.spec.library import builtin_root
 from muactl.runs.store import RunStore
 from tests.fakes.openai_server import FakeOpenAI, Reply, user_goal

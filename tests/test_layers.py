@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "muactl"
 # Bottom to top; the same list as ARCHITECTURE.md. A name is a package (muactl/NAME/) or a top-level module.
 LAYERS = [
     ["muactl", "errors"],
-    ["limits", "locks", "outputs"],
+    ["limits", "locks", "outputs", "options"],
     ["seeds"],
     ["spec"],
     ["scaffold"],

@@ -181,8 +181,10 @@ def test_validate_reports_a_server_that_does_not_start(project):
 def test_eval_and_synth_play_mcp_tools_through_the_server(project, tmp_path, monkeypatch):
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
     write_frontdesk(project, _serve_cmd(project / "domains" / "clinic"))
-    from muactl.eval.evaluate import EvalConfig, run_eval
-    from muactl.train.synth import SynthConfig, run_synth
+    from muactl.eval.config import EvalConfig
+    from muactl.eval.evaluate import run_eval
+    from muactl.train.synth_config import SynthConfig
+    from muactl.train.synth import run_synth
 
     store, summary = run_eval(EvalConfig(domain="frontdesk", trials=2))
     assert summary["pass^1"] == 1.0 and summary["tool_error_rate"] == 0.0

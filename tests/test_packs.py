@@ -55,7 +55,8 @@ def test_pack_is_deterministic_and_lists_every_file_with_its_checksum(project):
 
 
 def test_round_trip_pack_install_validate_eval_gives_the_same_result(project, tmp_path, monkeypatch):
-    from muactl.eval.evaluate import EvalConfig, run_eval
+    from muactl.eval.config import EvalConfig
+    from muactl.eval.evaluate import run_eval
 
     pack = _pack(project)
     _, source = run_eval(EvalConfig(domain="clinic", split="all", trials=2))

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from muactl.cli import app
 from muactl.errors import SpecError, UsageError
-from muactl.eval.evaluate import EvalConfig, run_eval
+from muactl.eval.config import EvalConfig
+from muactl.eval.evaluate import run_eval
 from muactl.spec.tasks import load_task_file
 from muactl.domain.task_templates import draw_stream, generate, instance_key, write_tasks
 from muactl.domain.validate import validate_domain

@@ -90,7 +90,8 @@ def test_synth_keeps_successes_drops_duplicates_and_writes_trl_format(in_tmp):
 
 def test_synth_rejects_failed_episodes(in_tmp):
     from muactl.episode.agents.base import Agent, AgentReply
-    from muactl.train.synth import SynthConfig, run_synth
+    from muactl.train.synth_config import SynthConfig
+    from muactl.train.synth import run_synth
 
     class Quits(Agent):
         async def act(self, ctx):
@@ -112,7 +113,8 @@ def test_synth_rejects_failed_episodes(in_tmp):
 
 
 def test_synth_resume_appends_without_duplicates(in_tmp):
-    from muactl.train.synth import SynthConfig, run_synth
+    from muactl.train.synth_config import SynthConfig
+    from muactl.train.synth import run_synth
 
     out = in_tmp / "r.jsonl"
     store, first = run_synth(SynthConfig(domain="bank", trials=1, tasks=["move-quin"], output=str(out)))
@@ -129,7 +131,8 @@ def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
     from muactl.models.folder import load_tokenizer
     from muactl.models.tiny import tiny_path
     from muactl.train.sft import tokenize_example
-    from muactl.train.synth import SynthConfig, read_jsonl, run_synth
+    from muactl.train.synth_config import SynthConfig
+    from muactl.train.synth import read_jsonl, run_synth
     from muactl.domain.open import open_domain
 
     run_synth(SynthConfig(domain="bank", trials=1, tasks=["move-quin"], output=str(in_tmp / "one.jsonl")))
@@ -208,7 +211,8 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
 def test_synth_with_an_api_teacher_and_llm_user_over_a_local_server(in_tmp):
     """The teacher and the user are litellm models served by a real local HTTP server (the model is fake):
     successes are kept, with the native tool calls turned into the TRL format."""
-    from muactl.train.synth import SynthConfig, read_jsonl, run_synth
+    from muactl.train.synth_config import SynthConfig
+    from muactl.train.synth import read_jsonl, run_synth
     from muactl.domain.open import open_domain
     from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, gold_agent, two_sided
 

@@ -8,8 +8,9 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ..eval.config import EvalConfig
 from .app import command
-from .options import MAX_TOKENS, REQUEST_TIMEOUT, RETRIES
+from .options import field_option
 
 
 @command()
@@ -22,9 +23,9 @@ def chat(
     user: str = typer.Option("scripted", "--user", help="The simulated user in --watch: scripted | hf:<model> | a litellm model id."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent (and the --watch user)."),
     pace: float = typer.Option(1.0, "--pace", min=0.0, help="Seconds before each simulated user turn in --watch."),
-    max_tokens: int = MAX_TOKENS,
-    request_timeout: float = REQUEST_TIMEOUT,
-    retries: int = RETRIES,
+    max_tokens: int = field_option(EvalConfig, "max_tokens"),
+    request_timeout: float = field_option(EvalConfig, "llm_timeout_s"),
+    retries: int = field_option(EvalConfig, "retries"),
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
 ) -> None:
     """Talk to an agent as its user in a terminal UI; see every tool call and what it did to the database.

@@ -9,44 +9,20 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ..eval.config import EvalConfig
+from ..train.synth_config import TASKS, SynthConfig
 from .app import app, command, fail
-from .options import BACKOFF, EPISODE_TIMEOUT, JUDGE, JUDGE_API_BASE, MAX_TOKENS, MAX_TOOL_ERRORS, REQUEST_TIMEOUT, RETRIES
+from .options import config_options
 from .output import print_summary, with_progress
 
 
-
 @command("eval")
+@config_options(EvalConfig, own={"tasks": ("task", "templates")})
 def eval_cmd(
-    domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
-    agent: str = typer.Option("oracle", "--agent", help="oracle | hf:<model> | vllm:<model> | a litellm model id | "
-                              "adversary:<do-nothing|transfer-at-once|number-sprayer|id-echo> (reward loophole probes)."),
-    user: str = typer.Option("scripted", "--user", help="scripted | hf:<model> | a litellm model id."),
-    split: str = typer.Option("test", "--split", help="train | test | all."),
+    values: dict,
     task: list[str] = typer.Option([], "--task", help="Run only these task ids (repeatable)."),
     templates: Optional[str] = typer.Option(None, "--tasks", help="template:<id> or template:all: draw fresh "
                                             "instances from tasks/<domain>/templates.yaml instead of the task files."),
-    n: int = typer.Option(100, "--n", min=1, help="With --tasks template:...: how many instances."),
-    db: str = typer.Option("fixed", "--db", help="With --tasks template:...: fixed | random (a fresh database each)."),
-    trials: int = typer.Option(1, "--trials", "-k", min=1, help="Trials per task; pass^1..k are reported."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes in flight at once."),
-    seed: int = typer.Option(0, "--seed", help="Run seed (each episode's seed derives from it)."),
-    max_turns: int = typer.Option(24, "--max-turns", min=1, help="Agent turns before an episode is cut."),
-    max_tool_errors: int = MAX_TOOL_ERRORS,
-    episode_timeout: float = EPISODE_TIMEOUT,
-    max_tokens: int = MAX_TOKENS,
-    request_timeout: float = REQUEST_TIMEOUT,
-    retries: int = RETRIES,
-    backoff: float = BACKOFF,
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the agent."),
-    user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
-    temperature: float = typer.Option(0.0, "--temperature", help="Agent sampling temperature (0: greedy)."),
-    user_temperature: float = typer.Option(0.0, "--user-temperature", help="User simulator temperature."),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Tokens per agent turn (local models)."),
-    tool_model: Optional[str] = typer.Option(None, "--tool-model", help="litellm model that plays simulated tools."),
-    opening: Optional[str] = typer.Option(None, "--opening", help="Who speaks first: agent (greeting) or user."),
-    trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
-    judge: Optional[str] = JUDGE,
-    judge_api_base: Optional[str] = JUDGE_API_BASE,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run: skips finished episodes, "
                                          "plays infra_error and user_error ones again."),
 ) -> None:
@@ -60,24 +36,17 @@ def eval_cmd(
       [bold]muactl eval bank --agent hf:tiny --user scripted --split test[/bold]
       [bold]muactl eval bank --tasks template:all --n 100 --db random --seed 7 --agent oracle --user scripted[/bold]
     """
-    from ..eval.evaluate import EvalConfig, run_eval
+    from ..eval.evaluate import run_eval
 
-    if not domain and not resume:
+    if not values["domain"] and not resume:
         raise UsageError("give a domain (muactl eval retail) or --resume RUN_ID")
-    if opening not in (None, "agent", "user"):
+    if values["opening"] not in (None, "agent", "user"):
         raise UsageError("--opening must be 'agent' or 'user'")
     if templates and not templates.startswith("template:"):
         raise UsageError("--tasks takes template:<id> or template:all (use --task ID for task ids)")
     if templates and task:
         raise UsageError("give either --task ID (task files) or --tasks template:... (drawn instances), not both")
-    cfg = EvalConfig(domain=domain or "", agent=agent, user=user, split=split,
-                     tasks=[templates] if templates else list(task), n=n, db=db, trials=trials,
-                     concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
-                     user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                     max_new_tokens=max_new_tokens, tool_model=tool_model, opening=opening, trust=trust,
-                     max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
-                     llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff,
-                     judge=judge, judge_api_base=judge_api_base)
+    cfg = EvalConfig(**{**values, "domain": values["domain"] or ""}, tasks=[templates] if templates else list(task))
     store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb),
                                    "finished episodes are saved. Continue with: muactl eval --resume {run_id}")
     print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
@@ -88,34 +57,10 @@ def eval_cmd(
 
 
 @command()
+@config_options(SynthConfig, own={"tasks": ("tasks_arg",)})
 def synth(
-    domain: str = typer.Argument(None, help="Domain name or folder (not needed with --resume)."),
-    agent: str = typer.Option("oracle", "--agent", help="Teacher: oracle | hf:<model> | a litellm model id."),
-    user: str = typer.Option("scripted", "--user", help="scripted | hf:<model> | a litellm model id."),
-    tasks: str = typer.Option("train", "--tasks", help="Split (train | test | all), comma-separated task ids, or "
-                              "template:<id>|all (fresh instances from the domain's templates)."),
-    n: int = typer.Option(100, "--n", min=1, help="With --tasks template:...: how many instances."),
-    db: str = typer.Option("fixed", "--db", help="With --tasks template:...: fixed | random (a fresh database each)."),
-    trials: int = typer.Option(8, "--trials", min=1, help="Episodes per task; only reward-1 ones are kept."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="JSONL to write (default runs/<id>/sft.jsonl)."),
-    tools_mode: str = typer.Option("real", "--tools", help="real (the sandbox) | simulated (an LLM plays every SQL tool; the real database keeps score)."),
-    tool_model: Optional[str] = typer.Option(None, "--tool-model", help="litellm model for simulated tools."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1),
-    seed: int = typer.Option(0, "--seed"),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible server for the teacher."),
-    user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
-    temperature: float = typer.Option(0.0, "--temperature", help="Teacher temperature (use > 0 with trials > 1)."),
-    user_temperature: float = typer.Option(0.0, "--user-temperature"),
-    max_turns: int = typer.Option(24, "--max-turns", min=1),
-    max_tool_errors: int = MAX_TOOL_ERRORS,
-    episode_timeout: float = EPISODE_TIMEOUT,
-    max_tokens: int = MAX_TOKENS,
-    request_timeout: float = REQUEST_TIMEOUT,
-    retries: int = RETRIES,
-    backoff: float = BACKOFF,
-    trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
-    judge: Optional[str] = JUDGE,
-    judge_api_base: Optional[str] = JUDGE_API_BASE,
+    values: dict,
+    tasks_arg: str = typer.Option("train", "--tasks", help=TASKS),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted synth run."),
     from_chats: Optional[str] = typer.Option(None, "--from-chats", help="Export a `muactl chat` run's good chats instead."),
     min_rating: int = typer.Option(4, "--min-rating", min=1, max=5, help="With --from-chats: keep chats rated at least this "
@@ -131,8 +76,9 @@ def synth(
       [bold]muactl synth retail --agent openai/gpt-4o --tools simulated --tool-model openai/gpt-4o-mini[/bold]
       [bold]muactl synth --from-chats RUN_ID -o data/chats.jsonl[/bold]   (chats from muactl chat)
     """
-    from ..train.synth import SynthConfig, run_synth
+    from ..train.synth import run_synth
 
+    domain, output = values["domain"], values["output"]
     if from_chats:
         from ..train.synth import export_chats
 
@@ -147,16 +93,12 @@ def synth(
 
     if not domain and not resume:
         raise UsageError("give a domain (muactl synth bank) or --resume RUN_ID")
-    split, ids = (tasks, []) if tasks in ("train", "test", "all") else (None, [t for t in tasks.split(",") if t])
-    if tasks.startswith("template:"):
-        ids = [tasks]
-    cfg = SynthConfig(domain=domain or "", agent=agent, user=user, split=split, tasks=ids, n=n, db=db, trials=trials,
-                      concurrency=concurrency, seed=seed, max_turns=max_turns, api_base=api_base,
-                      user_api_base=user_api_base, temperature=temperature, user_temperature=user_temperature,
-                      tool_model=tool_model, trust=trust, output=str(output) if output else None, tools=tools_mode,
-                      max_tool_errors=max_tool_errors, timeout_s=episode_timeout, max_tokens=max_tokens,
-                      llm_timeout_s=request_timeout, retries=retries, backoff_s=backoff,
-                      judge=judge, judge_api_base=judge_api_base)
+    if values["opening"] not in (None, "agent", "user"):
+        raise UsageError("--opening must be 'agent' or 'user'")
+    split, ids = (tasks_arg, []) if tasks_arg in ("train", "test", "all") else (None, [t for t in tasks_arg.split(",") if t])
+    if tasks_arg.startswith("template:"):
+        ids = [tasks_arg]
+    cfg = SynthConfig(**{**values, "domain": domain or "", "output": str(output) if output else None}, split=split, tasks=ids)
     store, stats = with_progress("synth", "reward 1", lambda cb: run_synth(cfg, resume=resume, on_progress=cb),
                                  "continue with: muactl synth --resume {run_id}")
     from ..train.synth import describe

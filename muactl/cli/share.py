@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 
+from ..share.verl import VerlExport
 from .app import app, command
+from .options import config_options
 
 
 @command()
@@ -142,28 +144,15 @@ app.add_typer(export_app, name="export")
 
 
 @command("verl", group=export_app)
-def export_verl_cmd(
-    domain: str = typer.Argument(..., help="Domain name or folder."),
-    output: Path = typer.Option(..., "-o", "--output", help="Folder to write (parquet, agent loop, config, launch script)."),
-    model: str = typer.Option("Qwen/Qwen3-8B", "--model", help="Default policy in the launch script (MODEL=... overrides)."),
-    user: str = typer.Option("scripted", "--user", help="User simulator in the rollout: scripted or a litellm model id."),
-    user_api_base: Optional[str] = typer.Option(None, "--user-api-base", help="OpenAI-compatible server for the user."),
-    nnodes: int = typer.Option(1, "--nnodes", min=1, help="Nodes in the launch script (NNODES=... overrides)."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, help="GPUs per node (GPUS_PER_NODE=... overrides)."),
-    max_prompt_length: int = typer.Option(4096, "--max-prompt-length", help="verl data.max_prompt_length."),
-    max_response_length: int = typer.Option(8192, "--max-response-length", help="verl data.max_response_length (whole episode)."),
-    grpo: list[str] = typer.Option([], "--grpo", help="Override a muactl grpo setting, e.g. --grpo group_size=16 (repeatable)."),
-    force: bool = typer.Option(False, "--force", help="Write into a folder that is not empty."),
-) -> None:
+@config_options(VerlExport)
+def export_verl_cmd(values: dict) -> None:
     """Export a domain for verl (0.8+) multi-node GRPO: parquet datasets, agent loop, its config, launch script.
 
     Example: [bold]muactl export verl retail -o out/verl-retail && cat out/verl-retail/README.md[/bold]
     """
-    from ..share.verl import VerlExport, export_verl
+    from ..share.verl import export_verl
 
-    info = export_verl(VerlExport(domain, output, model=model, user=user, user_api_base=user_api_base, nnodes=nnodes,
-                                  gpus_per_node=gpus_per_node, max_prompt_length=max_prompt_length,
-                                  max_response_length=max_response_length, overrides=list(grpo), force=force))
+    info = export_verl(VerlExport(**{**values, "overrides": list(values["overrides"])}))
     typer.echo(f"wrote {info['output']}/: train.parquet ({info['rows']['train']} tasks), test.parquet ({info['rows']['test']}), "
                f"tools.json, muactl_agent_loop.py, agent_loop.yaml, launch.sh, README.md")
     typer.echo(f"Next: read {info['output']}/README.md, then run {info['output']}/launch.sh against your Ray cluster")

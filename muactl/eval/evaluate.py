@@ -10,50 +10,14 @@ no scored trial, and `--resume` plays them again.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Callable
 
 from ..errors import UsageError
 from ..episode.rollout import Job, RolloutConfig, run_many
 from ..runs.store import RunStore
 from ..runs.summary import summarize
-
-
-@dataclass
-class EvalConfig:
-    domain: str
-    agent: str = "oracle"
-    user: str = "scripted"
-    split: str | None = "test"  # train | test | all
-    tasks: list[str] = field(default_factory=list)  # explicit task ids (override split), or ["template:<id>|all"]
-    n: int = 100  # with template tasks: how many instances to draw
-    db: str = "fixed"  # with template tasks: fixed (the seed database) | random (a fresh database per instance)
-    trials: int = 1
-    concurrency: int = 8
-    seed: int = 0
-    max_turns: int = 24
-    max_tool_errors: int = 4  # an episode ends (too_many_errors) past this many failed tool calls
-    timeout_s: float = 600.0  # wall-clock limit of one episode (timeout)
-    opening: str | None = None
-    api_base: str | None = None  # for the agent
-    user_api_base: str | None = None
-    temperature: float = 0.0
-    user_temperature: float = 0.0
-    max_new_tokens: int = 256
-    tool_model: str | None = None  # litellm model that plays simulated tools
-    trust: bool = False
-    # every API call (API agents and users, judges, simulated tools): a slow server needs a longer timeout
-    max_tokens: int = 1024  # tokens per API reply
-    retries: int = 4
-    llm_timeout_s: float = 60.0  # per request
-    backoff_s: float = 1.0  # first retry delay of API calls; doubles per retry
-    judge: str | None = None  # litellm model id or hf:<model> that checks expect.nl_assertions
-    judge_api_base: str | None = None
-
-    def llm_options(self) -> dict[str, Any]:
-        """The API-call settings as make_agent, make_user and the tool players take them."""
-        return {"timeout_s": self.llm_timeout_s, "retries": self.retries, "backoff_s": self.backoff_s,
-                "max_tokens": self.max_tokens}
+from .config import EvalConfig
 
 
 def stored_config(cls, store: RunStore, **changes: Any):

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..options import option
 
 VERL_TESTED = "0.9.1"
 MODULE = "muactl_agent_loop"
@@ -33,18 +34,24 @@ CLASS = "MuactlAgentLoop"
 
 @dataclass
 class VerlExport:
-    domain: str
-    output: Path
-    model: str = "Qwen/Qwen3-8B"
-    user: str = "scripted"  # the user simulator inside the rollout: scripted, or a litellm model id
-    user_api_base: str | None = None
+    """The settings of `muactl export verl` (its options are built from these fields). The GRPO settings come
+    from muactl's train recipe (grpo_defaults), the episode limits from its api/episode groups."""
+
+    domain: str = option(help="Domain name or folder.")
+    output: Path = option(MISSING, "-o", "--output", help="Folder to write (parquet, agent loop, config, launch script).")
+    model: str = option("Qwen/Qwen3-8B", "--model", help="Default policy in the launch script (MODEL=... overrides).")
+    # the user simulator inside the rollout: scripted, or a litellm model id
+    user: str = option("scripted", "--user", help="User simulator in the rollout: scripted or a litellm model id.")
+    user_api_base: str | None = option(None, "--user-api-base", help="OpenAI-compatible server for the user.")
     user_temperature: float = 0.7
-    nnodes: int = 1
-    gpus_per_node: int = 8
-    max_prompt_length: int = 4096
-    max_response_length: int = 8192
-    overrides: list[str] = field(default_factory=list)  # "key=value": grpo settings replacing muactl's defaults
-    force: bool = False
+    nnodes: int = option(1, "--nnodes", min=1, help="Nodes in the launch script (NNODES=... overrides).")
+    gpus_per_node: int = option(8, "--gpus-per-node", min=1, help="GPUs per node (GPUS_PER_NODE=... overrides).")
+    max_prompt_length: int = option(4096, "--max-prompt-length", help="verl data.max_prompt_length.")
+    max_response_length: int = option(8192, "--max-response-length", help="verl data.max_response_length (whole episode).")
+    # "key=value": grpo settings replacing muactl's defaults
+    overrides: list[str] = option(None, "--grpo", default_factory=list,
+                                  help="Override a muactl grpo setting, e.g. --grpo group_size=16 (repeatable).")
+    force: bool = option(False, "--force", help="Write into a folder that is not empty.")
 
 
 def grpo_defaults(overrides: list[str] | None = None) -> dict[str, Any]:

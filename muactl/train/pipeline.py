@@ -88,32 +88,24 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
 
 
 def synth_config(cfg, default_output: Path):
-    """The synth stage's SynthConfig from a composed train config."""
-    from .recipes import eval_limits
-    from .synth import SynthConfig
+    """The synth stage's SynthConfig from a composed train config (each field's recipe key says where)."""
+    from .recipes import from_recipe
+    from .synth_config import SynthConfig
 
-    s = cfg.synth
-    split, ids = _split_or_ids(s.tasks)
-    return SynthConfig(domain=cfg.domain, agent=s.agent, user=_user_spec(cfg), split=split, tasks=ids,
-                       n=s.n, db=s.db, trials=s.trials, concurrency=s.concurrency, seed=cfg.seed, trust=cfg.trust,
-                       output=s.output or str(default_output), tools=s.tools, tool_model=s.tool_model,
-                       api_base=s.api_base, max_turns=s.max_turns, user_api_base=cfg.user.api_base,
-                       user_temperature=cfg.user.temperature, **eval_limits(cfg))
+    split, ids = _split_or_ids(cfg.synth.tasks)
+    return from_recipe(SynthConfig, cfg, user=_user_spec(cfg), split=split, tasks=ids,
+                       output=cfg.synth.output or str(default_output))
 
 
 def eval_config(cfg, ref: str):
     """An eval stage's EvalConfig (the agent: checkpoint `ref`) from a composed train config."""
-    from .recipes import eval_limits
-    from ..eval.evaluate import EvalConfig
+    from ..eval.config import EvalConfig
+    from .recipes import from_recipe
 
     e = cfg.eval
     split, ids = _split_or_ids(e.tasks or e.split)
     # template instances come from the eval split's seed stream (test: disjoint from what synth drew)
-    return EvalConfig(domain=cfg.domain, agent=local_agent(ref), user=_user_spec(cfg), split=split or e.split, tasks=ids,
-                      n=e.n, db=e.db, trials=e.trials, concurrency=e.concurrency, seed=cfg.seed, max_turns=e.max_turns,
-                      max_new_tokens=cfg.model.max_new_tokens, temperature=cfg.model.temperature, trust=cfg.trust,
-                      user_api_base=cfg.user.api_base, user_temperature=cfg.user.temperature,
-                      tool_model=cfg.synth.tool_model, **eval_limits(cfg))
+    return from_recipe(EvalConfig, cfg, agent=local_agent(ref), user=_user_spec(cfg), split=split or e.split, tasks=ids)
 
 
 def _split_or_ids(tasks) -> tuple[str | None, list[str]]:

@@ -6,11 +6,13 @@ Bad input becomes a UsageError naming the key, never a hydra traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import typing
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import UsageError
+from ..options import default_of, field_types, recipe_key
 
 CONF_DIR = Path(__file__).parents[1] / "conf"
 GROUPS = ("model", "user", "synth", "sft", "grpo", "eval")
@@ -31,21 +33,6 @@ class UserConf:
     model: Optional[str] = None
     api_base: Optional[str] = None
     temperature: float = 0.0
-
-
-@dataclass
-class SynthConf:
-    agent: str = "oracle"
-    tasks: Any = "train"  # split | [task ids] | template:<id>|all
-    n: int = 100
-    db: str = "fixed"
-    trials: int = 8
-    concurrency: int = 8
-    tools: str = "real"
-    tool_model: Optional[str] = None
-    output: Optional[str] = None
-    api_base: Optional[str] = None
-    max_turns: int = 24
 
 
 @dataclass
@@ -91,41 +78,39 @@ class GRPOConf:
     judge_api_base: Optional[str] = None
 
 
-@dataclass
-class EvalConf:
-    split: str = "test"
-    tasks: Any = None  # overrides split: [task ids] | template:<id>|all
-    n: int = 100
-    db: str = "fixed"
-    trials: int = 1
-    concurrency: int = 32
-    max_turns: int = 12
+def recipe_group(cls, group: str) -> type:
+    """The hydra schema of a recipe group (eval, synth, api, episode), made from the command dataclass that
+    declares its settings: one field per `cls` field whose recipe key is `group.<name>`, with its type and
+    default. A key two fields share (synth.tasks: a split, or task ids) and a list take any value; the
+    group's YAML in muactl/conf may set other defaults (tests/test_options.py checks the keys agree)."""
+    types = field_types(cls)
+    keys = [recipe_key(f) for f in fields(cls)]
+    specs, seen = [], set()
+    for f in fields(cls):
+        key = recipe_key(f)
+        if not key or not key.startswith(group + "."):
+            continue
+        name = key.split(".", 1)[1]
+        if name in seen:
+            continue
+        seen.add(name)
+        t = types[f.name]
+        default = default_of(f)
+        if keys.count(key) > 1 or typing.get_origin(t) is list:
+            t, default = Any, (None if isinstance(default, list) else default)
+        specs.append((name, t, field(default=default)))
+    return make_dataclass(f"{group.title()}Conf", specs)
 
 
-def _eval_default(name: str):
-    """A default taken from EvalConfig, so `muactl eval`'s options and the train config cannot drift."""
-    from ..eval.evaluate import EvalConfig
+def _stage_groups():
+    from ..eval.config import EvalConfig
+    from .synth_config import SynthConfig
 
-    return next(f.default for f in fields(EvalConfig) if f.name == name)
-
-
-@dataclass
-class APIConf:
-    """Every API call of every stage: LLM users, judges, simulated tools, an API teacher in synth."""
-
-    max_tokens: int = _eval_default("max_tokens")
-    timeout_s: float = _eval_default("llm_timeout_s")  # per request; raise it for a slow (CPU-hosted) server
-    retries: int = _eval_default("retries")
-    backoff_s: float = _eval_default("backoff_s")
+    return {"eval": recipe_group(EvalConfig, "eval"), "synth": recipe_group(SynthConfig, "synth"),
+            "api": recipe_group(EvalConfig, "api"), "episode": recipe_group(EvalConfig, "episode")}
 
 
-@dataclass
-class EpisodeConf:
-    """Limits of every episode in synth, grpo and eval (max turns are per stage)."""
-
-    max_tool_errors: int = _eval_default("max_tool_errors")
-    timeout_s: float = _eval_default("timeout_s")
-    opening: Optional[str] = None  # agent (the domain's greeting) | user; null: greeting if the domain has one
+EvalConf, SynthConf, APIConf, EpisodeConf = _stage_groups().values()
 
 
 @dataclass
@@ -148,16 +133,18 @@ class TrainConf:
     db: str = "fixed"  # fixed | random: with template tasks, each instance on a fresh random database
 
 
+def from_recipe(cls, cfg, **values: Any):
+    """`cls` (EvalConfig, SynthConfig) with every field that has a recipe key read from the composed train
+    config `cfg`; `values` (what a stage sets itself) win."""
+    from omegaconf import OmegaConf
+
+    read = {f.name: OmegaConf.select(cfg, recipe_key(f)) for f in fields(cls) if recipe_key(f) and f.name not in values}
+    return cls(**read, **values)
+
+
 def api_options(cfg) -> dict[str, Any]:
     """A composed config's `api` settings as make_user, make_agent and the tool players take them."""
     return {k: cfg.api[k] for k in ("max_tokens", "timeout_s", "retries", "backoff_s")}
-
-
-def eval_limits(cfg) -> dict[str, Any]:
-    """A composed config's `api` and `episode` settings as EvalConfig (and SynthConfig) fields."""
-    a, e = cfg.api, cfg.episode
-    return {"max_tokens": a.max_tokens, "llm_timeout_s": a.timeout_s, "retries": a.retries, "backoff_s": a.backoff_s,
-            "max_tool_errors": e.max_tool_errors, "timeout_s": e.timeout_s, "opening": e.opening}
 
 
 def options(group: str) -> list[str]:

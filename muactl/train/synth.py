@@ -11,20 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..eval.evaluate import EvalConfig, run_eval
+
+from ..eval.evaluate import run_eval
 from ..runs.store import RunStore
-
-
-@dataclass
-class SynthConfig(EvalConfig):
-    split: str | None = "train"
-    trials: int = 8
-    output: str | None = None  # default: runs/<id>/sft.jsonl
-    tools: str = "real"  # real | simulated (needs tool_model)
+from .synth_config import SynthConfig
 
 
 def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
