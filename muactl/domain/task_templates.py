@@ -16,15 +16,13 @@ import hashlib
 import json
 import random
 import re
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from ..compile.database import schema_connection
-from ..compile.sql import Guard, bind_value, explain, param_names
-from ..env.budget import SqlBudget
-from ..env.sandbox import OUTSIDE_KINDS, decode_json_text, new_env
+from ..compile.sql import bind_value, param_names
+from ..env.sandbox import OUTSIDE_KINDS, new_env
+from ..env.values import decode_json_text
 from ..errors import Problem, SpecError, UsageError
 from ..limits import MAX_SAMPLE_ROWS
 from ..compile.randomdb import Drawer, instance
@@ -37,7 +35,7 @@ from ..spec.task_templates import TaskTemplate, placeholder_fields
 
 TEMPLATES_FILE = "templates.yaml"
 TRAIN_BASE, TEST_BASE, SPAN = 0, 2**31, 2**31
-_PH = re.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*(?:\.\w+)*)\}")
+PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*(?:\.\w+)*)\}")
 _WHOLE = re.compile(r"^\{([A-Za-z_]\w*(?:\.\w+)*)\}$")
 
 
@@ -58,7 +56,7 @@ class TaskTemplateSpec:
         return self.doc.problem(path, message, prefix=self.prefix + (self.index,))
 
 
-# ---------------------------------------------------------------- loading and checking
+# ---------------------------------------------------------------- loading
 
 
 def load_templates(tasks_dir: Path | None) -> list[TaskTemplateSpec]:
@@ -93,109 +91,11 @@ def load_templates(tasks_dir: Path | None) -> list[TaskTemplateSpec]:
     return out
 
 
-def _strings(node: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
-    if isinstance(node, str):
-        yield path, node
-    elif isinstance(node, dict):
-        for k, v in node.items():
-            yield from _strings(k, path + (k,)) if isinstance(k, str) and "{" in k else iter(())
-            yield from _strings(v, path + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _strings(v, path + (i,))
-
-
 def placeholders(text: str) -> list[str]:
-    return [m[1] for m in _PH.finditer(text) if m[1]]
-
-
-def check_templates(opened, sample_seeds: int = 3) -> list[Problem]:
-    """Static checks (SQL, placeholders, tools, personas) of every template, then a few instances of
-    each drawn and replayed on the seed database and, if declared, on random databases."""
-    d = opened.spec.domain
-    conn = schema_connection(d)
-    guard = Guard(set(d.database.tables))
-    guard.install(conn)
-    problems: list[Problem] = []
-    for ts in opened.templates:
-        found = _check_static(ts, opened, conn, guard)
-        problems += found
-        if not found:
-            problems += _check_instances(ts, opened, sample_seeds)
-    conn.close()
-    return problems
-
-
-def _check_static(ts: TaskTemplateSpec, opened, conn, guard) -> list[Problem]:
-    t, d = ts.template, opened.spec.domain
-    out: list[Problem] = []
-    for p in [t.persona] if isinstance(t.persona, str) else (t.persona or []):
-        if p not in d.personas:
-            out.append(ts.problem(("persona",), f"undefined persona '{p}'; declared: {', '.join(d.personas) or 'none'}"))
-    error = explain(conn, guard, t.sample, "read")
-    if not error and param_names(t.sample):
-        error = f"the sample query takes no parameters (:{param_names(t.sample)[0]})"
-    if error:
-        return out + [ts.problem(("sample",), error)]
-    guard.mode = "read"
-    budget = SqlBudget(conn, d.limits.sql_steps)  # executing it steps to its first row, even on no data
-    try:
-        with budget.limit():
-            bound = [c[0] for c in conn.execute(t.sample).description]
-    except sqlite3.Error as e:
-        return out + [ts.problem(("sample",), f"the sample query {budget.stopped(e) or f'failed: {e}'}")]
-    for name, spec in t.derive.items():
-        path = ("derive", name)
-        if name in bound:
-            out.append(ts.problem(path, f"'{name}' is already bound by the sample query"))
-        if isinstance(spec, str):
-            error = explain(conn, guard, spec, "read")
-            if error:
-                out.append(ts.problem(path, error))
-            for p in param_names(spec):
-                if p not in bound:
-                    out.append(ts.problem(path, f":{p} is not bound (bound so far: {', '.join(bound)})"))
-        elif spec.kind in ("ref", "parent"):
-            out.append(ts.problem(path, f"'{spec.kind}' only works in database generators; use a SELECT here"))
-        bound.append(name)
-    body = placeholder_fields(ts.data)
-    for path, text in _strings(body, ()):
-        for ph in placeholders(text):
-            if ph.split(".")[0] not in bound:
-                out.append(ts.problem(path, f"placeholder {{{ph}}} is not bound; bound: {', '.join(bound)}"))
-    for group, calls, path0 in (("setup", t.setup, ("setup",)), ("actions", t.expect.actions, ("expect", "actions"))):
-        for i, call in enumerate(calls):
-            name, _ = m.call_parts(call)
-            if name not in opened.compiled.tools:
-                out.append(ts.problem(path0 + (i, name), f"undefined tool '{name}'"))
-    for i, a in enumerate(t.expect.assert_):
-        error = explain(conn, guard, _PH.sub("0", a.query), "read")
-        if error:
-            out.append(ts.problem(("expect", "assert", i, "query"), error))
-    return out
-
-
-def _check_instances(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
-    out: list[Problem] = []
-    dbs: list[int | None] = [None]
-    if opened.spec.domain.database.generate:
-        dbs += [stream_seed("test", 0, k) for k in range(n)]
-    for db_seed in dbs:
-        reasons = set()
-        for k in range(n):
-            task, why = instantiate(ts, opened, k, db_seed)
-            if task is None:
-                reasons.add(why)
-        where = "the seed database" if db_seed is None else f"random database {db_seed}"
-        for why in sorted(reasons):
-            path = (("sample",) if why.startswith("the sample query") else ("derive",) if why.startswith("derive")
-                    else ("expect", "assert") if why.startswith("assertion") else ("expect", "actions"))
-            out.append(ts.problem(path, f"on {where}: {why}"))
-    return out
+    return [m[1] for m in PLACEHOLDER.finditer(text) if m[1]]
 
 
 # ---------------------------------------------------------------- instances
-
 
 
 def _lookup(name: str, b: dict[str, Any]) -> Any:
@@ -221,7 +121,7 @@ def fill(node: Any, b: dict[str, Any]) -> Any:
         whole = _WHOLE.match(node)
         if whole:
             return _lookup(whole[1], b)
-        return _PH.sub(lambda mt: _text(_lookup(mt[1], b)) if mt[1] else mt[0][0], node)
+        return PLACEHOLDER.sub(lambda mt: _text(_lookup(mt[1], b)) if mt[1] else mt[0][0], node)
     if isinstance(node, dict):
         return {fill(k, b) if isinstance(k, str) else k: fill(v, b) for k, v in node.items()}
     if isinstance(node, list):

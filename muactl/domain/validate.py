@@ -118,7 +118,7 @@ def validate_domain(name: str, trust: bool = False, verify_hash: bool = False) -
         raise SpecError(e.problems + _checks_on_what_parsed(name, trust)) from None
     problems = check_tasks(opened, verify_hash=verify_hash)
     if opened.templates:
-        from .task_templates import check_templates
+        from .template_checks import check_templates
 
         problems += check_templates(opened)
     if problems:

@@ -11,7 +11,8 @@ from collections import OrderedDict
 from typing import Any
 
 from ..spec import models as m
-from .sandbox import decode_json_text, new_env
+from .sandbox import new_env
+from .values import decode_json_text
 from .statehash import distance as delta_distance
 from .statehash import template_key
 

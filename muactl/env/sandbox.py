@@ -28,7 +28,6 @@ import asyncio
 import concurrent.futures
 import json
 import math
-import re
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from ..spec.models import call_parts
 from . import forkpool
 from .budget import STOPPED, SqlBudget, SqlLimitExceeded
 from .statehash import StateTracker, full_hash
+from .values import fill, typed
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
@@ -65,20 +65,6 @@ class ToolResult:
 _CLOSED = sqlite3.connect(":memory:", check_same_thread=False)  # what a closed environment holds
 _CLOSED.close()
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
-
-
-def fill(template: str, args: dict[str, Any]) -> str:
-    """Fill {param} placeholders in a message; unknown ones stay as they are."""
-    # not str.format: an author's text with other braces (JSON, "{0}", a lone "{") would raise mid-call
-    def sub(m: re.Match) -> str:
-        if m[1] not in args:
-            return m[0]
-        return "" if args[m[1]] is None else str(args[m[1]])
-
-    return _PLACEHOLDER.sub(sub, template)
-
-
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 TOOL_THREADS = 64  # calls in flight at once across all environments; more wait their turn
@@ -91,30 +77,6 @@ def tool_pool() -> concurrent.futures.ThreadPoolExecutor:
         if _POOL is None:
             _POOL = concurrent.futures.ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="muactl-tool")
         return _POOL
-
-
-def decode_json_text(value: Any) -> Any:
-    """Best-effort decoding of a value whose column type is unknown (assertions, template samples):
-    text that parses as a JSON array or object. Tool results use `typed` instead."""
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def typed(value: Any, ctype: str | None) -> Any:
-    """A result value as its column was declared: json text decoded, booleans as true/false; other text
-    is never parsed (a name that happens to start with '[' stays a string)."""
-    if ctype == "json" and isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    if ctype == "boolean" and isinstance(value, int):
-        return bool(value)
-    return value
 
 
 class Environment:

@@ -136,7 +136,7 @@ def seed_rows(db: dict, tables: dict) -> dict[str, list[dict]]:
 
 def tau2_dump(env) -> dict:
     """A muactl sandbox's state in the shape of τ²'s model_dump, for τ²'s hash recipe."""
-    from ..env.sandbox import typed
+    from ..env.values import typed
 
     out = {}
     for table, spec in env.domain.tables.items():
