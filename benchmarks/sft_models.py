@@ -1,4 +1,4 @@
-"""Cold-start figures (issue 4): pass^1 on bank's test split before and after SFT on oracle
+"""Cold-start figures: pass^1 on bank's test split before and after SFT on oracle
 trajectories from the train split, CPU minutes, SFT tokens per second; for tiny and (--smollm2)
 smollm2-135m, with its one-time GGUF conversion time. Prints; asserts nothing.
 
