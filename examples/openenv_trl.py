@@ -121,8 +121,9 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen3_template
 
-    from muactl.models import load_tokenizer, resolve
-    from muactl.validate import open_domain
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.registry import resolve
+    from muactl.domain.open import open_domain
 
     # what the server's agent sees first: the policy (system prompt) and the tool schemas
     with GenericEnvClient(base_url=args.url).sync() as probe:
