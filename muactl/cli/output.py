@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import typer
+
 
 from .app import fail
 
@@ -99,9 +101,15 @@ def print_before_after(state: dict) -> None:
     rows = state.get("eval", {})
     if not rows:
         return
-    table = Table("model", "checkpoint", "pass^1", "first call right", "gold calls made", "avg turns",
+    from ..runs.stages import comparisons
+    from ..runs.stats import bootstrap, verdict
+
+    table = Table("model", "checkpoint", "pass^1", "95% interval", "first call right", "gold calls made", "avg turns",
                   title="before / after")
     for label, r in rows.items():
-        table.add_row(label, str(r["model"]), fmt_value(r.get("pass^1")), fmt_value(r.get("first_call_right")),
-                      fmt_value(r.get("gold_calls_made")), fmt_value(r.get("avg_turns")))
+        _, lo, hi = bootstrap({"0": r["per_task"]}) if r.get("per_task") else (None, None, None)
+        table.add_row(label, str(r["model"]), fmt_value(r.get("pass^1")), f"[{lo:.2f}, {hi:.2f}]" if lo is not None else "-",
+                      fmt_value(r.get("first_call_right")), fmt_value(r.get("gold_calls_made")), fmt_value(r.get("avg_turns")))
     Console().print(table)
+    for name, (d, lo, hi) in comparisons(rows):  # paired over the same tasks: the honest test of a gain
+        typer.echo(f"{name}: {d:+.2f} pass^1, 95% interval [{lo:+.2f}, {hi:+.2f}] over the tasks: {verdict(lo, hi)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .stats import bootstrap, paired
 from .store import RunStore
 
 
@@ -19,5 +20,21 @@ def save_stages(store: RunStore, state: dict[str, Any]) -> None:
     tmp.replace(store.path / "stages.json")
 
 
+def comparisons(rows: dict[str, Any]) -> list[tuple[str, tuple[float, float, float]]]:
+    """Each trained model against the one before it (SFT vs base, GRPO vs SFT), paired over the test tasks."""
+    labels = [k for k in ("base", "sft", "grpo") if rows.get(k, {}).get("per_task")]
+    return [(f"{b} vs {a}", paired({"0": rows[b]["per_task"]}, {"0": rows[a]["per_task"]}))
+            for a, b in zip(labels, labels[1:])]
+
+
 def before_after_table(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"stage": label, **row} for label, row in state.get("eval", {}).items()]
+    """The eval stage's rows for a report: per-task outcomes become pass^1's 95% interval."""
+    out = []
+    for label, row in state.get("eval", {}).items():
+        row = dict(row)
+        per_task = row.pop("per_task", None)
+        if per_task:
+            _, lo, hi = bootstrap({"0": per_task})
+            row["95% interval"] = f"[{lo:.2f}, {hi:.2f}]"
+        out.append({"stage": label, **row})
+    return out

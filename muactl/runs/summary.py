@@ -115,3 +115,12 @@ def per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         r["excluded"] += int(_outcome(e) in EXCLUDED)
         r["terminations"][e["termination"]] = r["terminations"].get(e["termination"], 0) + 1
     return list(rows.values())
+
+
+def per_task_success(episodes: list[dict[str, Any]]) -> dict[str, float]:
+    """task -> mean success over its scored trials: what the before/after intervals resample."""
+    by_task: dict[str, list[int]] = {}
+    for e in episodes:
+        if e["outcome"] in ("success", "failure"):
+            by_task.setdefault(e["task_id"], []).append(int(e["success"]))
+    return {t: sum(v) / len(v) for t, v in sorted(by_task.items())}

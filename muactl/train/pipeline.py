@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ..runs.stages import save_stages, stages_state
 from ..runs.store import RunStore
+from ..runs.summary import per_task_success
 
 
 def local_agent(model: str) -> str:
@@ -80,9 +81,10 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
             log(f"== eval: {label} ({ref}) on {where}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
-            _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
+            estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
-                                                                          "gold_calls_made", "avg_turns", "episodes")}}
+                                                                          "gold_calls_made", "avg_turns", "episodes")},
+                           "per_task": per_task_success(estore.episodes())}
             save_stages(store, state)
     return state
 
