@@ -33,12 +33,25 @@ def values_equal(got: Any, want: Any) -> bool:
 
 
 def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
-    """Evaluate one SQL assertion on an environment's state. Returns (holds, explanation)."""
-    try:
-        _, rows = env.select(assertion.query)
-    except sqlite3.Error as e:
-        return False, f"query failed: {e}"
-    got = rows[0][0] if rows else None
+    """Evaluate one assertion (SQL, or a read-only tool call) on an environment's state. Returns (holds,
+    explanation)."""
+    if assertion.call is not None:
+        name, args = m.call_parts(assertion.call)
+        result = env.call(name, args)  # validate makes sure the tool writes nothing
+        if result.error:
+            return False, f"{name} failed: {result.content}"
+        got = decode_json_text(result.content)
+        if isinstance(got, str):
+            try:
+                got = json.loads(got)  # true, false, numbers
+            except ValueError:
+                pass
+    else:
+        try:
+            _, rows = env.select(assertion.query)
+        except sqlite3.Error as e:
+            return False, f"query failed: {e}"
+        got = rows[0][0] if rows else None
     if "equals" in assertion.model_fields_set:
         ok = values_equal(got, assertion.equals)
         return ok, "" if ok else f"got {got!r}, expected {assertion.equals!r}"
@@ -196,7 +209,7 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
     asserts = []
     for a in expect.assert_:
         ok, why = assertion_result(env, a)
-        asserts.append({"query": a.query, "ok": ok, "why": why})
+        asserts.append({"query": a.query or json.dumps(a.call, default=str), "ok": ok, "why": why})
     judged = nl_verdicts is not None and bool(expect.nl_assertions)
     nl = nl_verdicts if judged else [{"assertion": s, "ok": None, "reason": "not judged (no --judge)"}
                                      for s in expect.nl_assertions]
