@@ -211,3 +211,23 @@ def test_misuse_of_dual_control_features_is_reported_at_its_line(tmp_path, monke
         validate_domain("carrier")
     found = [(p.file.rsplit("/", 1)[-1], p.line, p.key, p.message) for p in e.value.problems]
     assert any(f == file and ln == line and k == key and message in msg for f, ln, k, msg in found), found
+
+
+def test_compare_db_false_rewards_by_assertions_as_tau2_telecom_does(carrier):
+    from muactl.reward import score
+    from muactl.rollout import Episode
+
+    task, c = carrier.tasks[0], carrier.compiled
+    env = c.environment()
+    try:
+        env.replay(task.task.setup + task.task.expect.actions)
+        other_state = Episode(task.task.id, 0, 0, [], "user_stop", final_hash="not the gold end state")
+        reward, b = score(task, c, env, other_state)
+        assert reward == 0.0 and b["db_match"] is False and b["db_compared"] is True
+        task.task.expect.compare_db = False  # the assertions hold: that is enough
+        reward, b = score(task, c, env, other_state)
+        assert reward == 1.0 and b["db_match"] is False and b["db_compared"] is False
+        env.call("toggle_data", {})  # data off again: an assertion fails
+        assert score(task, c, env, other_state)[0] == 0.0
+    finally:
+        env.close()

@@ -231,8 +231,11 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     expect = {"actions": actions, "outputs": [str(x) for x in crit.get("communicate_info") or []],
               "nl_assertions": list(crit.get("nl_assertions") or []), "assert": asserts,
               "transfer": any(TRANSFER in a for a in actions)}
+    expect = {k: v for k, v in expect.items() if v}
+    if "DB" not in (crit.get("reward_basis") or ["DB"]):  # τ² telecom rewards by its env assertions only
+        expect["compare_db"] = False
     out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
-           "setup": setup, "expect": {k: v for k, v in expect.items() if v}, "tags": ["tau2"]}
+           "setup": setup, "expect": expect, "tags": ["tau2"]}
     return {k: v for k, v in out.items() if v not in (None, [], {})}
 
 

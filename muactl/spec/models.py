@@ -351,7 +351,8 @@ class Assertion(Strict):
 
 class Expect(Strict):
     """How success is checked. An episode pays 1 only if all hold: it ended with the user's stop (or, with
-    transfer, the agent's transfer tool call); the final database equals the one the gold actions make;
+    transfer, the agent's transfer tool call); the final database equals the one the gold actions make
+    (unless compare_db is false);
     every output was shown to the user; every SQL assertion holds; every NL assertion holds when a judge
     is given. Else 0."""
 
@@ -365,6 +366,9 @@ class Expect(Strict):
         "(12 is not in 112 or a12, $50 is not in $500, 1,000 = 1000 = 1000.00); a JSON list or object counts when "
         "each of its values does.")
     assert_: list[Assertion] = Field(default_factory=list, alias="assert", description="SQL checks on the final state.")
+    compare_db: bool = Field(True, description="Whether the final database must equal the gold path's. false: "
+                             "only the assertions (and outputs, ending) decide, as τ² telecom rewards by its "
+                             "env assertions; the breakdown still reports db_match.")
     transfer: bool = Field(False, description="Whether the correct ending is the agent's transfer tool call (the "
                            "user's ###TRANSFER### earns nothing).")
     nl_assertions: list[str] = Field(
