@@ -126,7 +126,8 @@ _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may
 
 class ScriptedUser(UserSimulator):
     """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
-    answers confirmations as the task says (user.consent), and stops when the agent no longer asks anything. For tests, cheap
+    answers confirmations as the task says (user.consent), makes the gold path's user-side calls when the
+    agent names them, and stops when the agent no longer asks anything. For tests, cheap
     debugging and CPU training; it does not change its mind or wander like an LLM user."""
 
     name = "scripted"
