@@ -116,7 +116,7 @@ def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
     from ruamel.yaml.comments import CommentedMap
 
     yaml = YAML()
-    yaml.width = 110
+    yaml.width = 4096  # never re-fold: a fold inside a more-indented SQL line would put a newline in a string literal
     data = yaml.load(domain_yaml.read_text())
     for name, tool in data["tools"].items():
         if name not in docs:
