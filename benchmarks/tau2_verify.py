@@ -83,6 +83,9 @@ def main() -> None:
         print(f"{domain:8} {r['tasks']:5} {pct(r['db_same'], r['tasks']):>9} {r['calls']:5} "
               f"{pct(r['error_same'], r['calls']):>10} {r['outputs']:7} {pct(r['output_same'], r['outputs']):>11} "
               f"{r['oracle']:6.2f} {r['yaml_lines']:10} {r['py_lines']:11}")
+        if r["probes"]:
+            print(f"{'':8} + {r['probes']} calls off the gold paths (τ²'s tools probed after the setup): "
+                  f"{pct(r['probe_same'], r['probes'])} same error/output")
         for line in r["mismatches"][:10]:
             print("   ", line)
 

@@ -73,6 +73,7 @@ def test_import_matches_tau2s_own_tools(domain, tmp_path, monkeypatch):
     assert got["db_same"] == got["tasks"] == len(truth(domain)["tasks"])
     assert got["error_same"] == got["calls"]
     assert got["output_same"] >= 0.99 * got["outputs"]
+    assert got["probe_same"] == got["probes"] == (640 if domain == "telecom" else 0)  # calls off the gold paths
     r = runner.invoke(app, ["eval", f"tau2-{domain}", "--agent", "oracle", "--user", "scripted", "--split", "all"])
     assert r.exit_code == 0, r.output
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())

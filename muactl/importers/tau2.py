@@ -337,11 +337,11 @@ def verify(opened, truth: dict) -> dict[str, Any]:
     """Replay every task's gold path on muactl's import and compare with τ²'s recorded results
     (tests/data/tau2/<domain>.json). Returns counts and the first mismatches, for the table."""
     from ..spec.models import call_parts
-    from .tau2_truth import output_digest, tau2_hash
+    from .tau2_truth import PROBES, output_digest, tau2_hash
 
     by_id = {t.task.id: t for t in opened.tasks}
     n_tasks = db_same = 0
-    n_calls = error_same = output_same = n_outputs = 0
+    n_calls = error_same = output_same = n_outputs = n_probes = probe_same = 0
     mismatches: list[str] = []
     for raw_id, rec in truth["tasks"].items():
         t = by_id.get(task_id(raw_id))
@@ -379,5 +379,19 @@ def verify(opened, truth: dict) -> dict[str, Any]:
                 mismatches.append(f"task {raw_id}: final database differs from τ²'s")
         finally:
             env.close()
+        if "probes" in rec:  # calls off the gold path, on the state after the setup
+            env = opened.compiled.environment()
+            try:
+                env.replay(t.task.setup)
+                for (_, name, args), (error, output) in zip(PROBES[truth["domain"]], rec["probes"]):
+                    got = env.call(name, args)
+                    n_probes += 1
+                    if got.error and got.content == error or not got.error and output_digest(got.content) == output:
+                        probe_same += 1
+                    else:
+                        mismatches.append(f"task {raw_id} probe {name}({args}): {got.content[:120]!r} differs from τ²'s")
+            finally:
+                env.close()
     return {"tasks": n_tasks, "db_same": db_same, "calls": n_calls, "error_same": error_same,
-            "outputs": n_outputs, "output_same": output_same, "mismatches": mismatches}
+            "outputs": n_outputs, "output_same": output_same, "probes": n_probes, "probe_same": probe_same,
+            "mismatches": mismatches}
