@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from muactl.importers.tau2_truth import changed_records, output_digest, tau2_hash  # noqa: E402
+from muactl.importers.tau2_truth import PROBE_EVERY, PROBES, changed_records, output_digest, tau2_hash  # noqa: E402
 
 DOMAINS = ("retail", "airline", "telecom")
 
@@ -50,19 +50,26 @@ def record(domain: str) -> dict:
     mod = importlib.import_module(f"tau2.domains.{domain}.environment")
     tasks = mod.get_tasks(task_split_name="base")
     out = {}
-    for task in tasks:
+
+    def prepared(task):
         env = mod.get_environment()
         init = task.initial_state
         env.set_state(init.initialization_data if init else None,
                       init.initialization_actions if init else None, [])
+        return env
+
+    def result(env, i, name, args, requestor) -> dict:
+        msg = env.get_response(ToolCall(id=str(i), name=name, arguments=args, requestor=requestor))
+        return {"name": name, "error": msg.content if msg.error else None,
+                "output": None if msg.error else output_digest(msg.content)}
+
+    for n, task in enumerate(tasks):
+        env = prepared(task)
         before, user_before = dump(env.tools), dump(env.user_tools)
         actions = []
         crit = task.evaluation_criteria
         for i, action in enumerate(crit.actions or [] if crit else []):
-            msg = env.get_response(ToolCall(id=str(i), name=action.name, arguments=action.arguments,
-                                            requestor=action.requestor))
-            actions.append({"name": action.name, "error": msg.content if msg.error else None,
-                            "output": None if msg.error else output_digest(msg.content)})
+            actions.append(result(env, i, action.name, action.arguments, action.requestor))
         after, user_after = dump(env.tools), dump(env.user_tools)
         entry = {"db_hash": tau2_hash(after), "changed": changed_records(before, after), "actions": actions}
         if user_after is not None:
@@ -70,6 +77,10 @@ def record(domain: str) -> dict:
             entry["user_changed"] = changed_records(user_before, user_after)
         if crit and crit.env_assertions:
             entry["assertions"] = [env.run_env_assertion(a, raise_assertion_error=False) for a in crit.env_assertions]
+        if domain in PROBES and n % PROBE_EVERY == 0:
+            env = prepared(task)
+            entry["probes"] = [[r["error"], r["output"]] for r in
+                               (result(env, i, name, args, req) for i, (req, name, args) in enumerate(PROBES[domain]))]
         out[task.id] = entry
     return out
 

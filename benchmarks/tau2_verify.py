@@ -1,6 +1,7 @@
 """muactl's τ²-bench import checked against τ²'s own tools, per domain: tasks whose final database
 equals τ²'s (τ²'s hash recipe), gold calls with the same error/no-error outcome and text, outputs equal
-as parsed JSON; plus the oracle's score and the lines of muactl's YAML against τ²'s tools.py.
+as parsed JSON; plus the oracle's score and the lines of muactl's YAML against τ²'s tools.py (telecom:
+with user_tools.py).
 
 The ground truth is tests/data/tau2/<domain>.json (written by benchmarks/tau2_record.py). Needs a
 τ²-bench checkout for the data (README, "τ²-bench"):
@@ -71,7 +72,7 @@ def main() -> None:
     if not args.checkout:
         ap.error("give a τ²-bench checkout (or set TAU2_BENCH)")
     print(f"{'domain':8} {'tasks':>5} {'same DB':>9} {'calls':>5} {'same error':>10} {'outputs':>7} "
-          f"{'same output':>11} {'oracle':>6} {'YAML lines':>10} {'τ² tools.py':>11}")
+          f"{'same output':>11} {'oracle':>6} {'YAML lines':>10} {'τ² tools':>11}")
     from muactl.importers.tau2 import HERE
 
     for domain in args.domain or ["retail", "airline", "telecom"]:
@@ -83,6 +84,9 @@ def main() -> None:
         print(f"{domain:8} {r['tasks']:5} {pct(r['db_same'], r['tasks']):>9} {r['calls']:5} "
               f"{pct(r['error_same'], r['calls']):>10} {r['outputs']:7} {pct(r['output_same'], r['outputs']):>11} "
               f"{r['oracle']:6.2f} {r['yaml_lines']:10} {r['py_lines']:11}")
+        if r["probes"]:
+            print(f"{'':8} + {r['probes']} calls off the gold paths (τ²'s tools probed after the setup): "
+                  f"{pct(r['probe_same'], r['probes'])} same error/output")
         for line in r["mismatches"][:10]:
             print("   ", line)
 

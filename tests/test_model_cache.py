@@ -57,17 +57,17 @@ def test_two_processes_building_the_tiny_model_at_once(tmp_path):
 
     code = textwrap.dedent("""\
         import time
-        import muactl.models as models
+        import muactl.models.tiny as tiny
         from muactl.domain.open import open_domain
 
-        real = models.save_atomically
+        real = tiny.save_atomically
 
         def slow(model, tokenizer, out):  # widen the window in which both processes are building
             time.sleep(1.5)
             return real(model, tokenizer, out)
 
-        models.save_atomically = slow
-        print(models.tiny_path(open_domain("bank", with_tasks=False).compiled))
+        tiny.save_atomically = slow
+        print(tiny.tiny_path(open_domain("bank", with_tasks=False).compiled))
         """)
     env = dict(os.environ, MUACTL_CACHE=str(tmp_path / "cache"))
     results = _run_twice(code, env=env)

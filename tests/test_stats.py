@@ -33,6 +33,7 @@ def test_paired_difference_separates_a_consistent_gain_that_unpaired_intervals_c
     d, lo, hi = paired(after, before)
     assert abs(d - 0.25) < 1e-9 and lo > 0
     assert verdict(lo, hi).startswith("a gain")
+    assert verdict(0.0, 0.0).startswith("no change")
     assert verdict(-0.1, 0.2).startswith("within noise") and verdict(-0.3, -0.1).startswith("a loss")
 
 

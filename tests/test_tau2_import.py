@@ -47,7 +47,7 @@ def test_import_of_a_folder_that_is_not_tau2_is_a_clear_error(tmp_path):
     r = runner.invoke(app, ["import", "tau2", str(tmp_path), "--domain", "shipping"])
     assert r.exit_code == 2 and "retail, airline, telecom" in r.output
     r = runner.invoke(app, ["import", "tau2", str(tmp_path), "--domain", "telecom"])
-    assert r.exit_code == 2 and "not importable yet" in r.output
+    assert r.exit_code == 2 and "user_db.toml" in r.output and "tech_support_manual.md" in r.output
 
 
 @needs_tau2
@@ -63,13 +63,17 @@ def test_import_matches_tau2s_own_tools(domain, tmp_path, monkeypatch):
     r = runner.invoke(app, ["import", "tau2", CHECKOUT, "--domain", domain])
     assert r.exit_code == 2 and "--force" in r.output  # an earlier import is never overwritten silently
     opened = validate_domain(f"tau2-{domain}")  # every gold path replays, expected failures included
-    docs = tool_docs(Path(CHECKOUT) / "src" / "tau2" / "domains" / domain / "tools.py")
-    assert opened.compiled.tools["get_user_details"].description == docs["get_user_details"][0]  # τ²'s own text
+    code = Path(CHECKOUT) / "src" / "tau2" / "domains" / domain
+    for file, tool in (("tools.py", "get_customer_by_id" if domain == "telecom" else "get_user_details"),
+                       ("user_tools.py", "toggle_data" if domain == "telecom" else None)):
+        if tool:  # τ²'s own text, for the agent's tools and the user's
+            assert opened.compiled.tools[tool].description == tool_docs(code / file)[tool][0]
     got = verify(opened, truth(domain))
     assert got["mismatches"] == []
     assert got["db_same"] == got["tasks"] == len(truth(domain)["tasks"])
     assert got["error_same"] == got["calls"]
     assert got["output_same"] >= 0.99 * got["outputs"]
+    assert got["probe_same"] == got["probes"] == (640 if domain == "telecom" else 0)  # calls off the gold paths
     r = runner.invoke(app, ["eval", f"tau2-{domain}", "--agent", "oracle", "--user", "scripted", "--split", "all"])
     assert r.exit_code == 0, r.output
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())

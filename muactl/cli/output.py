@@ -104,11 +104,11 @@ def print_before_after(state: dict) -> None:
     from ..runs.stages import comparisons
     from ..runs.stats import bootstrap, verdict
 
-    table = Table("model", "checkpoint", "pass^1", "95% interval", "first call right", "gold calls made", "avg turns",
-                  title="before / after")
+    table = Table("model", "pass^1 [95% interval]", "first call right", "gold calls made", "avg turns",
+                  title="before / after (checkpoints: stages.json)")
     for label, r in rows.items():
         _, lo, hi = bootstrap({"0": r["per_task"]}) if r.get("per_task") else (None, None, None)
-        table.add_row(label, str(r["model"]), fmt_value(r.get("pass^1")), f"[{lo:.2f}, {hi:.2f}]" if lo is not None else "-",
+        table.add_row(label, fmt_value(r.get("pass^1")) + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None else ""),
                       fmt_value(r.get("first_call_right")), fmt_value(r.get("gold_calls_made")), fmt_value(r.get("avg_turns")))
     Console().print(table)
     for name, (d, lo, hi) in comparisons(rows):  # paired over the same tasks: the honest test of a gain

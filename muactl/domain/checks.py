@@ -58,6 +58,14 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
     if view_problems:
         conn.close()
         return problems  # tools read the views
+    for i, sql in enumerate(d.database.after_write):
+        error = explain(conn, guard, sql, "write")
+        if not error and sql.split(None, 1)[0].upper() not in ("INSERT", "UPDATE", "DELETE", "REPLACE", "WITH"):
+            error = "only INSERT, UPDATE or DELETE on declared tables is allowed here"
+        if not error and param_names(sql):  # nothing binds them after an arbitrary tool's call
+            error = f"after_write statements take no parameters (:{param_names(sql)[0]}); read values from the tables"
+        if error:
+            problems.append(doc.problem(("database", "after_write", i), error))
     for name, tool in d.tools.items():
         if isinstance(tool, m.SqlTool):
             problems.extend(_check_sql_tool(spec, name, tool, conn, guard))

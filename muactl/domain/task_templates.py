@@ -207,7 +207,7 @@ def replay_gold(task: m.Task, domain) -> str:
         for a in task.expect.assert_:
             ok, why = assertion_result(env, a)
             if not ok:
-                return f"assertion {a.query!r} does not hold after the gold actions: {why}"
+                return f"assertion {a.query or a.call!r} does not hold after the gold actions: {why}"
         return ""
     finally:
         env.close()

@@ -49,6 +49,12 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
                     problems.append(t.problem(path0 + (i, tool_name), f"arguments break {tool_name}'s schema: {err}"))
                     bad = True
         for i, a in enumerate(task.expect.assert_ if conn is not None else ()):
+            if a.call is not None:
+                error = _assert_call_error(a.call, tools, dropped)
+                if error:
+                    problems.append(t.problem(("expect", "assert", i, "call"), error))
+                    bad = True
+                continue
             error = explain(conn, guard, a.query, "read")
             if not error and param_names(a.query):  # nothing binds them: replay would fail with a driver error
                 error = f"assertions take no parameters (:{param_names(a.query)[0]}); write the value into the SQL"
@@ -60,6 +66,21 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
     if conn is not None:
         conn.close()
     return problems
+
+
+def _assert_call_error(call: dict, tools: dict, dropped) -> str | None:
+    """Why an assertion's tool call cannot run on a final state (None when it can): an assertion reads."""
+    name, args = m.call_parts(call)
+    if name not in tools:
+        return None if ("tools", name) in dropped else f"undefined tool '{name}'{hint(name, tools)}"
+    tool = tools[name]
+    if tool is None:
+        return None
+    if tool.kind != "sql" or tool.spec.writes:
+        return (f"tool '{name}' {'writes' if tool.kind == 'sql' else f'is a {tool.kind} tool'}; an assertion may "
+                "call only a sql tool without writes (it reads the final state)")
+    errors = tool.argument_errors(args)
+    return f"arguments break {name}'s schema: {errors[0]}" if errors else None
 
 
 def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Problem]:

@@ -12,9 +12,9 @@ from typing import Any
 
 from ..spec import models as m
 from .sandbox import new_env
-from .values import decode_json_text
 from .statehash import distance as delta_distance
 from .statehash import template_key
+from .values import decode_json_text
 
 
 def values_equal(got: Any, want: Any) -> bool:
@@ -32,12 +32,25 @@ def values_equal(got: Any, want: Any) -> bool:
 
 
 def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
-    """Evaluate one SQL assertion on an environment's state. Returns (holds, explanation)."""
-    try:
-        _, rows = env.select(assertion.query)
-    except sqlite3.Error as e:
-        return False, f"query failed: {e}"
-    got = rows[0][0] if rows else None
+    """Evaluate one assertion (SQL, or a read-only tool call) on an environment's state. Returns (holds,
+    explanation)."""
+    if assertion.call is not None:
+        name, args = m.call_parts(assertion.call)
+        result = env.call(name, args)  # validate makes sure the tool writes nothing
+        if result.error:
+            return False, f"{name} failed: {result.content}"
+        got = decode_json_text(result.content)
+        if isinstance(got, str):
+            try:
+                got = json.loads(got)  # true, false, numbers
+            except ValueError:
+                pass
+    else:
+        try:
+            _, rows = env.select(assertion.query)
+        except sqlite3.Error as e:
+            return False, f"query failed: {e}"
+        got = rows[0][0] if rows else None
     if "equals" in assertion.model_fields_set:
         ok = values_equal(got, assertion.equals)
         return ok, "" if ok else f"got {got!r}, expected {assertion.equals!r}"

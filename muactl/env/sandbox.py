@@ -5,7 +5,8 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
 - arguments are checked against the tool's JSON schema before any SQL runs;
 - only the domain's declared statements run, with bound parameters;
 - reads run with `query_only` on and the authorizer in read mode;
-- checks and writes run in one transaction that rolls back on any failure;
+- checks and writes run in one transaction that rolls back on any failure (with the domain's
+  after_write statements, run once the result is read);
 - a failure is data: call() returns ToolResult(error=True) and the episode goes on;
 - python handlers run only with trust, in a child process with a timeout;
 - acall() does the tool's work (argument validation, SQL, Python) on a worker thread, one call at a time
@@ -287,6 +288,11 @@ class Environment:
                         conn.execute(statement, bound)
                     guard.mode = "read"
                     result = self._result(tool, bound, args)
+                    if writes and not result.error:  # after the result is read: the tool reports its own effect
+                        guard.mode = "write"
+                        for statement in self.domain.spec.domain.database.after_write:
+                            conn.execute(statement)
+                        guard.mode = "read"
                     if writes or spec.checks:
                         self._txn("ROLLBACK" if result.error else "COMMIT")
                         result.changed = writes and not result.error

@@ -77,7 +77,8 @@ def ended_as_expected(task, episode) -> bool:
 
 
 def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
-    """1.0 only if the episode ended as expected, the final DB equals the gold replay's, every required
+    """1.0 only if the episode ended as expected, the final DB equals the gold replay's (when the task
+    compares it), every required
     output was shown to the user, every SQL assertion holds and, when a judge was given
     (`nl_verdicts`), every natural-language assertion holds. Returns the value and its breakdown."""
     expect = task.task.expect
@@ -88,13 +89,13 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
     asserts = []
     for a in expect.assert_:
         ok, why = assertion_result(env, a)
-        asserts.append({"query": a.query, "ok": ok, "why": why})
+        asserts.append({"query": a.query or json.dumps(a.call, default=str), "ok": ok, "why": why})
     judged = nl_verdicts is not None and bool(expect.nl_assertions)
     nl = nl_verdicts if judged else [{"assertion": s, "ok": None, "reason": "not judged (no --judge)"}
                                      for s in expect.nl_assertions]
-    success = (ended and db_match and all(outputs.values()) and all(a["ok"] for a in asserts)
+    success = (ended and (db_match or not expect.compare_db) and all(outputs.values()) and all(a["ok"] for a in asserts)
                and (not judged or all(v["ok"] for v in nl)))
-    breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match,
+    breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match, "db_compared": expect.compare_db,
                  "outputs": outputs, "assertions": asserts, "nl_assertions": nl, "nl_judged": judged,
                  "success": success, "partial": partial_credit(task, episode)}
     return (1.0 if success else 0.0), breakdown

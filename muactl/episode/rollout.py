@@ -128,7 +128,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 t0 = time.perf_counter()
                 before = progress.distance(env) if progress else None
                 tool = domain.tools.get(call["name"])
-                if tool is not None and tool.side == "user":  # the user's own controls are not the agent's
+                if tool is not None and tool.side != "agent":  # the user's own controls (or setup's) are not the agent's
                     result = ToolResult(f"Error: unknown tool '{call['name']}'.", error=True)
                 else:
                     result = await env.acall(call["name"], call["arguments"])

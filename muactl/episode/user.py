@@ -117,7 +117,8 @@ _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may
 
 class ScriptedUser(UserSimulator):
     """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
-    answers confirmations as the task says (user.consent), and stops when the agent no longer asks anything. For tests, cheap
+    answers confirmations as the task says (user.consent), makes the gold path's user-side calls when the
+    agent names them, and stops when the agent no longer asks anything. For tests, cheap
     debugging and CPU training; it does not change its mind or wander like an LLM user."""
 
     name = "scripted"
@@ -129,6 +130,9 @@ class ScriptedUser(UserSimulator):
         last = (agent_msgs[-1].get("content") or "") if agent_msgs else ""
         if not said:
             return UserReply(first_person(goal.reason))
+        done = await self._user_side_call(ctx, last)
+        if done is not None:
+            return UserReply(done)
         if _CONFIRM.search(last):
             return UserReply("Yes, please go ahead." if goal.consent else "No, please do not make that change.")
         if _ASK.search(last):
@@ -139,6 +143,24 @@ class ScriptedUser(UserSimulator):
                 return UserReply("I don't know that, sorry.")
             return UserReply("", "user_stop")
         return UserReply("Thank you, that's all.", "user_stop")
+
+    @staticmethod
+    async def _user_side_call(ctx: EpisodeContext, last: str) -> str | None:
+        """Dual control: when the agent's last message names the next user-side call of the task's gold
+        path ("toggle data" for toggle_data), make it on the sandbox and report what it showed."""
+        from ..spec.models import call_parts
+
+        mine = [call_parts(c) for c in ctx.task.task.expect.actions
+                if getattr(ctx.domain.tools.get(call_parts(c)[0]), "side", None) == "user"]
+        log = ctx.state.setdefault("user_tool_log", [])
+        if len(log) >= len(mine):
+            return None
+        name, args = mine[len(log)]
+        if name.replace("_", " ") not in last.lower():
+            return None
+        result = await ctx.env.acall(name, args)
+        log.append(f"- {name}({args}) -> {result.content[:200]}")
+        return f"Done. {result.content}"
 
 
 # ---------------------------------------------------------------- LLM users

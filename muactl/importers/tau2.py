@@ -9,8 +9,12 @@ time: the database, the policy, the tasks and their train/test split.
 task_instructions (persona first) -> user.reason / known / unknown / instructions; gold actions ->
 expect.actions (a gold call that fails in τ² too carries its `error:` text); communicate_info ->
 expect.outputs; nl_assertions -> expect.nl_assertions; a transfer_to_human_agents gold call ->
-expect.transfer; initialization actions -> setup. split_tasks.json's train and test lists -> train.yaml
-and test.yaml.
+expect.transfer; initialization actions -> setup; env_assertions -> `assert: [{call: ...}]` of the
+domain's side: env tools. split_tasks.json's train and test lists -> train.yaml and test.yaml.
+
+Telecom (dual control) differs in its data only: a TOML database whose tables are lists, the user's
+phone in user_db.toml (the device and surroundings tables, one row each, τ²'s model defaults filled
+in), and a policy in two files (main policy and tech support manual).
 """
 
 from __future__ import annotations
@@ -28,6 +32,21 @@ from ..env.sandbox import new_env
 HERE = Path(__file__).resolve().parent / "tau2_domains"
 DOMAINS = ("retail", "airline", "telecom")
 TRANSFER = "transfer_to_human_agents"
+# τ² data files per domain (db and policy differ for telecom)
+FILES = {"retail": ["db.json", "policy.md"], "airline": ["db.json", "policy.md"],
+         "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"]}
+# telecom's user database: τ²'s model defaults for what user_db.toml leaves out (user_data_model.py)
+USER_DEFAULTS = {
+    "device": {"wifi_ssid": None, "vpn_details": None,
+               "active_apn_settings": {"apn_name": "internet", "reset_at_reboot": False, "mms_apn": "mms",
+                                       "mmsc_url": "http://mms.carrier.com/mms/wapenc", "mms_proxy": None,
+                                       "mms_port": None}},
+    "surroundings": {"name": None, "phone_number": None, "is_abroad": False, "roaming_allowed": False,
+                     "signal_strength": {"2G": "poor", "3G": "fair", "4G": "good", "5G": "excellent"},
+                     "mobile_data_usage_exceeded": False, "line_active": True, "payment_request": None},
+}
+# τ² dumps datetimes with str(): a space, not 'T', between date and time (dates are plain ISO)
+DATETIMES = {"devices": ("activation_date", "last_esim_transfer_date"), "customers": ("created_at",)}
 
 
 def domain_name(domain: str) -> str:
@@ -37,7 +56,7 @@ def domain_name(domain: str) -> str:
 def data_dir(checkout: Path, domain: str) -> Path:
     """The τ² domain's data folder; a clear error when the checkout is not a τ²-bench one."""
     folder = checkout / "data" / "tau2" / "domains" / domain
-    needed = ["db.json", "tasks.json", "split_tasks.json", "policy.md"]
+    needed = ["tasks.json", "split_tasks.json", *FILES[domain]]
     missing = [n for n in needed if not (folder / n).is_file()]
     if missing:
         raise UsageError(f"{checkout} is not a τ²-bench checkout with the {domain} domain: missing "
@@ -98,7 +117,7 @@ def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
     from ruamel.yaml.comments import CommentedMap
 
     yaml = YAML()
-    yaml.width = 110
+    yaml.width = 4096  # never re-fold: a fold inside a more-indented SQL line would put a newline in a string literal
     data = yaml.load(domain_yaml.read_text())
     for name, tool in data["tools"].items():
         if name not in docs:
@@ -117,11 +136,44 @@ def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
 # ---------------------------------------------------------------- database
 
 
+def load_db(src: Path, domain: str) -> dict:
+    """τ²'s database as table -> records; telecom's also holds the user's phone (device, surroundings)."""
+    if domain != "telecom":
+        return json.loads((src / "db.json").read_text())
+    import tomllib
+
+    db = tomllib.loads((src / "db.toml").read_text())
+    user = tomllib.loads((src / "user_db.toml").read_text())
+    for table, defaults in USER_DEFAULTS.items():
+        record = {**defaults, **user.get(table, {})}
+        for key, value in defaults.items():
+            if isinstance(value, dict) and isinstance(record[key], dict):
+                record[key] = {**value, **record[key]}
+        db[table] = [record]
+    for table, columns in DATETIMES.items():
+        for record in db.get(table, []):
+            for col in columns:
+                if isinstance(record.get(col), str):
+                    record[col] = record[col].replace("T", " ")
+    return db
+
+
+def policy_text(src: Path, domain: str) -> str:
+    if domain != "telecom":
+        return (src / "policy.md").read_text()
+    # as τ²'s telecom environment joins them (manual tech support policy)
+    return ("<main_policy>\n" + (src / "main_policy.md").read_text() + "\n</main_policy>\n<tech_support_policy>\n"
+            + (src / "tech_support_manual.md").read_text() + "\n</tech_support_policy>")
+
+
 def seed_rows(db: dict, tables: dict) -> dict[str, list[dict]]:
-    """τ²'s database (table -> id -> record) as rows of the declared columns (absent fields as null)."""
+    """τ²'s database (table -> id -> record, or table -> list of records) as rows of the declared columns
+    (absent fields as null)."""
     out = {}
     for table, spec in tables.items():
         records = db.get(table)
+        if isinstance(records, list):
+            records = dict(enumerate(records))
         if not isinstance(records, dict):
             raise UsageError(f"τ² database has no '{table}' mapping; is the checkout at commit a2c0247?")
         rows = []
@@ -134,22 +186,30 @@ def seed_rows(db: dict, tables: dict) -> dict[str, list[dict]]:
     return out
 
 
-def tau2_dump(env) -> dict:
-    """A muactl sandbox's state in the shape of τ²'s model_dump, for τ²'s hash recipe."""
+def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
+    """A muactl sandbox's state in the shape of τ²'s model_dumps, for τ²'s hash recipe: the agent's
+    database (retail, airline: table -> id -> record; telecom: table -> list in row order) and the
+    user's (telecom: table -> its one record; else empty)."""
     from ..env.values import typed
 
-    out = {}
+    agent, user = {}, {}
     for table, spec in env.domain.tables.items():
-        pk = spec.pk_columns()[0]
-        records = {}
-        for row in env.rows(table):
+        cols = list(spec.columns)
+        sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}" ORDER BY rowid'
+        records = []
+        for row in env.conn.execute(sql):
             rec = {}
-            for col, ctype in spec.columns.items():
-                value = typed(row[col], ctype)
-                rec[col] = float(value) if ctype == "real" and value is not None else value
-            records[rec[pk]] = rec
-        out[table] = records
-    return out
+            for col, value in zip(cols, row):
+                value = typed(value, spec.columns[col])
+                rec[col] = float(value) if spec.columns[col] == "real" and value is not None else value
+            records.append(rec)
+        if not spec.pk_columns():
+            user[table] = records[0] if records else None
+        elif domain == "telecom":
+            agent[table] = records
+        else:
+            agent[table] = {rec[spec.pk_columns()[0]]: rec for rec in records}
+    return agent, user
 
 
 # ---------------------------------------------------------------- tasks
@@ -167,11 +227,16 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     actions = [{a["name"]: a.get("arguments") or {}} for a in crit.get("actions") or []]
     init = task.get("initial_state") or {}
     setup = [{c["func_name"]: c.get("arguments") or {}} for c in init.get("initialization_actions") or []]
+    asserts = [{"call": {a["func_name"]: a.get("arguments") or {}}, "equals": a.get("assert_value", True)}
+               for a in crit.get("env_assertions") or []]
     expect = {"actions": actions, "outputs": [str(x) for x in crit.get("communicate_info") or []],
-              "nl_assertions": list(crit.get("nl_assertions") or []),
+              "nl_assertions": list(crit.get("nl_assertions") or []), "assert": asserts,
               "transfer": any(TRANSFER in a for a in actions)}
+    expect = {k: v for k, v in expect.items() if v}
+    if "DB" not in (crit.get("reward_basis") or ["DB"]):  # τ² telecom rewards by its env assertions only
+        expect["compare_db"] = False
     out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
-           "setup": setup, "expect": {k: v for k, v in expect.items() if v}, "tags": ["tau2"]}
+           "setup": setup, "expect": expect, "tags": ["tau2"]}
     return {k: v for k, v in out.items() if v not in (None, [], {})}
 
 
@@ -222,7 +287,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     existing = [p for p in (dest_domain, dest_tasks) if p.exists()]
     if existing and not force:
         raise ScaffoldExists(f"{existing[0]} exists; pass --force to replace it")
-    db = json.loads((src / "db.json").read_text())
+    db = load_db(src, domain)
     raw_tasks = json.loads((src / "tasks.json").read_text())
     splits = json.loads((src / "split_tasks.json").read_text())
     with tempfile.TemporaryDirectory(dir=project) as tmp:
@@ -230,8 +295,9 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
         d = stage / "domain"
         (d / "data").mkdir(parents=True)
         shutil.copyfile(yaml_path, d / "domain.yaml")
-        shutil.copyfile(src / "policy.md", d / "policy.md")
-        use_tau2_descriptions(d / "domain.yaml", tool_docs(checkout / "src" / "tau2" / "domains" / domain / "tools.py"))
+        (d / "policy.md").write_text(policy_text(src, domain))
+        code = checkout / "src" / "tau2" / "domains" / domain
+        use_tau2_descriptions(d / "domain.yaml", {**tool_docs(code / "user_tools.py"), **tool_docs(code / "tools.py")})
         spec = load_domain(d)
         for table, rows in seed_rows(db, spec.domain.database.tables).items():
             with open(d / "data" / f"{table}.jsonl", "w") as f:
@@ -272,11 +338,11 @@ def verify(opened, truth: dict) -> dict[str, Any]:
     """Replay every task's gold path on muactl's import and compare with τ²'s recorded results
     (tests/data/tau2/<domain>.json). Returns counts and the first mismatches, for the table."""
     from ..spec.models import call_parts
-    from .tau2_truth import output_digest, tau2_hash
+    from .tau2_truth import PROBES, output_digest, tau2_hash
 
     by_id = {t.task.id: t for t in opened.tasks}
     n_tasks = db_same = 0
-    n_calls = error_same = output_same = n_outputs = 0
+    n_calls = error_same = output_same = n_outputs = n_probes = probe_same = 0
     mismatches: list[str] = []
     for raw_id, rec in truth["tasks"].items():
         t = by_id.get(task_id(raw_id))
@@ -287,6 +353,7 @@ def verify(opened, truth: dict) -> dict[str, Any]:
         env = new_env(opened.compiled)
         try:
             env.replay(t.task.setup)
+            domain = truth.get("domain", "retail")
             for i, (call, want) in enumerate(zip(t.task.expect.actions, rec["actions"])):
                 name, args = call_parts(call)
                 got = env.call(name, args)
@@ -303,11 +370,29 @@ def verify(opened, truth: dict) -> dict[str, Any]:
                     else:
                         mismatches.append(f"task {raw_id} call {i} {name}: output differs from τ²'s")
             n_tasks += 1
-            if tau2_hash(tau2_dump(env)) == rec["db_hash"]:
+            agent_db, user_db = tau2_dump(env, domain)
+            same = tau2_hash(agent_db) == rec["db_hash"]
+            if "user_db_hash" in rec:  # dual control: the user's phone must end the same too
+                same = same and tau2_hash(user_db) == rec["user_db_hash"]
+            if same:
                 db_same += 1
             else:
                 mismatches.append(f"task {raw_id}: final database differs from τ²'s")
         finally:
             env.close()
+        if "probes" in rec:  # calls off the gold path, on the state after the setup
+            env = new_env(opened.compiled)
+            try:
+                env.replay(t.task.setup)
+                for (_, name, args), (error, output) in zip(PROBES[truth["domain"]], rec["probes"]):
+                    got = env.call(name, args)
+                    n_probes += 1
+                    if got.error and got.content == error or not got.error and output_digest(got.content) == output:
+                        probe_same += 1
+                    else:
+                        mismatches.append(f"task {raw_id} probe {name}({args}): {got.content[:120]!r} differs from τ²'s")
+            finally:
+                env.close()
     return {"tasks": n_tasks, "db_same": db_same, "calls": n_calls, "error_same": error_same,
-            "outputs": n_outputs, "output_same": output_same, "mismatches": mismatches}
+            "outputs": n_outputs, "output_same": output_same, "probes": n_probes, "probe_same": probe_same,
+            "mismatches": mismatches}

@@ -14,6 +14,48 @@ import json
 from typing import Any
 
 
+# Calls off the gold paths (telecom, where agents and users have the most to try): run after the setup of
+# every PROBE_EVERY-th task, in order, each on the state the previous ones left; recorded per call as
+# [error text or null, output digest or null]. (requestor, tool, args).
+# No connect_vpn: τ²'s default VPN details are one object shared by all tasks, which its break_vpn mutates.
+PROBE_EVERY = 12
+PROBES: dict[str, list[tuple[str, str, dict]]] = {"telecom": [
+    *(("assistant", name, args) for name, args in [
+        ("get_customer_by_phone", {"phone_number": "555-123-2002"}),
+        ("get_customer_by_phone", {"phone_number": "555-123-2005"}), ("get_customer_by_phone", {"phone_number": "0"}),
+        ("get_customer_by_id", {"customer_id": "C1002"}), ("get_customer_by_id", {"customer_id": "C9"}),
+        ("get_customer_by_name", {"full_name": "john smith", "dob": "1985-06-15"}),
+        *(("get_details_by_id", {"id": i}) for i in ("L1003", "D1001", "B1001", "C1003", "P1004", "X1", "L9")),
+        ("get_bills_for_customer", {"customer_id": "C1001"}), ("get_bills_for_customer", {"customer_id": "C1002", "limit": 1}),
+        ("get_data_usage", {"customer_id": "C1001", "line_id": "L1002"}),
+        ("get_data_usage", {"customer_id": "C1001", "line_id": "L1004"}),
+        ("suspend_line", {"customer_id": "C1002", "line_id": "L1005", "reason": "travel"}),
+        ("suspend_line", {"customer_id": "C1002", "line_id": "L1005", "reason": "travel"}),
+        ("resume_line", {"customer_id": "C1001", "line_id": "L1001"}),
+        ("send_payment_request", {"customer_id": "C1001", "bill_id": "B1002"}),
+        ("send_payment_request", {"customer_id": "C1001", "bill_id": "B1001"}),
+        ("disable_roaming", {"customer_id": "C1001", "line_id": "L1002"}),
+        ("disable_roaming", {"customer_id": "C1001", "line_id": "L1002"}),
+        ("enable_roaming", {"customer_id": "C1001", "line_id": "L1002"}),
+        ("refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": -1}),
+        ("refuel_data", {"customer_id": "C1002", "line_id": "L1006", "gb_amount": 1.5})]),
+    *(("user", name, args) for name, args in [
+        ("check_status_bar", {}), ("check_network_status", {}), ("check_network_mode_preference", {}),
+        ("run_speed_test", {}), ("check_sim_status", {}), ("check_data_restriction_status", {}),
+        ("check_apn_settings", {}), ("check_wifi_status", {}), ("check_wifi_calling_status", {}),
+        ("check_vpn_status", {}), ("check_installed_apps", {}), ("check_app_status", {"app_name": "messaging"}),
+        ("check_app_status", {"app_name": "camera"}), ("check_app_permissions", {"app_name": "browser"}),
+        ("check_app_permissions", {"app_name": "camera"}), ("can_send_mms", {}), ("check_payment_request", {}),
+        ("grant_app_permission", {"app_name": "messaging", "permission": "Camera"}),
+        ("grant_app_permission", {"app_name": "camera", "permission": "sms"}), ("toggle_wifi", {}),
+        ("check_wifi_status", {}), ("disconnect_vpn", {}), ("toggle_data_saver_mode", {}), ("run_speed_test", {}),
+        ("set_network_mode_preference", {"mode": "2g_only"}), ("run_speed_test", {}), ("can_send_mms", {}),
+        ("set_apn_settings", {"apn_settings": {"apn_name": "broken"}}), ("check_apn_settings", {}),
+        ("reset_apn_settings", {}), ("reboot_device", {}), ("check_apn_settings", {}), ("toggle_airplane_mode", {}),
+        ("toggle_wifi", {}), ("check_network_status", {}), ("make_payment", {}), ("check_payment_request", {})]),
+]}
+
+
 def tau2_hash(dump: Any) -> str:
     """τ²'s database hash: sha256 of json.dumps(model_dump, sort_keys=True, default=str)."""
     return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()

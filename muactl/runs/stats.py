@@ -41,6 +41,8 @@ def paired(after: Outcomes, before: Outcomes, reps: int = 4000, seed: int = 0) -
 
 def verdict(low: float, high: float) -> str:
     """Plain words for a difference's interval."""
+    if low == high == 0:
+        return "no change: the same tasks solved"
     if low > 0:
         return "a gain: the interval excludes 0"
     if high < 0:

@@ -15,6 +15,7 @@ from pydantic import (
     Field,
     Tag,
     field_validator,
+    model_validator,
 )
 
 from ..limits import (
@@ -32,6 +33,7 @@ from .generators import TableGen
 
 SPEC_VERSION = 1
 
+Side = Literal["agent", "user", "env"]
 ColumnType = Literal["text", "integer", "real", "boolean", "json"]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"  # matched whole (re.fullmatch: '$' would let a trailing newline in)
@@ -91,6 +93,11 @@ class Database(Strict):
         description="Named reusable SQL with parameters: name -> SQL text, pasted (in parentheses) where a tool's "
         "statement says {{name}}. A fragment may use the tool's :params and other fragments.",
     )
+    after_write: list[str] = Field(
+        default_factory=list,
+        description="Write statements run after every tool call that wrote (an agent's, the user's or a task's setup "
+        "call), once its result is read, in the same transaction: keeps derived state in step, e.g. the user's "
+        "phone with the network's records (tau2 telecom's sync). They take no parameters.")
     generate: dict[str, TableGen] | None = Field(
         None,
         description="Randomized instances (db=random): table -> how its rows are drawn from a seed. Tables are "
@@ -165,8 +172,9 @@ class Check(Strict):
 class ToolBase(Strict):
     description: str = Field(description="What the tool does; becomes the LLM schema's description and the docs.")
     params: dict[str, Param] = Field(default_factory=dict, description="Parameter name -> JSON-schema-like spec.")
-    side: Literal["agent", "user"] = Field(
-        "agent", description="Who may call it: the agent, or the user simulator (dual control, as in tau2 telecom)."
+    side: Side = Field(
+        "agent", description="Who may call it: the agent, the user simulator (dual control, as in tau2 telecom), or "
+        "env: neither, only a task's setup and `assert: [{call: ...}]` (e.g. putting the user's phone in a state)."
     )
 
 
@@ -198,7 +206,7 @@ class BuiltinTool(Strict):
     )
     description: str | None = Field(None, description="Overrides the built-in description.")
     message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.').")
-    side: Literal["agent", "user"] = "agent"
+    side: Side = "agent"
 
 
 class PythonTool(ToolBase):
@@ -223,7 +231,7 @@ class McpRef(Strict):
 class McpTool(Strict):
     mcp: McpRef
     description: str | None = Field(None, description="Overrides the server's description.")
-    side: Literal["agent", "user"] = "agent"
+    side: Side = "agent"
 
 
 TOOL_KINDS = ("builtin", "python", "simulated", "mcp")
@@ -328,13 +336,23 @@ ToolCall = Annotated[dict[str, dict[str, Any] | str | None], AfterValidator(_one
 
 
 class Assertion(Strict):
-    query: str = Field(description="SELECT over the final database state returning one value.")
+    query: str | None = Field(None, description="SELECT over the final database state returning one value.")
+    call: ToolCall | None = Field(
+        None, description="Instead of a query: a read-only tool call {tool: {arg: value}} on the final state (often a "
+        "side: env tool); its result, parsed as JSON when it is JSON, is the value compared.")
     equals: Any = Field(None, description="Expected value; when omitted the value must be true.")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "Assertion":
+        if (self.query is None) == (self.call is None):
+            raise ValueError("an assertion has either a 'query' (SQL) or a 'call' (a read-only tool call), not both")
+        return self
 
 
 class Expect(Strict):
     """How success is checked. An episode pays 1 only if all hold: it ended with the user's stop (or, with
-    transfer, the agent's transfer tool call); the final database equals the one the gold actions make;
+    transfer, the agent's transfer tool call); the final database equals the one the gold actions make
+    (unless compare_db is false);
     every output was shown to the user; every SQL assertion holds; every NL assertion holds when a judge
     is given. Else 0."""
 
@@ -348,6 +366,9 @@ class Expect(Strict):
         "(12 is not in 112 or a12, $50 is not in $500, 1,000 = 1000 = 1000.00); a JSON list or object counts when "
         "each of its values does.")
     assert_: list[Assertion] = Field(default_factory=list, alias="assert", description="SQL checks on the final state.")
+    compare_db: bool = Field(True, description="Whether the final database must equal the gold path's. false: "
+                             "only the assertions (and outputs, ending) decide, as τ² telecom rewards by its "
+                             "env assertions; the breakdown still reports db_match.")
     transfer: bool = Field(False, description="Whether the correct ending is the agent's transfer tool call (the "
                            "user's ###TRANSFER### earns nothing).")
     nl_assertions: list[str] = Field(

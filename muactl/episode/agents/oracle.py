@@ -3,7 +3,8 @@
 Used to check that tasks are sound (oracle + scripted user must score 100%), to make SFT data and to
 measure user simulators. It talks like a careful agent: asks for the user's details, asks for consent
 before each write and waits for it (a clear yes; a no, or no clear answer twice, means no write and
-nothing further), acts one tool call per turn, then reports the required outputs.
+nothing further), acts one tool call per turn, asks the user to make the gold path's user-side calls
+(dual control) in their turn, then reports the required outputs.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class OracleAgent(Agent):
             return AgentReply("I can help with that. Could you please give me the details I need to find your records?")
         if st["step"] < len(actions):
             name, args = actions[st["step"]]
+            tool = ctx.domain.tools.get(name)
+            if tool is not None and tool.side == "user":  # dual control: the user does it on their side
+                st["step"] += 1
+                return AgentReply(f"Please {_describe(name, args)} on your side, then tell me what you see.")
             if ctx.domain.writes(name):
                 if st["confirmed"] != st["step"]:
                     st["confirmed"] = st["step"]

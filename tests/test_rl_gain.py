@@ -1,0 +1,61 @@
+"""benchmarks/rl_gain.py: the table from recorded results (fast), and the whole harness on tiny (slow)."""
+
+import importlib.util
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("rl_gain", ROOT / "benchmarks" / "rl_gain.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _args(**kw):
+    base = dict(model="tiny", user="scripted", seeds=[0, 1], arms=["base", "sft", "sft+grpo", "grpo"], heldout=40,
+                eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4)
+    return Namespace(**{**base, **kw})
+
+
+def test_table_pairs_arms_over_seeds_and_instances():
+    rl = _module()
+    tasks = [f"i{k}" for k in range(40)]
+    # SFT solves the first 10 instances; GRPO after it 10 more on both seeds; GRPO alone nothing; base 2
+    results = {"base": {"heldout": {t: int(k < 2) for k, t in enumerate(tasks)}, "fixed": {"a": 0}}}
+    for s in (0, 1):
+        results[f"sft:{s}"] = {"heldout": {t: int(k < 10) for k, t in enumerate(tasks)}, "fixed": {"a": 1}}
+        results[f"sft+grpo:{s}"] = {"heldout": {t: int(k < 20) for k, t in enumerate(tasks)}, "fixed": {"a": 1}}
+        results[f"grpo:{s}"] = {"heldout": {t: 0 for t in tasks}, "fixed": {"a": 0}}
+    results["cost"] = {"train:sft:0": {"cpu_min": 2.0, "wall_min": 1.0}, "train:sft+grpo:0": {"cpu_min": 4.0, "wall_min": 2.0}}
+    text = rl.report(results, _args())
+    assert "| sft | 2 | 0.250 |" in text and "| sft+grpo | 2 | 0.500 |" in text and "| base | 1 | 0.050 |" in text
+    assert "| (SFT then GRPO) - (SFT only), paired | 2 | +0.250 |" in text
+    assert "held-out instances: a gain: the interval excludes 0" in text
+    assert "| sft+grpo | 1 | 4.0 | 2.0 |" in text  # CPU minutes per seed of the GRPO stage
+
+
+def test_a_seed_that_did_not_finish_is_left_out_not_guessed():
+    rl = _module()
+    results = {"sft:0": {"heldout": {"a": 1, "b": 0}, "fixed": {}}}
+    text = rl.report(results, _args(seeds=[0, 1], arms=["sft", "sft+grpo"]))
+    assert "| sft | 1 | 0.500 |" in text and "paired" not in text
+
+
+@pytest.mark.slow
+def test_harness_runs_every_arm_on_tiny(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--model", "tiny", "--seeds", "0",
+                          "--heldout", "3", "--sft-instances", "4", "--grpo-steps", "1", "--group-size", "2",
+                          "--tasks-per-step", "1", "--max-turns", "3", "--max-new-tokens", "8", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    for arm in ("base", "sft", "sft+grpo", "grpo"):
+        assert f"| {arm} | " in out.stdout
+    assert "(SFT then GRPO) - (SFT only), paired" in out.stdout
+    assert (tmp_path / "results.json").is_file() and (tmp_path / "table.md").is_file()
