@@ -10,7 +10,8 @@ engine (policy <-> simulated user <-> tools on a sandboxed database) and returns
     logprobs        the sampling logprobs (0 where env_mask is 0)
 
 so the policy-gradient loss touches only the policy's own tokens while conditioning on everything.
-Steps: rollout (this file) -> rewards -> group-normalized advantages and the clipped update (TRL).
+Steps: rollout (this file) -> rewards -> group-normalized advantages and the clipped update (TRL, with
+log-probs computed at the policy's tokens only: policy_tokens.py).
 
 Rewards:
 - binary (default, MUA-RL): 1 if the task succeeded (DESIGN.md "Reward"), else 0.
@@ -322,7 +323,9 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     datasets.disable_progress_bars()  # one-off map/filter bars of a few ms each only clutter the log
     from transformers import AutoModelForCausalLM, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
+
+    from .policy_tokens import PolicyTokenGRPOTrainer
 
     g = cfg.grpo
     opened = open_domain(cfg.domain, trust=cfg.trust)
@@ -365,9 +368,9 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     from .checkpoints import card_on_save, train_and_save
 
-    trainer = GRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,
-                          processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
-                          callbacks=[ToRunStore(), card_on_save(tokenizer)])
+    trainer = PolicyTokenGRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,
+                                     processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
+                                     callbacks=[ToRunStore(), card_on_save(tokenizer)])
 
     final = final or store.path / "checkpoint-final"
     result, seconds = train_and_save(trainer, tokenizer, out_dir, final, g.lora, True, log, "grpo")
