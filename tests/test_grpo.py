@@ -389,3 +389,89 @@ def test_one_grpo_step_with_policy_token_logps_trains(tmp_path):
     assert losses and all(math.isfinite(x) for x in losses)
     moved = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     assert len(moved) == len(before)
+
+
+# ---------------------------------------------------------------- held-out success during training
+
+
+def test_heldout_set_draws_from_the_test_stream_and_logs_pass1(tmp_path):
+    """Template instances for grpo.eval_tasks come from the test seed stream (training never draws there),
+    the same ones at every call; the live policy plays each greedily and pass^1 lands in the run's metrics."""
+    from muactl.config import compose
+    from muactl.env.user import ScriptedUser
+    from muactl.models import load_model
+    from muactl.runs import RunStore
+    from muactl.templates import TEST_BASE
+    from muactl.train.grpo import HeldOut, heldout_tasks
+    from muactl.validate import open_domain
+
+    cfg = compose(None, FAST + ["grpo.eval_every=1", "grpo.eval_tasks=template:all", "grpo.eval_n=3", "db=random",
+                                "eval.max_turns=2", "model.max_new_tokens=8"])
+    opened = open_domain("bank")
+    tasks = heldout_tasks(cfg, opened)
+    assert len(tasks) == 3 and all(t.task.origin.db_seed >= TEST_BASE for t in tasks)
+    assert [t.task.id for t in heldout_tasks(cfg, opened)] == [t.task.id for t in tasks]  # the same set every time
+    lm = load_model("tiny", opened.compiled)
+    store = RunStore.create("grpo", "bank", {}, path=tmp_path / "run")
+    heldout = HeldOut(cfg, opened, store, lm.tokenizer, ScriptedUser, log=lambda m: None)
+    trainer = FakeTrainer(lm.model)
+    lm.model.train()
+    assert heldout(trainer, 4) == 0.0  # an untrained tiny model solves none
+    assert lm.model.training  # left as training found it
+    rows = {r["name"]: r for r in store.db["metrics"].rows}
+    assert rows["heldout/success"]["step"] == 4 and rows["heldout/success"]["value"] == 0.0
+    assert rows["heldout/episodes"]["value"] == 3.0
+
+
+@pytest.mark.parametrize("override, message", [("grpo.eval_tasks=template:nope", "no template 'nope'"),
+                                               ("grpo.eval_tasks=[no-such-task]", "no task 'no-such-task'"),
+                                               ("grpo.eval_every=-1", "grpo.eval_every must be >= 0")])
+def test_a_bad_heldout_set_fails_before_a_run_exists(in_tmp, override, message):
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.eval_every=2", override, "run_id=bad"])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (in_tmp / "runs" / "bad").exists()
+
+
+@pytest.mark.slow
+def test_train_grpo_eval_every_logs_a_heldout_curve_and_the_report_draws_it(in_tmp):
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=3", "grpo.eval_every=2", "grpo.eval_tasks=[close-ned,move-quin]",
+                            "eval.max_turns=3", "model.max_new_tokens=12", "run_id=h1"])
+    assert r.exit_code == 0, r.output
+    from muactl.runs import RunStore
+
+    rows = [r for r in RunStore.open("h1").db["metrics"].rows if r["name"] == "heldout/success"]
+    assert sorted(r["step"] for r in rows) == [0, 2, 3]  # before training, every 2 steps, and at the end
+    assert "held-out pass^1" in r.output
+    r = runner.invoke(app, ["report", "h1"])
+    assert r.exit_code == 0
+    report = in_tmp / "runs" / "h1" / "report"
+    assert (report / "heldout.png").is_file() and "Held-out success during GRPO" in (report / "index.html").read_text()
+
+
+def test_heldout_curve_has_integer_steps_and_the_training_figures_beside_it(in_tmp):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from muactl.report import heldout_figure, metric_series
+    from muactl.runs import RunStore
+
+    store = RunStore.create("grpo", "bank", {"grpo": {"eval_every": 2, "eval_tasks": "test"}}, run_id="c")
+    for step in (0, 2, 4):
+        store.log_metrics(step, {"heldout/success": 0.1 * step})
+    for step in (1, 2, 3, 4):
+        store.log_metrics(step, {"reward": 0.25 * step, "rollout/all_equal_share": 0.5, "kl": 0.01 * step})
+    fig = heldout_figure(plt, metric_series(store))
+    success, equal, kl = fig.axes
+    assert [line.get_label() for line in success.get_lines()] == ["held-out pass^1 (greedy)", "training reward (sampled)"]
+    assert list(success.get_lines()[0].get_xdata()) == [0, 2, 4]
+    assert all(float(t).is_integer() for ax in fig.axes for t in ax.get_xticks())
+    assert success.get_ylim() == (-0.05, 1.05) and success.get_xlabel() == "training step"
+    assert equal.get_ylabel() == "share of groups" and kl.get_ylim()[0] == 0.0
+    plt.close("all")
+    store.update(status="finished")
+    from muactl.report import write_report
+
+    page = write_report("c").read_text()
+    assert "<img class=wide src='heldout.png'" in page and "every 2 steps" in page
