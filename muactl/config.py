@@ -21,6 +21,7 @@ GROUPS = ("model", "user", "synth", "sft", "grpo", "eval")
 class ModelConf:
     name: str = "tiny"
     dtype: Optional[str] = None
+    gradient_checkpointing: Optional[bool] = None
     max_new_tokens: int = 96
     temperature: float = 0.0
 

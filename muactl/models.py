@@ -102,6 +102,15 @@ def precision_note(dtype: str | None) -> str:
     return f"precision: {what} ({why})"
 
 
+def gradient_checkpointing(setting: bool | None) -> bool:
+    """model.gradient_checkpointing; null: on GPUs only. Recomputing activations in the backward pass trades
+    compute for memory, which pays where memory is scarce (a GPU) and costs ~2x per step where it is not: a
+    135M model's SFT step on a 2-core CPU took 131 s for 4 steps without it, 262 s with it (7.6 vs 5.5 GB)."""
+    if setting is not None:
+        return bool(setting)
+    return _torch().cuda.is_available()
+
+
 # Per-device SFT batch on a CPU when sft.batch_size is null: the examples of one step are padded to the
 # longest, and a 135M model's activations for 8 conversations of ~1,000 tokens fill several GB.
 CPU_SFT_BATCH = {"tiny": 8, "smollm2-135m": 2, "smollm2": 2}

@@ -179,6 +179,7 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "sft: precision: " in r.output and "batch 2 x grad_accum 1" in r.output
+    assert "gradient checkpointing off" in r.output  # a CPU has the memory; recomputation would double the step
     run = in_tmp / "runs" / "sft-test"
     final = run / "checkpoint-final"
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()
@@ -262,6 +263,18 @@ def test_example_configs_compose():
     assert quick.model.name == "smollm2-135m" and list(quick.stages) == ["synth", "sft", "grpo", "eval"]
     gpu = compose(examples / "gpu-qwen3.yaml", [])
     assert "Qwen3" in gpu.model.name and gpu.user.kind == "litellm"
+
+
+def test_gradient_checkpointing_only_where_memory_is_scarce(monkeypatch):
+    import torch
+
+    from muactl.models import gradient_checkpointing
+
+    assert gradient_checkpointing(True) is True and gradient_checkpointing(False) is False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gradient_checkpointing(None) is False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert gradient_checkpointing(None) is True
 
 
 def test_precision_note_says_which_and_why(monkeypatch):

@@ -77,7 +77,7 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
 def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
-    from ..models import _torch, load_tokenizer, precision_note, resolve, sft_batch, training_precision
+    from ..models import _torch, gradient_checkpointing, load_tokenizer, precision_note, resolve, sft_batch, training_precision
     from ..validate import open_domain
     from .checkpoints import card_on_save, train_and_save
     from .synth import read_jsonl
@@ -96,7 +96,9 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
     batch, accum = sft_batch(str(cfg.model.name), cfg.sft.batch_size, cfg.sft.grad_accum, cuda)
-    log(f"sft: {precision_note(cfg.model.dtype)}; batch {batch} x grad_accum {accum}")
+    checkpointing = gradient_checkpointing(cfg.model.gradient_checkpointing)
+    log(f"sft: {precision_note(cfg.model.dtype)}; batch {batch} x grad_accum {accum}; "
+        f"gradient checkpointing {'on' if checkpointing else 'off'}")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     peft_config = None
     if cfg.sft.lora:
@@ -114,6 +116,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
         save_steps=cfg.sft.save_steps, save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed,
         report_to=["tensorboard"],
         bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
+        gradient_checkpointing=checkpointing,
         disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", save_only_model=False,
     )
 
