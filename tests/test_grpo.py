@@ -424,6 +424,7 @@ def test_heldout_set_draws_from_the_test_stream_and_logs_pass1(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [("grpo.eval_tasks=template:nope", "no template 'nope'"),
+                                               ("grpo.eval_tasks=[template:nope]", "no template 'nope'"),
                                                ("grpo.eval_tasks=[no-such-task]", "no task 'no-such-task'"),
                                                ("grpo.eval_every=-1", "grpo.eval_every must be >= 0")])
 def test_a_bad_heldout_set_fails_before_a_run_exists(in_tmp, override, message):

@@ -298,7 +298,7 @@ def heldout_tasks(cfg, opened, draw: bool = True) -> list:
     g = cfg.grpo
     if g.eval_every < 0 or g.eval_n < 1:
         raise UsageError(f"grpo.eval_every must be >= 0 (0: off) and grpo.eval_n >= 1, not {g.eval_every} and {g.eval_n}")
-    spec = g.eval_tasks
+    spec = g.eval_tasks if isinstance(g.eval_tasks, str) else [str(t) for t in g.eval_tasks]
     try:
         if is_template_spec(spec):
             spec = spec if isinstance(spec, str) else spec[0]
@@ -308,7 +308,7 @@ def heldout_tasks(cfg, opened, draw: bool = True) -> list:
             return draw_stream(opened, spec, g.eval_n, cfg.seed, cfg.db, split="test").tasks
         if isinstance(spec, str):
             return select_tasks(opened, spec, [])
-        return select_tasks(opened, None, [str(t) for t in spec])
+        return select_tasks(opened, None, spec)
     except UsageError as e:
         raise UsageError(f"grpo.eval_tasks: {e}") from None
 
