@@ -676,12 +676,18 @@ def print_before_after(state: dict) -> None:
     rows = state.get("eval", {})
     if not rows:
         return
-    table = Table("model", "checkpoint", "pass^1", "first call right", "gold calls made", "avg turns",
+    from .pipeline import comparisons
+    from .stats import bootstrap, verdict
+
+    table = Table("model", "checkpoint", "pass^1", "95% interval", "first call right", "gold calls made", "avg turns",
                   title="before / after")
     for label, r in rows.items():
-        table.add_row(label, str(r["model"]), _fmt(r.get("pass^1")), _fmt(r.get("first_call_right")),
-                      _fmt(r.get("gold_calls_made")), _fmt(r.get("avg_turns")))
+        _, lo, hi = bootstrap({"0": r["per_task"]}) if r.get("per_task") else (None, None, None)
+        table.add_row(label, str(r["model"]), _fmt(r.get("pass^1")), f"[{lo:.2f}, {hi:.2f}]" if lo is not None else "-",
+                      _fmt(r.get("first_call_right")), _fmt(r.get("gold_calls_made")), _fmt(r.get("avg_turns")))
     Console().print(table)
+    for name, (d, lo, hi) in comparisons(rows):  # paired over the same tasks: the honest test of a gain
+        typer.echo(f"{name}: {d:+.2f} pass^1, 95% interval [{lo:+.2f}, {hi:+.2f}] over the tasks: {verdict(lo, hi)}")
 
 
 @command()

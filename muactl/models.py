@@ -102,13 +102,14 @@ def precision_note(dtype: str | None) -> str:
     return f"precision: {what} ({why})"
 
 
-def gradient_checkpointing(setting: bool | None) -> bool:
-    """model.gradient_checkpointing; null: on GPUs only. Recomputing activations in the backward pass trades
-    compute for memory, which pays where memory is scarce (a GPU) and costs ~2x per step where it is not: a
-    135M model's SFT step on a 2-core CPU took 131 s for 4 steps without it, 262 s with it (7.6 vs 5.5 GB)."""
+def gradient_checkpointing(setting: bool | None, stage: str) -> bool:
+    """model.gradient_checkpointing; null: on GPUs, and in GRPO everywhere. Recomputing activations in the
+    backward pass trades compute for memory. SFT on a CPU has the memory (micro-batches of 2 conversations:
+    4 smollm2 steps took 131 s without it, 262 s with it, 7.6 vs 5.5 GB peak); a GRPO step's batch is all its
+    conversations at once (8 of ~1,500 tokens), whose activations without it outgrew 24 GB."""
     if setting is not None:
         return bool(setting)
-    return _torch().cuda.is_available()
+    return stage == "grpo" or _torch().cuda.is_available()
 
 
 # Per-device SFT batch on a CPU when sft.batch_size is null: the examples of one step are padded to the

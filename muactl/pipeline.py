@@ -91,9 +91,10 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
             log(f"== eval: {label} ({ref}) on {where}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
-            _, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
+            estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
-                                                                          "gold_calls_made", "avg_turns", "episodes")}}
+                                                                          "gold_calls_made", "avg_turns", "episodes")},
+                           "per_task": per_task_success(estore.episodes())}
             _save_state(store, state)
     return state
 
@@ -148,5 +149,34 @@ def _substore(store: RunStore, name: str, cfg, asdict_cfg) -> str:
     return str(path)
 
 
+def per_task_success(episodes: list[dict[str, Any]]) -> dict[str, float]:
+    """task -> mean success over its scored trials: what the before/after intervals resample."""
+    by_task: dict[str, list[int]] = {}
+    for e in episodes:
+        if e["outcome"] in ("success", "failure"):
+            by_task.setdefault(e["task_id"], []).append(int(e["success"]))
+    return {t: sum(v) / len(v) for t, v in sorted(by_task.items())}
+
+
+def comparisons(rows: dict[str, Any]) -> list[tuple[str, tuple[float, float, float]]]:
+    """Each trained model against the one before it (SFT vs base, GRPO vs SFT), paired over the test tasks."""
+    from .stats import paired
+
+    labels = [k for k in ("base", "sft", "grpo") if rows.get(k, {}).get("per_task")]
+    return [(f"{b} vs {a}", paired({"0": rows[b]["per_task"]}, {"0": rows[a]["per_task"]}))
+            for a, b in zip(labels, labels[1:])]
+
+
 def before_after_table(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"stage": label, **row} for label, row in state.get("eval", {}).items()]
+    """The eval stage's rows for a report: per-task outcomes become pass^1's 95% interval."""
+    from .stats import bootstrap
+
+    out = []
+    for label, row in state.get("eval", {}).items():
+        row = dict(row)
+        per_task = row.pop("per_task", None)
+        if per_task:
+            _, lo, hi = bootstrap({"0": per_task})
+            row["95% interval"] = f"[{lo:.2f}, {hi:.2f}]"
+        out.append({"stage": label, **row})
+    return out

@@ -174,7 +174,12 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
     parts = [f"<h1>muactl run {html.escape(store.id)}</h1>",
              f"<p>{html.escape(info['kind'])} on <b>{html.escape(info['domain'])}</b>, status {html.escape(info['status'])}</p>"]
     if table:
+        from .pipeline import comparisons
+        from .stats import verdict
+
         parts.append("<h2>Before / after</h2>" + _table(table))
+        parts += [f"<p>{html.escape(name)}: {d:+.2f} pass^1, 95% interval [{lo:+.2f}, {hi:+.2f}] over the tasks: "
+                  f"{html.escape(verdict(lo, hi))}</p>" for name, (d, lo, hi) in comparisons(stages_state(store).get("eval", {}))]
     summary = {k: v for k, v in (info["summary"] or {}).items() if not isinstance(v, (dict, list))}
     if summary:
         parts.append("<h2>Summary</h2>" + _table([summary]))

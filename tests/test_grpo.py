@@ -216,11 +216,15 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
     stages = json.loads((in_tmp / "runs" / "p1" / "stages.json").read_text())
     assert set(stages) == {"synth", "sft", "grpo", "eval"}
     assert set(stages["eval"]) == {"base", "sft", "grpo"}
-    assert "before / after" in r.output
+    assert "before / after" in r.output and "95% interval" in r.output
+    # each model's per-task outcomes are kept, so the table can give intervals and paired differences
+    assert len(stages["eval"]["base"]["per_task"]) == 20
+    assert "sft vs base: " in r.output and "grpo vs sft: " in r.output and "over the tasks: " in r.output
     r = runner.invoke(app, ["report", "p1"])
     assert r.exit_code == 0, r.output
     page = (in_tmp / "runs" / "p1" / "report" / "index.html").read_text()
     assert all(f"<td>{stage}</td>" in page for stage in ("base", "sft", "grpo"))  # each row keeps its stage
+    assert "95% interval" in page and "grpo vs sft: " in page and "per_task" not in page
     # resuming a finished pipeline runs nothing again
     r = runner.invoke(app, ["train", str(cfg), "--resume", "p1"])
     assert r.exit_code == 0 and "== synth" not in r.output and "== sft" not in r.output

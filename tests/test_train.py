@@ -270,11 +270,12 @@ def test_gradient_checkpointing_only_where_memory_is_scarce(monkeypatch):
 
     from muactl.models import gradient_checkpointing
 
-    assert gradient_checkpointing(True) is True and gradient_checkpointing(False) is False
+    assert gradient_checkpointing(True, "sft") is True and gradient_checkpointing(False, "grpo") is False
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gradient_checkpointing(None) is False
+    assert gradient_checkpointing(None, "sft") is False
+    assert gradient_checkpointing(None, "grpo") is True  # a whole step's conversations in one batch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert gradient_checkpointing(None) is True
+    assert gradient_checkpointing(None, "sft") is True
 
 
 def test_precision_note_says_which_and_why(monkeypatch):

@@ -426,7 +426,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
         gradient_accumulation_steps=g.grad_accum, generation_batch_size=batch * g.grad_accum,
         max_completion_length=g.max_turns * (g.max_new_tokens + 256), logging_steps=1, save_steps=g.save_steps,
         save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed, report_to=["tensorboard"], use_cpu=not cuda,
-        bf16=bf16, gradient_checkpointing=gradient_checkpointing(cfg.model.gradient_checkpointing), loss_type="dapo", scale_rewards="group", log_completions=False,
+        bf16=bf16, gradient_checkpointing=gradient_checkpointing(cfg.model.gradient_checkpointing, "grpo"), loss_type="dapo", scale_rewards="group", log_completions=False,
         disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", shuffle_dataset=True,
     )
     rollouts = Rollouts(cfg, opened, store, tokenizer, user_factory(cfg), log)

@@ -96,7 +96,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
     batch, accum = sft_batch(str(cfg.model.name), cfg.sft.batch_size, cfg.sft.grad_accum, cuda)
-    checkpointing = gradient_checkpointing(cfg.model.gradient_checkpointing)
+    checkpointing = gradient_checkpointing(cfg.model.gradient_checkpointing, "sft")
     log(f"sft: {precision_note(cfg.model.dtype)}; batch {batch} x grad_accum {accum}; "
         f"gradient checkpointing {'on' if checkpointing else 'off'}")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

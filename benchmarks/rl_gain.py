@@ -1,0 +1,280 @@
+"""Does the RL phase help? MUA-RL's ordering measured on this machine: base, SFT only, SFT then GRPO, GRPO
+only, over several seeds, on held-out task instances. Prints a table with 95% bootstrap intervals and
+writes a learning-curve PNG; asserts nothing.
+
+Setting (the RL-evidence issue): bank, the scripted user (or --user for an LLM user in the loop), the
+model from --model. Training draws template instances on random databases from the train seed stream
+(SFT data: the oracle on --sft-instances of them; GRPO: a fresh instance per group). Held out: --heldout
+instances of the same templates on random databases from the test stream (disjoint by construction, the
+same instances for every arm and seed, so arms are paired) and the 20 fixed test tasks; greedy.
+
+Every training seed gets its own SFT run, GRPO continues that seed's SFT checkpoint, and GRPO only starts
+from the base model. The base model is evaluated once (greedy decoding and the scripted user are
+deterministic). Finished pieces are kept in --out, so a rerun continues where it stopped.
+
+Statistics: pass^1 per arm with a 95% interval from a two-level bootstrap (seeds, then held-out
+instances, resampled with replacement); the paired difference (SFT then GRPO) - (SFT only) bootstrapped
+the same way; CPU minutes per arm and seed (training and evaluation, children's user+system time).
+
+    .venv/bin/python benchmarks/rl_gain.py                                   # 3 seeds, 200 held out
+    .venv/bin/python benchmarks/rl_gain.py --seeds 0 --heldout 60 --grpo-steps 6     # a pilot
+    .venv/bin/python benchmarks/rl_gain.py --user hf:smollm2-135m           # an LLM user in the loop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from muactl.stats import bootstrap, paired, verdict  # noqa: E402  (the same intervals as the before/after table)
+
+ARMS = ("base", "sft", "sft+grpo", "grpo")
+TEST_TASKS = "test"  # the domain's fixed test split, reported beside the held-out instances
+
+
+def cpu_minutes() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (r.ru_utime + r.ru_stime) / 60
+
+
+def muactl(args: list[str], work: Path, log) -> str:
+    log("$ muactl " + " ".join(args))
+    env = dict(os.environ, MUACTL_NO_PROGRESS="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "muactl", *args], cwd=work, env=env, capture_output=True, text=True)
+    if out.returncode not in (0, 1):  # eval exits 1 when nothing could be scored: that is a figure, not a crash
+        raise SystemExit(f"muactl {' '.join(args)} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def run_folder(stdout: str, work: Path) -> Path:
+    m = re.search(r"run: (runs/[^/\s]+)/", stdout)
+    if not m:
+        raise SystemExit(f"no run folder in muactl's output:\n{stdout[-2000:]}")
+    return work / m.group(1)
+
+
+def successes(run: Path) -> dict[str, int]:
+    """task id -> 1/0 for every scored episode of an eval run (infra and user errors are not scored)."""
+    with sqlite3.connect(run / "runs.sqlite") as db:
+        rows = db.execute("SELECT task_id, success, outcome FROM episodes").fetchall()
+    return {t: int(s) for t, s, o in rows if o in ("success", "failure", None)}
+
+
+class Experiment:
+    def __init__(self, a):
+        self.a = a
+        self.work = Path(a.out).resolve()
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.results_path = self.work / "results.json"
+        self.results = json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
+        self.logf = open(self.work / "log.txt", "a")
+
+    def log(self, msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        self.logf.write(line + "\n")
+        self.logf.flush()
+
+    def save(self) -> None:
+        self.results_path.write_text(json.dumps(self.results, indent=1, sort_keys=True))
+
+    # ------------------------------------------------------------ recipe
+
+    def common(self) -> list[str]:
+        a = self.a
+        return ["domain=bank", f"model.max_new_tokens={a.max_new_tokens}", f"user={'scripted' if a.user == 'scripted' else 'litellm'}",
+                *([] if a.user == "scripted" else [f"user.model={a.user}"])]
+
+    def sft(self, seed: int) -> Path:
+        a = self.a
+        run_id = f"sft-{seed}"
+        if not (self.work / "runs" / run_id / "checkpoint-final").is_dir():
+            self.timed(f"train:sft:{seed}", ["train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
+                                              "stages=[synth,sft]", f"model={a.model}", *self.common(),
+                                              "synth.tasks=template:all", f"synth.n={a.sft_instances}", "synth.db=random"])
+        return self.work / "runs" / run_id / "checkpoint-final"
+
+    def grpo(self, seed: int, start: str, arm: str) -> Path:
+        a = self.a
+        run_id = f"{arm.replace('+', '-')}-{seed}"
+        if not (self.work / "runs" / run_id / "checkpoint-final").is_dir():
+            curve = [f"grpo.eval_every={a.eval_every}", "grpo.eval_tasks=template:all", f"grpo.eval_n={a.curve_n}"] if a.eval_every else []
+            self.timed(f"train:{arm}:{seed}", [
+                "train", "grpo", f"model={start}", f"run_id={run_id}", f"seed={seed}", *self.common(),
+                "tasks=template:all", "db=random", f"grpo.steps={a.grpo_steps}", f"grpo.group_size={a.group_size}",
+                f"grpo.tasks_per_step={a.tasks_per_step}", f"grpo.lr={a.grpo_lr}", f"grpo.max_turns={a.max_turns}",
+                f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={a.grpo_steps}", *curve, *a.grpo_extra])
+        return self.work / "runs" / run_id / "checkpoint-final"
+
+    def evaluate(self, key: str, model: str) -> None:
+        """Held-out instances and the fixed test tasks, greedy; per-task successes into results[key]."""
+        a = self.a
+        if key in self.results:
+            return
+        agent = f"hf:{model}"
+        user = [] if a.user == "scripted" else [f"--user={a.user}"]
+        common = ["eval", "bank", f"--agent={agent}", *user, f"--max-turns={a.max_turns}", f"--max-new-tokens={a.max_new_tokens}",
+                  f"--concurrency={a.concurrency}"]
+        t0, c0 = time.time(), cpu_minutes()
+        held = run_folder(muactl([*common, "--tasks=template:all", f"--n={a.heldout}", "--db=random", "--split=test",
+                                  f"--seed={a.eval_seed}"], self.work, self.log), self.work)
+        fixed = run_folder(muactl([*common, f"--split={TEST_TASKS}"], self.work, self.log), self.work)
+        self.results[key] = {"heldout": successes(held), "fixed": successes(fixed), "eval_cpu_min": cpu_minutes() - c0,
+                             "eval_wall_min": (time.time() - t0) / 60}
+        self.save()
+        self.log(f"{key}: held-out pass^1 {mean(self.results[key]['heldout'].values()):.3f}, "
+                 f"fixed test {mean(self.results[key]['fixed'].values()):.3f}")
+
+    def timed(self, key: str, args: list[str]) -> None:
+        t0, c0 = time.time(), cpu_minutes()
+        muactl(args, self.work, self.log)
+        self.results.setdefault("cost", {})[key] = {"cpu_min": cpu_minutes() - c0, "wall_min": (time.time() - t0) / 60}
+        self.save()
+
+    def run(self) -> None:
+        a = self.a
+        if "base" in a.arms:
+            self.evaluate("base", a.model)
+        for seed in a.seeds:
+            if "sft" in a.arms or "sft+grpo" in a.arms:
+                ckpt = self.sft(seed)
+                if "sft" in a.arms:
+                    self.evaluate(f"sft:{seed}", str(ckpt))
+                if "sft+grpo" in a.arms:
+                    self.evaluate(f"sft+grpo:{seed}", str(self.grpo(seed, str(ckpt), "sft+grpo")))
+            if "grpo" in a.arms:
+                self.evaluate(f"grpo:{seed}", str(self.grpo(seed, a.model, "grpo")))
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict[str, float]]]:
+    """arm -> seed -> instance -> success, for the arms and seeds that finished (base: one 'seed')."""
+    out = {}
+    for arm in arms:
+        keys = ["base"] if arm == "base" else [f"{arm}:{s}" for s in seeds]
+        got = {k: {t: float(v) for t, v in results[k][part].items()} for k in keys if k in results}
+        if got:
+            out[arm] = got
+    return out
+
+
+def report(results: dict, a) -> str:
+    lines = [f"rl_gain: {a.model} on bank, user {a.user}, seeds {a.seeds}, GRPO {a.grpo_steps} steps x "
+             f"{a.tasks_per_step} tasks x {a.group_size} rollouts, held-out {a.heldout} template instances on random "
+             f"databases (test stream, eval seed {a.eval_seed}) + the 20 fixed test tasks; 95% bootstrap intervals", ""]
+    for part, title in (("heldout", "held-out instances"), ("fixed", "fixed test tasks")):
+        table = arm_table(results, a.arms, a.seeds, part)
+        lines += [f"| arm ({title}) | seeds | pass^1 | 95% interval |", "|---|---|---|---|"]
+        for arm, per in table.items():
+            p, lo, hi = bootstrap(per)
+            lines.append(f"| {arm} | {len(per)} | {p:.3f} | [{lo:.3f}, {hi:.3f}] |")
+        if "sft" in table and "sft+grpo" in table:
+            after = {k.split(":")[1]: v for k, v in table["sft+grpo"].items()}
+            before = {k.split(":")[1]: v for k, v in table["sft"].items()}
+            p, lo, hi = paired(after, before)
+            lines.append(f"| (SFT then GRPO) - (SFT only), paired | {len(set(after) & set(before))} | {p:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
+            lines.append(f"GRPO after SFT on the {title}: {verdict(lo, hi)}.")
+        lines.append("")
+    cost = results.get("cost", {})
+    if cost:
+        lines += ["| training stage | seeds | CPU min per seed (mean) | wall min per seed |", "|---|---|---|---|"]
+        for stage in ("sft", "sft+grpo", "grpo"):
+            rows = [v for k, v in cost.items() if k.split(":")[1] == stage]
+            if rows:
+                lines.append(f"| {stage} | {len(rows)} | {mean(r['cpu_min'] for r in rows):.1f} | {mean(r['wall_min'] for r in rows):.1f} |")
+        evals = [v for k, v in results.items() if isinstance(v, dict) and "eval_cpu_min" in v]
+        if evals:
+            lines.append(f"| evaluation of one model ({a.heldout} + 20 episodes) | {len(evals)} | "
+                         f"{mean(e['eval_cpu_min'] for e in evals):.1f} | {mean(e['eval_wall_min'] for e in evals):.1f} |")
+    return "\n".join(lines)
+
+
+def curve(work: Path, seeds, png: Path) -> bool:
+    """Held-out success, train reward, all-equal groups and KL per GRPO step, from the GRPO runs' metrics."""
+    series: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for arm in ("sft-grpo", "grpo"):
+        for s in seeds:
+            db = work / "runs" / f"{arm}-{s}" / "runs.sqlite"
+            if not db.is_file():
+                continue
+            with sqlite3.connect(db) as con:
+                for step, name, value in con.execute("SELECT step, name, value FROM metrics ORDER BY step"):
+                    if name in ("heldout/success", "reward", "rollout/all_equal_groups", "kl"):
+                        series.setdefault(name, {}).setdefault(f"{arm} seed {s}", []).append((step, value))
+    if "heldout/success" not in series:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    names = [n for n in ("heldout/success", "reward", "rollout/all_equal_groups", "kl") if n in series]
+    labels = {"heldout/success": "held-out success (greedy)", "reward": "train reward (mean of the step)",
+              "rollout/all_equal_groups": "groups with all-equal rewards", "kl": "KL to the start"}
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4))
+    for ax, name in zip(axes if len(names) > 1 else [axes], names):
+        for label, pts in sorted(series[name].items()):
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_title(labels[name], fontsize=10)
+        ax.set_xlabel("GRPO step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if name in ("heldout/success", "reward"):
+            ax.set_ylim(0, 1)
+    axes[0].legend(fontsize=7) if len(names) > 1 else axes.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--user", default="scripted", help="scripted, or an LLM user (hf:smollm2-135m, a litellm id)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--heldout", type=int, default=200, help="held-out template instances (fewer cannot separate 10 points)")
+    ap.add_argument("--eval-seed", type=int, default=7)
+    ap.add_argument("--sft-instances", type=int, default=48, help="template instances the oracle plays for the SFT data")
+    ap.add_argument("--grpo-steps", type=int, default=24)
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--tasks-per-step", type=int, default=2)
+    ap.add_argument("--grpo-lr", type=float, default=5e-6)
+    ap.add_argument("--max-turns", type=int, default=10)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=20)
+    ap.add_argument("--eval-every", type=int, default=0, help="held-out success every K GRPO steps (grpo.eval_every), 0: off")
+    ap.add_argument("--curve-n", type=int, default=40, help="held-out instances per curve point")
+    ap.add_argument("--grpo-extra", nargs="*", default=[], help="more GRPO overrides, e.g. grpo.lora=true")
+    ap.add_argument("--out", default=str(ROOT / "out" / "rl_gain"))
+    ap.add_argument("--report-only", action="store_true")
+    a = ap.parse_args()
+    exp = Experiment(a)
+    if not a.report_only:
+        exp.run()
+    text = report(exp.results, a)
+    print(text)
+    (exp.work / "table.md").write_text(text + "\n")
+    if curve(exp.work, a.seeds, exp.work / "curve.png"):
+        print(f"learning curve: {exp.work / 'curve.png'}")
+
+
+if __name__ == "__main__":
+    main()
