@@ -105,10 +105,10 @@ def main() -> None:
         for update, name in arms:
             torch.manual_seed(0)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-            # the trainer as muactl's GRPO stage configures it (gradient checkpointing: off on a CPU)
+            # the trainer as muactl's GRPO stage configures it (gradient checkpointing included)
             config = GRPOConfig(output_dir=out, use_cpu=True, bf16=bf16, per_device_train_batch_size=len(rows),
                                 num_generations=len(rows), loss_type="dapo", report_to=[], max_steps=1,
-                                gradient_checkpointing=gradient_checkpointing(None))
+                                gradient_checkpointing=gradient_checkpointing(None, "grpo"))
             peft = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM") if update == "lora" else None
             cls = GRPOTrainer if name == "TRL stock" else PolicyTokenGRPOTrainer
             trainer = cls(model=model, args=config, reward_funcs=[_zero], train_dataset=dataset,
