@@ -57,7 +57,7 @@ def muactl(args: list[str], work: Path, log) -> str:
 
 
 def run_folder(stdout: str, work: Path) -> Path:
-    m = re.search(r"run: (runs/[^/\s]+)/", stdout)
+    m = re.search(r"(?:run|results): (runs/[^/\s]+)/", stdout)
     if not m:
         raise SystemExit(f"no run folder in muactl's output:\n{stdout[-2000:]}")
     return work / m.group(1)
@@ -98,11 +98,12 @@ class Experiment:
     def sft(self, seed: int) -> Path:
         a = self.a
         run_id = f"sft-{seed}"
-        if not (self.work / "runs" / run_id / "checkpoint-final").is_dir():
+        ckpt = self.work / "runs" / run_id / "sft" / "checkpoint-final"  # a recipe's stage keeps its own folder
+        if not ckpt.is_dir():
             self.timed(f"train:sft:{seed}", ["train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
                                               "stages=[synth,sft]", f"model={a.model}", *self.common(),
                                               "synth.tasks=template:all", f"synth.n={a.sft_instances}", "synth.db=random"])
-        return self.work / "runs" / run_id / "checkpoint-final"
+        return ckpt
 
     def grpo(self, seed: int, start: str, arm: str) -> Path:
         a = self.a

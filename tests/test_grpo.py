@@ -284,3 +284,200 @@ def test_grpo_never_falls_back_to_the_test_split():
     for synth_tasks in ("train", "template:all", ["move-ivy"]):  # a template or id list: GRPO uses train
         assert {t.split for t in _training_tasks(opened, synth_tasks)} == {"train"}
     assert {t.split for t in _training_tasks(opened, "all")} == {"train", "test"}  # asked for explicitly
+
+
+# ---------------------------------------------------------------- log-probs at the policy's tokens only
+
+
+def _policy_token_trainer(tmp_path, rollout_func=None, reward=None, lora=False, bf16=False, **config):
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig
+
+    from muactl.domain.open import open_domain
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.registry import resolve
+    from muactl.train.policy_tokens import PolicyTokenGRPOTrainer
+
+    path = resolve("tiny", open_domain("bank", with_tasks=False).compiled)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=bf16, per_device_train_batch_size=4,
+                      num_generations=4, temperature=0.7, report_to=[], max_steps=1, logging_steps=1, save_strategy="no",
+                      loss_type="dapo", **config)
+    peft = None
+    if lora:
+        from peft import LoraConfig
+
+        peft = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    return PolicyTokenGRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list([{"prompt": "p"}] * 4),
+                                  reward_funcs=[reward or (lambda completions, **k: [0.0] * len(completions))],
+                                  processing_class=load_tokenizer(path), rollout_func=rollout_func, peft_config=peft)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_policy_token_logps_equal_a_plain_forward_pass(tmp_path, lora):
+    """At env_mask=1 positions: log_softmax(model(...).logits / temperature) of the next token, as a full
+    forward computes it; elsewhere 0 (never read). Left-padded prompts, right-padded completions, as TRL pads."""
+    import torch
+    from trl import GRPOTrainer
+
+    trainer = _policy_token_trainer(tmp_path, lora=lora)
+    model = trainer.model
+    torch.manual_seed(0)
+    P, K = 7, 20
+    ids = torch.randint(5, 1000, (3, P + K))
+    attention = torch.ones_like(ids)
+    attention[0, :2] = 0  # a shorter prompt
+    attention[1, -5:] = 0  # a shorter completion
+    env_mask = [[1] * 4 + [0] * 6 + [1] * 10, [0] * 3 + [1] * 12, [1, 0] * 10]
+    trainer._scored = env_mask
+    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, K, batch_size=2,
+                                                                    compute_entropy=True)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, P - 1:-1] / 0.7
+    plain = torch.log_softmax(logits, -1).gather(-1, ids[:, P:, None])[..., 0]
+    scored = torch.zeros(3, K, dtype=torch.bool)
+    for i, m in enumerate(env_mask):
+        scored[i, :len(m)] = torch.tensor(m, dtype=torch.bool)
+    scored &= attention[:, P:].bool()
+    assert scored.sum() == 14 + 12 + 10
+    assert torch.allclose(logps[scored], plain[scored], atol=1e-5)
+    assert (logps[~scored] == 0).all()
+    # the entropy TRL logs, the same as TRL's own path computes it
+    _, stock_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, attention, K,
+                                                                          compute_entropy=True)
+    assert torch.allclose(entropy[scored], stock_entropy[scored], atol=1e-5)
+    # a micro-batch with no policy token still gives a loss that backpropagates (a zero gradient)
+    trainer._scored = [[0] * K] * 3
+    none, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, K)
+    (none.sum() * 1.0).backward()
+
+
+def test_policy_token_logps_under_bf16_autocast_match_trl(tmp_path):
+    """bf16 autocast on the CPU (muactl's default where the CPU has it): within bf16 rounding of TRL's path."""
+    import torch
+    from trl import GRPOTrainer
+
+    trainer = _policy_token_trainer(tmp_path, bf16=True)
+    torch.manual_seed(1)
+    ids = torch.randint(5, 1000, (2, 30))
+    attention = torch.ones_like(ids)
+    trainer._scored = None  # no env_mask: every completion token is scored
+    ours, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, 18)
+    stock, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, attention, 18)
+    assert (ours != 0).all() and torch.allclose(ours, stock, atol=2e-2)
+
+
+def test_one_grpo_step_with_policy_token_logps_trains(tmp_path):
+    """A real TRL GRPO step (rollout_func with env_mask, as muactl's) through the narrowed log-prob pass:
+    finite loss, and the weights move. The episodes are fixed token lists (no environment needed here)."""
+    import math
+
+    import torch
+
+    def rollout(prompts, trainer):
+        g = torch.Generator().manual_seed(len(prompts))
+        completions = [torch.randint(5, 1000, (24,), generator=g).tolist() for _ in prompts]
+        masks = [[1] * 6 + [0] * 10 + [1] * 8 for _ in prompts]  # policy turn, user/tool turn, policy turn
+        return {"prompt_ids": [[11, 12, 13]] * len(prompts), "completion_ids": completions,
+                "logprobs": [[0.0] * 24] * len(prompts), "env_mask": masks}
+
+    def reward(completions, completion_ids, **kw):
+        return [float(ids[0] % 2) + 0.1 * i for i, ids in enumerate(completion_ids)]  # differ within the group
+
+    trainer = _policy_token_trainer(tmp_path, rollout_func=rollout, reward=reward, learning_rate=1e-3)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert losses and all(math.isfinite(x) for x in losses)
+    moved = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert len(moved) == len(before)
+
+
+# ---------------------------------------------------------------- held-out success during training
+
+
+def test_heldout_set_draws_from_the_test_stream_and_logs_pass1(tmp_path):
+    """Template instances for grpo.eval_tasks come from the test seed stream (training never draws there),
+    the same ones at every call; the live policy plays each greedily and pass^1 lands in the run's metrics."""
+    from muactl.domain.open import open_domain
+    from muactl.domain.task_templates import TEST_BASE
+    from muactl.episode.user import ScriptedUser
+    from muactl.models.generation import load_model
+    from muactl.runs.store import RunStore
+    from muactl.train.grpo import HeldOut, heldout_tasks
+    from muactl.train.recipes import compose
+
+    cfg = compose(None, FAST + ["grpo.eval_every=1", "grpo.eval_tasks=template:all", "grpo.eval_n=3", "db=random",
+                                "eval.max_turns=2", "model.max_new_tokens=8"])
+    opened = open_domain("bank")
+    tasks = heldout_tasks(cfg, opened)
+    assert len(tasks) == 3 and all(t.task.origin.db_seed >= TEST_BASE for t in tasks)
+    assert [t.task.id for t in heldout_tasks(cfg, opened)] == [t.task.id for t in tasks]  # the same set every time
+    lm = load_model("tiny", opened.compiled)
+    store = RunStore.create("grpo", "bank", {}, path=tmp_path / "run")
+    heldout = HeldOut(cfg, opened, store, lm.tokenizer, ScriptedUser, log=lambda m: None)
+    trainer = FakeTrainer(lm.model)
+    lm.model.train()
+    assert heldout(trainer, 4) == 0.0  # an untrained tiny model solves none
+    assert lm.model.training  # left as training found it
+    rows = {r["name"]: r for r in store.db["metrics"].rows}
+    assert rows["heldout/success"]["step"] == 4 and rows["heldout/success"]["value"] == 0.0
+    assert rows["heldout/episodes"]["value"] == 3.0
+
+
+@pytest.mark.parametrize("override, message", [("grpo.eval_tasks=template:nope", "no template 'nope'"),
+                                               ("grpo.eval_tasks=[template:nope]", "no template 'nope'"),
+                                               ("grpo.eval_tasks=[no-such-task]", "no task 'no-such-task'"),
+                                               ("grpo.eval_every=-1", "grpo.eval_every must be >= 0")])
+def test_a_bad_heldout_set_fails_before_a_run_exists(in_tmp, override, message):
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.eval_every=2", override, "run_id=bad"])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (in_tmp / "runs" / "bad").exists()
+
+
+@pytest.mark.slow
+def test_train_grpo_eval_every_logs_a_heldout_curve_and_the_report_draws_it(in_tmp):
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=3", "grpo.eval_every=2", "grpo.eval_tasks=[close-ned,move-quin]",
+                            "eval.max_turns=3", "model.max_new_tokens=12", "run_id=h1"])
+    assert r.exit_code == 0, r.output
+    from muactl.runs.store import RunStore
+
+    rows = [r for r in RunStore.open("h1").db["metrics"].rows if r["name"] == "heldout/success"]
+    assert sorted(r["step"] for r in rows) == [0, 2, 3]  # before training, every 2 steps, and at the end
+    assert "held-out pass^1" in r.output
+    r = runner.invoke(app, ["report", "h1"])
+    assert r.exit_code == 0
+    report = in_tmp / "runs" / "h1" / "report"
+    assert (report / "heldout.png").is_file() and "Held-out success during GRPO" in (report / "index.html").read_text()
+
+
+def test_heldout_curve_has_integer_steps_and_the_training_figures_beside_it(in_tmp):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from muactl.runs.report import heldout_figure, metric_series
+    from muactl.runs.store import RunStore
+
+    store = RunStore.create("grpo", "bank", {"grpo": {"eval_every": 2, "eval_tasks": "test"}}, run_id="c")
+    for step in (0, 2, 4):
+        store.log_metrics(step, {"heldout/success": 0.1 * step})
+    for step in (1, 2, 3, 4):
+        store.log_metrics(step, {"reward": 0.25 * step, "rollout/all_equal_share": 0.5, "kl": 0.01 * step})
+    fig = heldout_figure(plt, metric_series(store))
+    success, equal, kl = fig.axes
+    assert [line.get_label() for line in success.get_lines()] == ["held-out pass^1 (greedy)", "training reward (sampled)"]
+    assert list(success.get_lines()[0].get_xdata()) == [0, 2, 4]
+    assert all(float(t).is_integer() for ax in fig.axes for t in ax.get_xticks())
+    assert success.get_ylim() == (-0.05, 1.05) and success.get_xlabel() == "training step"
+    assert equal.get_ylabel() == "share of groups" and kl.get_ylim()[0] == 0.0
+    plt.close("all")
+    store.update(status="finished")
+    from muactl.runs.report import write_report
+
+    page = write_report("c").read_text()
+    assert "<img class=wide src='heldout.png'" in page and "every 2 steps" in page

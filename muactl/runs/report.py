@@ -50,7 +50,51 @@ def write_plots(store: RunStore, out: Path) -> list[Path]:
         fig.savefig(out / name)
         plt.close(fig)
         written.append(out / name)
+    if "heldout/success" in series:
+        fig = heldout_figure(plt, series)
+        fig.savefig(out / HELDOUT_PNG)
+        plt.close(fig)
+        written.insert(0, out / HELDOUT_PNG)
     return written
+
+
+HELDOUT_PNG = "heldout.png"
+TRAIN_REWARD = PLOTS[0][3]  # the names the reward plot reads
+
+
+def heldout_figure(plt, series: dict[str, list[tuple[int, float]]]):
+    """The learning curve of a run with grpo.eval_every: held-out success and the training reward per step,
+    then beside it, when logged, the share of groups without signal (all rewards equal) and the KL."""
+    from matplotlib.ticker import MaxNLocator
+
+    panels = [("Held-out success vs training reward", "share / mean reward", "unit",
+               [("held-out pass^1 (greedy)", "heldout/success"),
+                ("training reward (sampled)", next((k for k in TRAIN_REWARD if k in series), None))]),
+              ("Groups without signal (all rewards equal)", "share of groups", "unit",
+               [("as drawn", "rollout/all_equal_share"), ("in the update (after resampling)", "frac_reward_zero_std")]),
+              ("KL to the reference model", "KL", "zero", [("KL", "kl")])]
+    panels = [(t, y, r, [(label, key) for label, key in lines if key in series]) for t, y, r, lines in panels]
+    panels = [p for p in panels if p[3]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), dpi=110, squeeze=False)
+    for ax, (title, ylabel, yrange, lines) in zip(axes[0], panels):
+        ys_all = []
+        for (label, key), style in zip(lines, ("-", "--")):  # dashed: a second line that may lie on the first
+            xs, ys = zip(*series[key])
+            ax.plot(xs, ys, style, marker="o" if len(xs) < 30 else None, linewidth=1.5, label=label)
+            ys_all += ys
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        if yrange == "unit" and min(ys_all) >= 0 and max(ys_all) <= 1:
+            ax.set_ylim(-0.05, 1.05)
+        else:
+            ax.set_ylim(min(0.0, min(ys_all)), max(max(ys_all) * 1.1, 1e-3))
+        if len(lines) > 1:
+            ax.legend(fontsize=8, loc="best")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 def figure(plt, xs, ys, title: str, label: str, yrange: str):
@@ -139,6 +183,14 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
     summary = {k: v for k, v in (info["summary"] or {}).items() if not isinstance(v, (dict, list))}
     if summary:
         parts.append("<h2>Summary</h2>" + _table([summary]))
+    curve = [p for p in plots if p.name == HELDOUT_PNG]
+    if curve:
+        g = info["config"].get("grpo") or {}
+        parts.append("<h2>Held-out success during GRPO</h2><p>greedy pass^1 of the policy on the held-out set "
+                     f"(grpo.eval_tasks: {html.escape(str(g.get('eval_tasks')))}), before the first step, every "
+                     f"{html.escape(str(g.get('eval_every')))} steps and after the last</p>"
+                     f"<img class=wide src='{HELDOUT_PNG}' alt='held-out learning curve'>")
+        plots = [p for p in plots if p.name != HELDOUT_PNG]
     if plots:
         parts.append("<h2>Training</h2>" + "".join(f"<img src='{p.name}' alt='{p.stem}'>" for p in plots))
         note = kl_note(info["config"], plots)
@@ -162,7 +214,7 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
                          f"<div class=transcript>{_transcript(sub, e)}</div>")
     parts.append("<h2>Config</h2><pre>" + html.escape((store.path / "config.yaml").read_text()) + "</pre>")
     style = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px}img{max-width:48%;margin:4px}.transcript{border:1px solid #ddd;"
+             "td,th{border:1px solid #ccc;padding:3px 8px}img{max-width:48%;margin:4px}img.wide{max-width:100%}.transcript{border:1px solid #ddd;"
              "padding:8px}.agent{color:#05a}.user{color:#a05}.tool{color:#070;font-family:monospace;font-size:90%}"
              ".err{color:#c00}.call{color:#a60;font-family:monospace}pre{background:#f6f6f6;padding:8px}")
     page = out / "index.html"

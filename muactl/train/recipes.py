@@ -77,6 +77,9 @@ class GRPOConf:
     save_steps: int = 10
     judge: Optional[str] = None  # litellm id or hf:<model> for expect.nl_assertions; None: not judged
     judge_api_base: Optional[str] = None
+    eval_every: int = 0  # held-out pass^1 of the policy every K steps and at the end (0: off)
+    eval_tasks: Any = "test"  # held-out set: split | [task ids] | template:<id>|all (test seed stream)
+    eval_n: int = 200  # with template eval_tasks: how many instances
 
 
 def recipe_group(cls, group: str) -> type:
