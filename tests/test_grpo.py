@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from muactl.cli import app
-from muactl.train.grpo import Rollouts, trajectory_score, turn_credit, turn_rewards
+from muactl.train.grpo import Rollouts
+from muactl.train.shaping import trajectory_score, turn_credit, turn_rewards
 
 runner = CliRunner()
 FAST = ["domain=bank", "grpo.group_size=2", "grpo.tasks_per_step=2", "grpo.max_turns=3", "grpo.max_new_tokens=12",
@@ -407,7 +408,7 @@ def test_heldout_set_draws_from_the_test_stream_and_logs_pass1(tmp_path):
     from muactl.episode.user import ScriptedUser
     from muactl.models.generation import load_model
     from muactl.runs.store import RunStore
-    from muactl.train.grpo import HeldOut, heldout_tasks
+    from muactl.train.heldout import HeldOut, heldout_tasks
     from muactl.train.recipes import compose
 
     cfg = compose(None, FAST + ["grpo.eval_every=1", "grpo.eval_tasks=template:all", "grpo.eval_n=3", "db=random",

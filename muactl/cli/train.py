@@ -60,7 +60,7 @@ def train(
         check_backend(str(cfg.synth.agent), None, "synth.agent")
     if (stage == "grpo" or (stage is None and "grpo" in cfg.stages)) and cfg.grpo.eval_every:
         from ..domain.open import open_domain
-        from ..train.grpo import heldout_tasks
+        from ..train.heldout import heldout_tasks
 
         heldout_tasks(cfg, open_domain(cfg.domain, trust=cfg.trust), draw=False)  # a bad held-out set: no run folder
     resolved = OmegaConf.to_container(cfg, resolve=True)

@@ -40,58 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from ..runs.store import RunStore
-
-
-# ---------------------------------------------------------------- userrl shaping
-
-
-def turn_rewards(records: list[dict[str, Any]], turns: int, final: float) -> list[float]:
-    """Per agent turn: progress toward the gold state minus a small penalty per tool error; the task
-    reward lands on the last turn."""
-    out = [0.0] * max(1, turns)
-    d0 = next((r["distance_before"] for r in records if "distance_before" in r), None)
-    for r in records:
-        t = min(max(r["turn"] - 1, 0), len(out) - 1)
-        if "distance_before" in r and "distance_after" in r and d0:
-            out[t] += (r["distance_before"] - r["distance_after"]) / max(d0, 1)
-        if r.get("error"):
-            out[t] -= 0.1
-    out[-1] += final
-    return out
-
-
-def turn_credit(rewards: list[float], mode: str, gamma: float) -> list[float]:
-    T = len(rewards)
-    if mode == "equalized":
-        return [sum(rewards) / T] * T
-    if mode == "exponential":
-        return [gamma ** (T - 1 - t) * r for t, r in enumerate(rewards)]
-    if mode == "r2g":
-        out, g = [0.0] * T, 0.0
-        for t in range(T - 1, -1, -1):
-            g = rewards[t] + gamma * g
-            out[t] = g
-        return out
-    raise ValueError(f"unknown turn_credit '{mode}' (equalized | exponential | r2g)")
-
-
-def trajectory_score(credits: list[float], mode: str) -> float:
-    if mode == "mean":
-        return sum(credits) / len(credits)
-    if mode == "r2g":
-        return credits[0]
-    raise ValueError(f"unknown trajectory_score '{mode}' (mean | r2g)")
-
-
-def episode_reward(ep, g) -> float | None:
-    if not ep.counted:
-        return None
-    if g.reward == "binary":
-        return float(ep.reward)
-    if g.reward == "userrl":
-        rewards = turn_rewards(ep.records, ep.turns, float(ep.reward))
-        return trajectory_score(turn_credit(rewards, g.turn_credit, g.gamma), g.trajectory_score)
-    raise ValueError(f"unknown grpo.reward '{g.reward}' (binary | userrl)")
+from .heldout import HeldOut
+from .shaping import episode_reward
 
 
 # ---------------------------------------------------------------- rollouts
@@ -237,80 +187,6 @@ class Rollouts:
     def _run(self, run_many, jobs, agent, rcfg):
         return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs),
                                     judge=self.judge))
-
-
-class HeldOut:
-    """Held-out success during training (grpo.eval_every): the live policy plays every held-out task once,
-    greedily, with the eval stage's limits (eval.max_turns, model.max_new_tokens), the run's user and judge;
-    pass^1 (muactl/runs/summary.py) is logged as heldout/success at the step. The set is drawn once, so every
-    point of the curve scores the same tasks: a split or task ids, or template instances from the test seed
-    stream, which training never draws from (muactl/domain/task_templates.py), on random databases when db=random."""
-
-    def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, judge=None, log=print):
-        from ..domain.task_templates import domain_for
-
-        self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.judge, self.log = \
-            cfg, opened, store, tokenizer, make_user, judge, log
-        self.tasks = [(t, domain_for(opened, t)) for t in heldout_tasks(cfg, opened)]
-
-    def __call__(self, trainer, step: int) -> float | None:
-        from ..episode.agents.local import HFAgent
-        from ..episode.rollout import Job, RolloutConfig, run_many
-        from ..models.generation import LocalLM
-        from ..runs.summary import pass_hat_k
-
-        t0 = time.perf_counter()
-        cfg = self.cfg
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        lm = LocalLM.from_model(model, self.tokenizer)
-        lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # as the rollouts generate
-        agent = HFAgent("policy", lm=lm, temperature=0.0, max_new_tokens=cfg.model.max_new_tokens,
-                        max_batch=cfg.eval.concurrency)
-        lim = cfg.episode
-        rcfg = RolloutConfig(max_turns=cfg.eval.max_turns, max_tool_errors=lim.max_tool_errors, timeout_s=lim.timeout_s,
-                             opening=lim.opening, seed=cfg.seed)  # the same users' draws at every step
-        jobs = [Job(t, trial=0, domain=d) for t, d in self.tasks]
-        was_training = model.training
-        model.eval()
-        try:
-            episodes = asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg,
-                                            concurrency=cfg.eval.concurrency, judge=self.judge))
-        finally:
-            if was_training:
-                model.train()
-        counts = {ep.task_id: (1, int(ep.outcome == "success")) for ep in episodes if ep.counted}
-        success = pass_hat_k(counts, 1)
-        metrics = {"heldout/episodes": float(len(counts)), "time/heldout_s": time.perf_counter() - t0}
-        if success is not None:  # every episode excluded (a user or API failing): no figure, not a zero
-            metrics["heldout/success"] = success
-        self.store.log_metrics(step, metrics)
-        self.log(f"grpo: step {step}: held-out pass^1 {'-' if success is None else f'{success:.3f}'} "
-                 f"over {len(counts)} of {len(jobs)} tasks ({metrics['time/heldout_s']:.0f} s)")
-        return success
-
-
-def heldout_tasks(cfg, opened, draw: bool = True) -> list:
-    """The held-out set grpo.eval_tasks names (see HeldOut); draw=False only checks the names."""
-    from ..errors import UsageError
-    from ..domain.task_templates import draw_stream, is_template_spec, select_templates
-    from ..eval.evaluate import select_tasks
-
-    g = cfg.grpo
-    if g.eval_every < 0 or g.eval_n < 1:
-        raise UsageError(f"grpo.eval_every must be >= 0 (0: off) and grpo.eval_n >= 1, not {g.eval_every} and {g.eval_n}")
-    spec = g.eval_tasks if isinstance(g.eval_tasks, str) else [str(t) for t in g.eval_tasks]
-    try:
-        if is_template_spec(spec):
-            spec = spec if isinstance(spec, str) else spec[0]
-            if not draw:
-                select_templates(opened, spec)  # an unknown template is an error before anything runs
-                return []
-            return draw_stream(opened, spec, g.eval_n, cfg.seed, cfg.db, split="test").tasks
-        if isinstance(spec, str):
-            return select_tasks(opened, spec, [])
-        return select_tasks(opened, None, spec)
-    except UsageError as e:
-        raise UsageError(f"grpo.eval_tasks: {e}") from None
 
 
 def rollout_config(cfg, seed: int):
