@@ -1,5 +1,6 @@
 """Runtime: sandboxed databases, tool execution, user simulators."""
 
-from .sandbox import Environment, ToolResult
+from .results import ToolResult
+from .sandbox import Environment
 
 __all__ = ["Environment", "ToolResult"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import McpError, Problem
-from .sandbox import ToolResult
+from .results import ToolResult
 
 DISCOVERY_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 120.0

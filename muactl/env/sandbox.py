@@ -28,20 +28,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import math
 import sqlite3
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..compile import changelog
 from ..compile.sql import Guard, bind_value
-from ..limits import MAX_ARGUMENT_BYTES, MAX_RESULT_BYTES, MAX_RESULT_ROWS
+from ..limits import MAX_ARGUMENT_BYTES
 from ..spec.models import call_parts
 from . import forkpool
 from .budget import STOPPED, SqlBudget, SqlLimitExceeded
+from .results import ToolResult, query_result
 from .statehash import StateTracker, full_hash
-from .values import fill, typed
+from .values import fill
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain, CompiledTool
@@ -50,17 +49,6 @@ if TYPE_CHECKING:
 # They are async: the episode engine awaits them through Environment.acall.
 ToolPlayer = Callable[["CompiledTool", dict, "Environment"], Awaitable["ToolResult"]]
 OUTSIDE_KINDS = ("simulated", "mcp")
-
-
-@dataclass
-class ToolResult:
-    content: str
-    error: bool = False
-    transfer: bool = False  # the builtin transfer tool ends the episode
-    changed: bool = False  # the call committed a write
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"content": self.content, "error": self.error, "transfer": self.transfer, "changed": self.changed}
 
 
 _CLOSED = sqlite3.connect(":memory:", check_same_thread=False)  # what a closed environment holds
@@ -287,7 +275,7 @@ class Environment:
                         guard.mode = "write"
                         conn.execute(statement, bound)
                     guard.mode = "read"
-                    result = self._result(tool, bound, args)
+                    result = query_result(self.conn, tool, bound, args)
                     if writes and not result.error:  # after the result is read: the tool reports its own effect
                         guard.mode = "write"
                         for statement in self.domain.spec.domain.database.after_write:
@@ -327,34 +315,6 @@ class Environment:
                 computed = dict(zip(names[1:], values[1:])) if values else {}
                 return fill(check.error, {**args, **element, **computed})
         return None
-
-    def _result(self, tool: CompiledTool, bound: dict, args: dict) -> ToolResult:
-        spec = tool.spec
-        if spec.query is None:
-            return ToolResult(fill(spec.message, args) if spec.message else "Done.")
-        cur = self.conn.execute(spec.query, bound)
-        names = [d[0] for d in cur.description]
-        raw = cur.fetchmany(MAX_RESULT_ROWS + 1)
-        bad = _result_problem(names, raw)
-        if bad:
-            return ToolResult(f"Error: {tool.name} {bad}.", error=True)
-        types = [tool.result_types.get(n) for n in names]
-        rows = [{n: typed(v, t) for n, v, t in zip(names, r, types)} for r in raw]
-        if not rows:
-            if spec.if_empty:
-                return ToolResult("Error: " + fill(spec.if_empty, args), error=True)
-            return ToolResult("null" if spec.returns != "rows" else "[]")
-        if spec.returns == "value":
-            value = next(iter(rows[0].values()))
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        elif spec.returns == "row":
-            text = json.dumps(rows[0], ensure_ascii=False)
-        else:
-            text = json.dumps(rows, ensure_ascii=False)
-        if len(text) > MAX_RESULT_BYTES:
-            return ToolResult(f"Error: {tool.name} returned {len(text):,} characters, over the "
-                              f"{MAX_RESULT_BYTES:,} a tool may return (MAX_RESULT_BYTES); narrow the query.", error=True)
-        return ToolResult(text)
 
     def _txn(self, statement: str) -> None:
         """Transaction control is muactl's, never a tool's: it bypasses the guard."""
@@ -423,21 +383,6 @@ class Environment:
     def full_state_hash(self) -> str:
         """The state hash recomputed from every row: the check the incremental one must pass."""
         return full_hash(self.conn, self.domain.tables)
-
-
-def _result_problem(names: list[str], rows: list[tuple]) -> str | None:
-    """What a tool may return: rows of text, integers, finite reals and nulls (json columns are text and
-    come back decoded). None when the rows are fine, else why not, for the tool's error."""
-    if len(rows) > MAX_RESULT_ROWS:
-        return f"returned more than {MAX_RESULT_ROWS:,} rows, the most a tool may return (MAX_RESULT_ROWS); narrow the query"
-    for row in rows:
-        for name, v in zip(names, row):
-            if isinstance(v, bytes):
-                return (f"returned binary data (a BLOB) in column '{name}'; a tool returns text, numbers, "
-                        "null or JSON: convert it in SQL (hex(), CAST(... AS TEXT))")
-            if isinstance(v, float) and not math.isfinite(v):
-                return f"returned a non-finite number ({v}) in column '{name}'; a tool returns JSON numbers only"
-    return None
 
 
 def _sqlite_message(e: sqlite3.Error) -> str:

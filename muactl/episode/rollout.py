@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..env.sandbox import Environment, ToolResult, new_env
+from ..env.results import ToolResult
+from ..env.sandbox import Environment, new_env
 from ..errors import AgentError, InfraError, UserError
 from ..spec.models import call_parts
 from .agents.base import Agent

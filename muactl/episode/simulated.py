@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ..env.sandbox import ToolResult
+from ..env.results import ToolResult
 
 PROMPT = """\
 You are simulating one tool of a software system, so that an agent can be tested against it.

@@ -174,7 +174,7 @@ def _is_user_tool(ctx: EpisodeContext, name: str) -> bool:
 
 
 def _not_yours(name: str):
-    from ..env.sandbox import ToolResult
+    from ..env.results import ToolResult
 
     return ToolResult(f"Error: {name} is not something you can do yourself.", error=True)
 
