@@ -15,7 +15,7 @@ import re
 import sqlite3
 from typing import Any
 
-from . import changelog
+from .changelog import PREFIX as LOG_PREFIX
 
 _READ_OPS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _WRITE_OPS = _READ_OPS | {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
@@ -131,7 +131,7 @@ class Guard:
 
 
 def _is_log(name: Any) -> bool:
-    return isinstance(name, str) and name.startswith(changelog.PREFIX)
+    return isinstance(name, str) and name.startswith(LOG_PREFIX)
 
 
 # authorizer action codes only: result codes share their numbers (SQLITE_ERROR == SQLITE_CREATE_INDEX)

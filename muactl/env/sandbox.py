@@ -32,11 +32,11 @@ import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..compile import changelog
+from ..compile.changelog import install as install_log, installed as log_installed
 from ..compile.sql import Guard, bind_value
 from ..limits import MAX_ARGUMENT_BYTES
 from ..spec.models import call_parts
-from . import forkpool
+from .forkpool import give_back, take
 from .budget import STOPPED, SqlBudget, SqlLimitExceeded
 from .results import ToolResult, query_result
 from .statehash import StateTracker, full_hash
@@ -92,7 +92,7 @@ class Environment:
         # a closed sandbox put back to the template costs the rows it changed (forkpool.py); else
         # deserializing the template's bytes, one memory copy (the backup API measured 2-8x slower
         # from 2 MB up: benchmarks/domains.py)
-        conn = forkpool.take(domain)
+        conn = take(domain)
         if conn is None:
             conn = sqlite3.connect(":memory:", check_same_thread=False)
             conn.deserialize(domain.template_bytes())
@@ -120,9 +120,9 @@ class Environment:
     def _adopt(self) -> StateTracker:
         """A database muactl did not fork: give it the change log if it lacks one, and a tracker that
         rebuilds its difference to the template from every row on first use."""
-        if not changelog.installed(self.conn, self.domain.tables):
+        if not log_installed(self.conn, self.domain.tables):
             self.conn.execute("PRAGMA query_only = OFF")
-            changelog.install(self.conn, self.domain.tables)
+            install_log(self.conn, self.domain.tables)
         return StateTracker(self.domain, known=False)
 
     def close(self) -> None:
@@ -132,7 +132,7 @@ class Environment:
         if conn is _CLOSED:
             return
         # a call still running on a tool thread (a session closed mid-call) keeps the connection from reuse
-        if self._pending or not forkpool.give_back(self.domain, conn, self.state):
+        if self._pending or not give_back(self.domain, conn, self.state):
             conn.close()
 
     def select(self, sql: str, params: dict | None = None, max_rows: int = 1) -> tuple[list[str], list[tuple]]:
