@@ -28,11 +28,8 @@ WIDE = {"COLUMNS": "220"}  # rich tables would truncate run ids at 80 columns
 
 
 @pytest.fixture(autouse=True)
-def runs_root(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "runs"
-    monkeypatch.setenv("MUACTL_RUNS", str(root))
-    monkeypatch.chdir(tmp_path)
-    return root
+def runs_root(in_tmp) -> Path:
+    return in_tmp / "runs"  # conftest's in_tmp: a private cwd and runs folder
 
 
 # ---------------------------------------------------------------- pass^k

@@ -24,10 +24,8 @@ WIDE = {"COLUMNS": "250"}
 
 
 @pytest.fixture(autouse=True)
-def runs_root(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "runs"
+def runs_root(in_tmp) -> Path:
+    return in_tmp / "runs"  # conftest's in_tmp: a private cwd and runs folder
 
 
 @pytest.mark.parametrize("domain", ["bank", "retail"])
