@@ -101,15 +101,13 @@ def print_before_after(state: dict) -> None:
     rows = state.get("eval", {})
     if not rows:
         return
-    from ..runs.stages import comparisons
-    from ..runs.stats import bootstrap, verdict
+    from ..runs.stages import before_after_table, comparisons
 
     table = Table("model", "pass^1 [95% interval]", "first call right", "gold calls made", "avg turns",
                   title="before / after (checkpoints: stages.json)")
-    for label, r in rows.items():
-        _, lo, hi = bootstrap({"0": r["per_task"]}) if r.get("per_task") else (None, None, None)
-        table.add_row(label, fmt_value(r.get("pass^1")) + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None else ""),
+    for r in before_after_table(state):
+        table.add_row(r["stage"], " ".join(filter(None, [fmt_value(r.get("pass^1")), r.get("95% interval")])),
                       fmt_value(r.get("first_call_right")), fmt_value(r.get("gold_calls_made")), fmt_value(r.get("avg_turns")))
     Console().print(table)
-    for name, (d, lo, hi) in comparisons(rows):  # paired over the same tasks: the honest test of a gain
-        typer.echo(f"{name}: {d:+.2f} pass^1, 95% interval [{lo:+.2f}, {hi:+.2f}] over the tasks: {verdict(lo, hi)}")
+    for line in comparisons(rows):  # paired over the same tasks: the honest test of a gain
+        typer.echo(line)

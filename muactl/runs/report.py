@@ -170,16 +170,15 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
     info = store.info()
     from .stages import before_after_table, stages_state
 
-    table = before_after_table(stages_state(store))
+    state = stages_state(store)
+    table = before_after_table(state)
     parts = [f"<h1>muactl run {html.escape(store.id)}</h1>",
              f"<p>{html.escape(info['kind'])} on <b>{html.escape(info['domain'])}</b>, status {html.escape(info['status'])}</p>"]
     if table:
         from .stages import comparisons
-        from .stats import verdict
 
         parts.append("<h2>Before / after</h2>" + _table(table))
-        parts += [f"<p>{html.escape(name)}: {d:+.2f} pass^1, 95% interval [{lo:+.2f}, {hi:+.2f}] over the tasks: "
-                  f"{html.escape(verdict(lo, hi))}</p>" for name, (d, lo, hi) in comparisons(stages_state(store).get("eval", {}))]
+        parts += [f"<p>{html.escape(line)}</p>" for line in comparisons(state.get("eval", {}))]
     summary = {k: v for k, v in (info["summary"] or {}).items() if not isinstance(v, (dict, list))}
     if summary:
         parts.append("<h2>Summary</h2>" + _table([summary]))

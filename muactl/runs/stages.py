@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .stats import bootstrap, paired
+from .stats import bootstrap, paired, verdict
 from .store import RunStore
 
 
@@ -20,11 +20,15 @@ def save_stages(store: RunStore, state: dict[str, Any]) -> None:
     tmp.replace(store.path / "stages.json")
 
 
-def comparisons(rows: dict[str, Any]) -> list[tuple[str, tuple[float, float, float]]]:
-    """Each trained model against the one before it (SFT vs base, GRPO vs SFT), paired over the test tasks."""
+def comparisons(rows: dict[str, Any]) -> list[str]:
+    """Each trained model against the one before it (SFT vs base, GRPO vs SFT), paired over the test tasks,
+    as the sentences the console and the report print."""
     labels = [k for k in ("base", "sft", "grpo") if rows.get(k, {}).get("per_task")]
-    return [(f"{b} vs {a}", paired({"0": rows[b]["per_task"]}, {"0": rows[a]["per_task"]}))
-            for a, b in zip(labels, labels[1:])]
+    lines = []
+    for a, b in zip(labels, labels[1:]):
+        d, lo, hi = paired({"0": rows[b]["per_task"]}, {"0": rows[a]["per_task"]})
+        lines.append(f"{b} vs {a}: {d:+.2f} pass^1, 95% interval [{lo:+.2f}, {hi:+.2f}] over the tasks: {verdict(lo, hi)}")
+    return lines
 
 
 def before_after_table(state: dict[str, Any]) -> list[dict[str, Any]]:
