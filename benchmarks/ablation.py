@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -23,16 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from rl_gain import cpu_minutes  # noqa: E402  (the children's CPU time, measured the same way in both harnesses)
+
 ROOT = Path(__file__).resolve().parent.parent
 # a randomly initialised model needs more epochs and a larger step than the pretrained quickstart model
 TINY_BUDGET = ["model=tiny", "model.max_new_tokens=64", "sft.epochs=6", "sft.batch_size=4", "sft.lr=1e-3",
                "sft.warmup_ratio=0.1", "sft.logging_steps=5", "sft.save_steps=50", "grpo.steps=8", "grpo.lr=1e-4",
                "grpo.max_turns=10", "grpo.save_steps=4"]
-
-
-def cpu_minutes() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (r.ru_utime + r.ru_stime) / 60
 
 
 def muactl(*args: str, env: dict) -> str:
