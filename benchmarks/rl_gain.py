@@ -176,7 +176,8 @@ def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict
     return out
 
 
-def report(results: dict, a) -> str:
+def report(results: dict, a, work: Path | None = None) -> str:
+    """The tables; with `work` (the --out folder) also what each GRPO run's metrics say about its signal."""
     lines = [f"rl_gain: {a.model} on bank, user {a.user}, seeds {a.seeds}, GRPO {a.grpo_steps} steps x "
              f"{a.tasks_per_step} tasks x {a.group_size} rollouts, held-out {a.heldout} template instances on random "
              f"databases (test stream, eval seed {a.eval_seed}) + the 20 fixed test tasks; 95% bootstrap intervals", ""]
@@ -193,6 +194,8 @@ def report(results: dict, a) -> str:
             lines.append(f"| (SFT then GRPO) - (SFT only), paired | {len(set(after) & set(before))} | {p:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
             lines.append(f"GRPO after SFT on the {title}: {verdict(lo, hi)}.")
         lines.append("")
+    lines += by_template(results, a.arms, a.seeds)
+    lines += signal(work, a.seeds, a.tasks_per_step) if work else []
     cost = results.get("cost", {})
     if cost:
         lines += ["| training stage | seeds | CPU min per seed (mean) | wall min per seed |", "|---|---|---|---|"]
@@ -205,6 +208,56 @@ def report(results: dict, a) -> str:
             lines.append(f"| evaluation of one model ({a.heldout} + 20 episodes) | {len(evals)} | "
                          f"{mean(e['eval_cpu_min'] for e in evals):.1f} | {mean(e['eval_wall_min'] for e in evals):.1f} |")
     return "\n".join(lines)
+
+
+def by_template(results: dict, arms, seeds) -> list[str]:
+    """Held-out successes per task template (an instance id is `<template>-<hash>`), summed over seeds: where
+    an arm gains or loses, which pass^1 alone hides (e.g. a policy that stops acting still passes the refusals)."""
+    table = arm_table(results, arms, seeds, "heldout")
+    if not table:
+        return []
+    counts: dict[str, dict[str, list[float]]] = {}
+    for arm, per in table.items():
+        for instances in per.values():
+            for inst, ok in instances.items():
+                counts.setdefault(inst.rsplit("-", 1)[0], {}).setdefault(arm, []).append(ok)
+    lines = ["| template (held out, all seeds) | " + " | ".join(table) + " |", "|---|" + "---|" * len(table)]
+    for template, per_arm in sorted(counts.items()):
+        cells = [f"{int(sum(per_arm[arm]))}/{len(per_arm[arm])}" if arm in per_arm else "-" for arm in table]
+        lines.append(f"| {template} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def signal(work: Path, seeds, tasks_per_step: int) -> list[str]:
+    """Per GRPO run: the steps that carried a gradient (some group not all-equal after resampling), the mean
+    rollout success, and the held-out curve's first and last points. A GRPO step whose groups all got the same
+    reward has zero advantage everywhere; Adam's momentum still moves the weights after an earlier step."""
+    lines = []
+    for arm in ("sft-grpo", "grpo"):
+        for s in seeds:
+            db = work / "runs" / f"{arm}-{s}" / "runs.sqlite"
+            if not db.is_file():
+                continue
+            with sqlite3.connect(db) as con:
+                rows = con.execute("SELECT step, name, value FROM metrics WHERE name IN "
+                                   "('rollout/equal_after_resample', 'rollout/all_equal_groups', 'rollout/success', "
+                                   "'heldout/success') ORDER BY step").fetchall()
+            by: dict[str, dict[int, float]] = {}
+            for step, name, value in rows:
+                by.setdefault(name, {})[step] = value
+            groups = by.get("rollout/equal_after_resample", by.get("rollout/all_equal_groups", {}))
+            steps = sorted(by.get("rollout/success", {}))
+            if not steps:
+                continue
+            with_signal = sum(1 for st in steps if groups.get(st, 0) < tasks_per_step)  # a step draws tasks_per_step groups
+            held = [v for _, v in sorted(by.get("heldout/success", {}).items())]
+            curve_txt = f"{held[0]:.2f} -> {held[-1]:.2f}" if held else "-"
+            lines.append(f"| {arm.replace('-', '+')} | {s} | {with_signal}/{len(steps)} | "
+                         f"{mean(by['rollout/success'][st] for st in steps):.2f} | {curve_txt} |")
+    if not lines:
+        return []
+    return ["| GRPO run | seed | steps with a gradient | rollout success | held-out curve (first -> last) |",
+            "|---|---|---|---|---|", *lines, ""]
 
 
 def curve(work: Path, seeds, png: Path) -> bool:
@@ -270,7 +323,7 @@ def main() -> None:
     exp = Experiment(a)
     if not a.report_only:
         exp.run()
-    text = report(exp.results, a)
+    text = report(exp.results, a, exp.work)
     print(text)
     (exp.work / "table.md").write_text(text + "\n")
     if curve(exp.work, a.seeds, exp.work / "curve.png"):

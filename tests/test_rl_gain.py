@@ -1,6 +1,7 @@
 """benchmarks/rl_gain.py: the table from recorded results (fast), and the whole harness on tiny (slow)."""
 
 import importlib.util
+import sqlite3
 import subprocess
 import sys
 from argparse import Namespace
@@ -46,6 +47,24 @@ def test_a_seed_that_did_not_finish_is_left_out_not_guessed():
     results = {"sft:0": {"heldout": {"a": 1, "b": 0}, "fixed": {}}}
     text = rl.report(results, _args(seeds=[0, 1], arms=["sft", "sft+grpo"]))
     assert "| sft | 1 | 0.500 |" in text and "paired" not in text
+
+
+def test_per_template_view_and_grpo_signal(tmp_path):
+    rl = _module()
+    # SFT solves balance and fails the refusal; GRPO after it gives the balance back and passes the refusal
+    results = {"sft:0": {"heldout": {"balance-a1": 1, "balance-b2": 1, "refuse-c3": 0}, "fixed": {}},
+               "sft+grpo:0": {"heldout": {"balance-a1": 0, "balance-b2": 0, "refuse-c3": 1}, "fixed": {}}}
+    run = tmp_path / "runs" / "sft-grpo-0"
+    run.mkdir(parents=True)
+    with sqlite3.connect(run / "runs.sqlite") as db:
+        db.execute("CREATE TABLE metrics (step INTEGER, name TEXT, value REAL)")
+        rows = [(1, "rollout/equal_after_resample", 2), (2, "rollout/equal_after_resample", 1), (3, "rollout/equal_after_resample", 2),
+                (1, "rollout/success", 0.0), (2, "rollout/success", 0.5), (3, "rollout/success", 1.0),
+                (0, "heldout/success", 0.4), (3, "heldout/success", 0.3)]
+        db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", rows)
+    text = rl.report(results, _args(seeds=[0], arms=["sft", "sft+grpo"], tasks_per_step=2), tmp_path)
+    assert "| balance | 2/2 | 0/2 |" in text and "| refuse | 0/1 | 1/1 |" in text
+    assert "| sft+grpo | 0 | 1/3 | 0.50 | 0.40 -> 0.30 |" in text  # only step 2 had a group that was not all-equal
 
 
 @pytest.mark.slow
