@@ -179,7 +179,7 @@ def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict
 def report(results: dict, a, work: Path | None = None) -> str:
     """The tables; with `work` (the --out folder) also what each GRPO run's metrics say about its signal."""
     lines = [f"rl_gain: {a.model} on bank, user {a.user}, seeds {a.seeds}, GRPO {a.grpo_steps} steps x "
-             f"{a.tasks_per_step} tasks x {a.group_size} rollouts, held-out {a.heldout} template instances on random "
+             f"{a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}, held-out {a.heldout} template instances on random "
              f"databases (test stream, eval seed {a.eval_seed}) + the 20 fixed test tasks; 95% bootstrap intervals", ""]
     for part, title in (("heldout", "held-out instances"), ("fixed", "fixed test tasks")):
         table = arm_table(results, a.arms, a.seeds, part)
