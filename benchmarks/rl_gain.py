@@ -228,32 +228,36 @@ def by_template(results: dict, arms, seeds) -> list[str]:
     return lines + [""]
 
 
+def grpo_metrics(work: Path, seeds) -> dict[tuple[str, int], dict[str, dict[int, float]]]:
+    """(GRPO run folder's arm, seed) -> metric name -> step -> value, for the GRPO runs that exist in --out."""
+    runs = {}
+    for arm in ("sft-grpo", "grpo"):
+        for s in seeds:
+            db = work / "runs" / f"{arm}-{s}" / "runs.sqlite"
+            if db.is_file():
+                by: dict[str, dict[int, float]] = {}
+                with sqlite3.connect(db) as con:
+                    for step, name, value in con.execute("SELECT step, name, value FROM metrics ORDER BY step"):
+                        by.setdefault(name, {})[step] = value
+                runs[(arm, s)] = by
+    return runs
+
+
 def signal(work: Path, seeds, tasks_per_step: int) -> list[str]:
     """Per GRPO run: the steps that carried a gradient (some group not all-equal after resampling), the mean
     rollout success, and the held-out curve's first and last points. A GRPO step whose groups all got the same
     reward has zero advantage everywhere; Adam's momentum still moves the weights after an earlier step."""
     lines = []
-    for arm in ("sft-grpo", "grpo"):
-        for s in seeds:
-            db = work / "runs" / f"{arm}-{s}" / "runs.sqlite"
-            if not db.is_file():
-                continue
-            with sqlite3.connect(db) as con:
-                rows = con.execute("SELECT step, name, value FROM metrics WHERE name IN "
-                                   "('rollout/equal_after_resample', 'rollout/all_equal_groups', 'rollout/success', "
-                                   "'heldout/success') ORDER BY step").fetchall()
-            by: dict[str, dict[int, float]] = {}
-            for step, name, value in rows:
-                by.setdefault(name, {})[step] = value
-            groups = by.get("rollout/equal_after_resample", by.get("rollout/all_equal_groups", {}))
-            steps = sorted(by.get("rollout/success", {}))
-            if not steps:
-                continue
-            with_signal = sum(1 for st in steps if groups.get(st, 0) < tasks_per_step)  # a step draws tasks_per_step groups
-            held = [v for _, v in sorted(by.get("heldout/success", {}).items())]
-            curve_txt = f"{held[0]:.2f} -> {held[-1]:.2f}" if held else "-"
-            lines.append(f"| {arm.replace('-', '+')} | {s} | {with_signal}/{len(steps)} | "
-                         f"{mean(by['rollout/success'][st] for st in steps):.2f} | {curve_txt} |")
+    for (arm, s), by in grpo_metrics(work, seeds).items():
+        groups = by.get("rollout/equal_after_resample", by.get("rollout/all_equal_groups", {}))
+        steps = sorted(by.get("rollout/success", {}))
+        if not steps:
+            continue
+        with_signal = sum(1 for st in steps if groups.get(st, 0) < tasks_per_step)  # a step draws tasks_per_step groups
+        held = [v for _, v in sorted(by.get("heldout/success", {}).items())]
+        curve_txt = f"{held[0]:.2f} -> {held[-1]:.2f}" if held else "-"
+        lines.append(f"| {arm.replace('-', '+')} | {s} | {with_signal}/{len(steps)} | "
+                     f"{mean(by['rollout/success'][st] for st in steps):.2f} | {curve_txt} |")
     if not lines:
         return []
     return ["| GRPO run | seed | steps with a gradient | rollout success | held-out curve (first -> last) |",
@@ -263,15 +267,10 @@ def signal(work: Path, seeds, tasks_per_step: int) -> list[str]:
 def curve(work: Path, seeds, png: Path) -> bool:
     """Held-out success, train reward, all-equal groups and KL per GRPO step, from the GRPO runs' metrics."""
     series: dict[str, dict[str, list[tuple[int, float]]]] = {}
-    for arm in ("sft-grpo", "grpo"):
-        for s in seeds:
-            db = work / "runs" / f"{arm}-{s}" / "runs.sqlite"
-            if not db.is_file():
-                continue
-            with sqlite3.connect(db) as con:
-                for step, name, value in con.execute("SELECT step, name, value FROM metrics ORDER BY step"):
-                    if name in ("heldout/success", "reward", "rollout/all_equal_groups", "kl"):
-                        series.setdefault(name, {}).setdefault(f"{arm} seed {s}", []).append((step, value))
+    for (arm, s), by in grpo_metrics(work, seeds).items():
+        for name in ("heldout/success", "reward", "rollout/all_equal_groups", "kl"):
+            if name in by:
+                series.setdefault(name, {})[f"{arm} seed {s}"] = sorted(by[name].items())
     if "heldout/success" not in series:
         return False
     import matplotlib
