@@ -10,7 +10,8 @@ same instances for every arm and seed, so arms are paired) and the 20 fixed test
 
 Every training seed gets its own SFT run, GRPO continues that seed's SFT checkpoint, and GRPO only starts
 from the base model. The base model is evaluated once (greedy decoding and the scripted user are
-deterministic). Finished pieces are kept in --out, so a rerun continues where it stopped.
+deterministic). Finished pieces are kept in --out, so a rerun continues where it stopped; a rerun with a
+larger --heldout grows each model's held-out eval run in place and plays only the new instances.
 
 Statistics: pass^1 per arm with a 95% interval from a two-level bootstrap (seeds, then held-out
 instances, resampled with replacement); the paired difference (SFT then GRPO) - (SFT only) bootstrapped
@@ -121,7 +122,7 @@ class Experiment:
         """Held-out instances and the fixed test tasks, greedy; per-task successes into results[key]."""
         a = self.a
         if key in self.results:
-            return
+            return self.grow(key, model)
         agent = f"hf:{model}"
         user = [] if a.user == "scripted" else [f"--user={a.user}"]
         common = ["eval", "bank", f"--agent={agent}", *user, f"--max-turns={a.max_turns}", f"--max-new-tokens={a.max_new_tokens}",
@@ -131,10 +132,40 @@ class Experiment:
                                   f"--seed={a.eval_seed}"], self.work, self.log), self.work)
         fixed = run_folder(muactl([*common, f"--split={TEST_TASKS}"], self.work, self.log), self.work)
         self.results[key] = {"heldout": successes(held), "fixed": successes(fixed), "eval_cpu_min": cpu_minutes() - c0,
-                             "eval_wall_min": (time.time() - t0) / 60}
+                             "eval_wall_min": (time.time() - t0) / 60, "heldout_run": held.name}
         self.save()
-        self.log(f"{key}: held-out pass^1 {mean(self.results[key]['heldout'].values()):.3f}, "
-                 f"fixed test {mean(self.results[key]['fixed'].values()):.3f}")
+        self.logged(key)
+
+    def grow(self, key: str, model: str) -> None:
+        """A finished evaluation with fewer held-out instances than --heldout gets the missing ones: its eval
+        run grows in place (`muactl eval --resume RUN --n N`), so the instances it has are not played again."""
+        a, r = self.a, self.results[key]
+        if len(r["heldout"]) >= a.heldout:
+            return
+        run = r.get("heldout_run") or self.heldout_run_of(model)
+        t0, c0 = time.time(), cpu_minutes()
+        muactl(["eval", "--resume", run, f"--n={a.heldout}", f"--concurrency={a.concurrency}"], self.work, self.log)
+        r["heldout"], r["heldout_run"] = successes(self.work / "runs" / run), run
+        r["eval_cpu_min"] += cpu_minutes() - c0  # one model's evaluation, first part and growth together
+        r["eval_wall_min"] += (time.time() - t0) / 60
+        self.save()
+        self.logged(key)
+
+    def heldout_run_of(self, model: str) -> str:
+        """The held-out eval run of `model` in --out (results written before runs were recorded by name)."""
+        a = self.a
+        for db in sorted((self.work / "runs").glob("*-eval-bank-*/runs.sqlite")):
+            with sqlite3.connect(db) as con:
+                cfg = json.loads(con.execute("SELECT config FROM runs").fetchone()[0])
+            if (cfg.get("agent"), cfg.get("tasks"), cfg.get("seed"), cfg.get("user")) == \
+                    (f"hf:{model}", ["template:all"], a.eval_seed, a.user):
+                return db.parent.name
+        raise SystemExit(f"no held-out eval run of {model} in {self.work / 'runs'}: use a new --out")
+
+    def logged(self, key: str) -> None:
+        r = self.results[key]
+        self.log(f"{key}: held-out pass^1 {mean(r['heldout'].values()):.3f} ({len(r['heldout'])} instances), "
+                 f"fixed test {mean(r['fixed'].values()):.3f}")
 
     def timed(self, key: str, args: list[str]) -> None:
         t0, c0 = time.time(), cpu_minutes()

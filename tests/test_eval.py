@@ -358,3 +358,29 @@ def test_report_plots_have_integer_steps_readable_labels_honest_ranges_and_a_kl_
     turns = figure(plt, [1, 2], [4.0, 4.0], "Agent turns per episode", "turns", "zero").axes[0]
     assert turns.get_ylim()[0] == 0.0
     plt.close("all")
+
+
+def test_cli_resume_with_n_grows_a_drawn_run_and_plays_only_the_new_instances(runs_root):
+    """A held-out evaluation too small to separate two arms grows in place: the draw is prefix-stable, so the
+    run's 6 instances are the first 6 of 12 and keep their episodes; the 12 are those of a fresh 12-instance run."""
+    args = ["--tasks", "template:all", "--db", "random", "--seed", "7", "--split", "test"]
+    small, _ = run_eval(EvalConfig("bank", tasks=["template:all"], n=6, db="random", seed=7, split="test"))
+    before = {e["task_id"]: e["id"] for e in small.episodes()}
+    r = runner.invoke(app, ["eval", "--resume", small.id, "--n", "12"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    grown = RunStore.open(small.id)
+    rows = grown.episodes()
+    assert len(rows) == 12 and {e["task_id"]: e["id"] for e in rows if e["task_id"] in before} == before
+    assert grown.info()["config"]["n"] == 12 and yaml.safe_load((grown.path / "config.yaml").read_text())["n"] == 12
+    r = runner.invoke(app, ["eval", "bank", *args, "--n", "12"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    fresh = [p for p in runs_root.iterdir() if p.name != small.id]
+    assert {e["task_id"] for e in RunStore.open(fresh[0].name).episodes()} == {e["task_id"] for e in rows}
+    # a plain resume keeps the run's size; --n never shrinks a run nor applies to task files
+    r = runner.invoke(app, ["eval", "--resume", small.id], env=WIDE)
+    assert r.exit_code == 0 and len(RunStore.open(small.id).episodes()) == 12
+    r = runner.invoke(app, ["eval", "--resume", small.id, "--n", "3"], env=WIDE)
+    assert r.exit_code == 2 and "can only raise" in r.output and "Traceback" not in r.output
+    files, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    r = runner.invoke(app, ["eval", "--resume", files.id, "--n", "5"], env=WIDE)
+    assert r.exit_code == 2 and "task files" in r.output

@@ -1,6 +1,7 @@
 """benchmarks/rl_gain.py: the table from recorded results (fast), and the whole harness on tiny (slow)."""
 
 import importlib.util
+import json
 import sqlite3
 import subprocess
 import sys
@@ -78,3 +79,26 @@ def test_harness_runs_every_arm_on_tiny(tmp_path):
         assert f"| {arm} | " in out.stdout
     assert "(SFT then GRPO) - (SFT only), paired" in out.stdout
     assert (tmp_path / "results.json").is_file() and (tmp_path / "table.md").is_file()
+
+
+def test_a_larger_heldout_grows_the_recorded_eval_run(tmp_path):
+    """--heldout raised on a finished --out: each model's held-out eval run grows in place, the instances it had
+    keep their episodes, and the table counts the new ones (tiny, base arm only)."""
+    def run(n: int) -> dict:
+        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--model", "tiny", "--arms", "base",
+                              "--seeds", "0", "--heldout", str(n), "--max-turns", "2", "--max-new-tokens", "4",
+                              "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return json.loads((tmp_path / "results.json").read_text())
+
+    first = run(2)["base"]
+    held = tmp_path / "runs" / first["heldout_run"] / "runs.sqlite"
+    with sqlite3.connect(held) as db:
+        ids = dict(db.execute("SELECT task_id, id FROM episodes").fetchall())
+    grown = run(5)["base"]
+    assert grown["heldout_run"] == first["heldout_run"] and len(grown["heldout"]) == 5
+    assert set(first["heldout"]) < set(grown["heldout"])
+    with sqlite3.connect(held) as db:
+        after = dict(db.execute("SELECT task_id, id FROM episodes").fetchall())
+    assert len(after) == 5 and {t: after[t] for t in ids} == ids  # the first two were not played again
+    assert len(list((tmp_path / "runs").iterdir())) == 2  # the held-out run and the fixed test tasks' run

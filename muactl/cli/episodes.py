@@ -20,11 +20,13 @@ from .output import print_summary, with_progress
 @config_options(EvalConfig, own={"tasks": ("task", "templates")})
 def eval_cmd(
     values: dict,
+    ctx: typer.Context,
     task: list[str] = typer.Option([], "--task", help="Run only these task ids (repeatable)."),
     templates: Optional[str] = typer.Option(None, "--tasks", help="template:<id> or template:all: draw fresh "
                                             "instances from tasks/<domain>/templates.yaml instead of the task files."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run: skips finished episodes, "
-                                         "plays infra_error and user_error ones again."),
+                                         "plays infra_error and user_error ones again. With --n, a run of drawn "
+                                         "instances grows to N (only the new ones are played)."),
 ) -> None:
     """Run episodes of a domain's tasks and report pass^k, rewards, outcome classes and termination reasons.
 
@@ -35,6 +37,7 @@ def eval_cmd(
       [bold]muactl eval retail --agent openai/gpt-4o-mini --user openai/gpt-4o-mini --trials 4 --concurrency 16[/bold]
       [bold]muactl eval bank --agent hf:tiny --user scripted --split test[/bold]
       [bold]muactl eval bank --tasks template:all --n 100 --db random --seed 7 --agent oracle --user scripted[/bold]
+      [bold]muactl eval --resume RUN_ID --n 200[/bold]   (100 more instances of that run's stream)
     """
     from ..eval.evaluate import run_eval
 
@@ -46,8 +49,11 @@ def eval_cmd(
         raise UsageError("--tasks takes template:<id> or template:all (use --task ID for task ids)")
     if templates and task:
         raise UsageError("give either --task ID (task files) or --tasks template:... (drawn instances), not both")
+    # on a resume every other option is the run's own; an --n typed on the command line grows the run
+    typed = ctx.get_parameter_source("n")
+    grow_to = values["n"] if resume and typed is not None and typed.name == "COMMANDLINE" else None
     cfg = EvalConfig(**{**values, "domain": values["domain"] or ""}, tasks=[templates] if templates else list(task))
-    store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb),
+    store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb, grow_to=grow_to),
                                    "finished episodes are saved. Continue with: muactl eval --resume {run_id}")
     print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
     if summary["episodes"] and not summary["counted"]:

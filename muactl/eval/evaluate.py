@@ -10,7 +10,7 @@ no scored trial, and `--resume` plays them again.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Callable
 
 from ..errors import UsageError
@@ -85,22 +85,41 @@ def build_judge(cfg: EvalConfig):
 def run_eval(cfg: EvalConfig, resume: str | None = None,
              on_progress: Callable[[dict[str, Any]], None] | None = None,
              opened=None, kind: str = "eval",
-             on_episode: Callable[[Any, RunStore], None] | None = None) -> tuple[RunStore, dict[str, Any]]:
+             on_episode: Callable[[Any, RunStore], None] | None = None,
+             grow_to: int | None = None) -> tuple[RunStore, dict[str, Any]]:
     """Run (or resume) every (task, trial) episode; returns the run store and its summary. Episodes are
     saved as they end. `kind` names the run (eval, synth); `on_episode` sees each finished episode.
-    The run is locked while episodes are written into it (RunStore.lock)."""
+    The run is locked while episodes are written into it (RunStore.lock). `grow_to` (with `resume`, a
+    run of drawn template instances) raises the run's instance count: the draw is prefix-stable, so the
+    run's own instances come first and only the new ones are played."""
     if resume:
         store = RunStore.open(resume)
         with store.held():  # before anything is read for the resume: a second resume of this run stops here
-            return _run_eval(cfg, store, on_progress, opened, kind, on_episode)
+            return _run_eval(cfg, store, on_progress, opened, kind, on_episode, grow_to)
     return _run_eval(cfg, None, on_progress, opened, kind, on_episode)
 
 
-def _run_eval(cfg, store, on_progress, opened, kind, on_episode):
+def grown(cfg, store: RunStore, n: int):
+    """The resumed run's config with `n` instances, saved in the run: an interval too wide to separate two
+    arms narrows by adding instances to the same run instead of playing the first ones again."""
+    from ..domain.task_templates import is_template_spec
+
+    if not is_template_spec(cfg.tasks):
+        raise UsageError(f"--n grows a run of drawn instances (--tasks template:...); run {store.id} plays task files")
+    if n < cfg.n:
+        raise UsageError(f"run {store.id} has {cfg.n} instances; --n can only raise that (got {n})")
+    cfg = replace(cfg, n=n)
+    store.set_config(asdict(cfg))
+    return cfg
+
+
+def _run_eval(cfg, store, on_progress, opened, kind, on_episode, grow_to=None):
     from ..domain.open import open_domain
 
     if store is not None:
         cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
+        if grow_to is not None:
+            cfg = grown(cfg, store, grow_to)
         store.forget_excluded()  # infra and user errors said nothing about the agent: play them again
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     from .preflight import check_episode_parts

@@ -221,6 +221,11 @@ class RunStore:
         if fields.get("status") not in (None, "running"):
             self._release()  # done writing: another process may resume or extend it
 
+    def set_config(self, config: dict[str, Any]) -> None:
+        """A resumed run that was changed on purpose (eval --resume --n): both copies say what it now plays."""
+        self.update(config=config)
+        (self.path / "config.yaml").write_text(_yaml(config))
+
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         self.db["metrics"].upsert_all([{"step": step, "name": k, "value": float(v), "created": _now()}
                                        for k, v in values.items()], pk=("step", "name"))
