@@ -133,7 +133,7 @@ def test_older_runs_gain_the_new_columns(runs_root):
 
 
 def test_small_local_users_get_a_role_reminding_prompt():
-    """What a small local model playing the user is given (the model itself is not needed to check it)."""
+    """What a small local model playing the user is given, and that its reply is the model's answer to it."""
     from types import SimpleNamespace
 
     from muactl.episode.user import HFUser, small_model_messages
@@ -156,18 +156,44 @@ def test_small_local_users_get_a_role_reminding_prompt():
     opening = small_model_messages(SimpleNamespace(task=task, domain=bank.compiled, messages=[], seed=0, state={}))
     assert opening[-1]["content"].startswith("Support agent: Hello, how can I help you today?")
 
-    class Model:  # the model boundary: what it was asked, and a fixed answer
-        def chat(self, messages, max_new_tokens, temperature, seed):
-            self.seen = messages
-            return "My name is Quin."
-
-    user = HFUser("smollm2-135m")
-    user._lm = Model()
     import asyncio
 
+    from muactl.episode.user import split_stop
+    from muactl.models.generation import load_model
+
+    user = HFUser("tiny")  # the real local path (tiny, random weights): the reply is the model's own to those messages
     reply = asyncio.run(user.respond(ctx))
-    assert reply.content == "My name is Quin." and user._lm.seen == msgs
+    lm = load_model("tiny", bank.compiled)
+    alone = split_stop(lm.chat(msgs, user.max_new_tokens, 0.0, 0))
+    assert (reply.content, reply.stop) == (alone.content, alone.stop)
     # the opening message is the goal in the user's words; the model writes the rest
     first = asyncio.run(user.respond(SimpleNamespace(task=task, domain=bank.compiled, seed=0, state={},
                                                      messages=[{"role": "system", "content": "x"}])))
     assert first.content == "I want to move 10 from my checking account to my holiday account." and not first.stop
+
+
+def test_local_llm_users_of_concurrent_episodes_share_generate_calls():
+    """Every episode makes its own user object, yet their turns on one local model go out in one batch (tiny:
+    six user turns at once, one generate call), as a local agent's do."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from muactl.domain.open import open_domain
+    from muactl.episode.user import HFUser
+    from muactl.models.generation import load_model
+
+    bank = open_domain("bank")
+    tasks = [t for t in bank.tasks if t.split == "test"][:6]
+    lm = load_model("tiny", bank.compiled)
+
+    async def six_turns():
+        ctxs = [SimpleNamespace(task=t, domain=bank.compiled, seed=i, state={},
+                                messages=[{"role": "system", "content": "x"}, {"role": "user", "content": t.task.user.reason},
+                                          {"role": "assistant", "content": "Could you please give me your name?"}])
+                for i, t in enumerate(tasks)]
+        replies = await asyncio.gather(*(HFUser("tiny").respond(c) for c in ctxs))
+        return replies, lm.batcher("user").batch_sizes
+
+    replies, sizes = asyncio.run(six_turns())
+    assert len(replies) == 6 and all(isinstance(r.content, str) for r in replies)
+    assert sizes == [6]

@@ -205,7 +205,7 @@ def test_a_local_generate_call_that_crashes_is_an_infra_error():
     import asyncio
 
     from muactl.errors import InfraError
-    from muactl.episode.agents.local import Batcher
+    from muactl.models.batcher import Batcher
 
     def out_of_memory(prompts, max_new_tokens, temperature, seed):
         raise RuntimeError("CUDA out of memory")

@@ -254,22 +254,19 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
 
 
 class HFUser(UserSimulator):
-    """A local transformers model plays the user (no batching: users are cheap here). `prompt`: "small"
-    (default: the opening message is the goal in the first person, then small_model_messages) or "full"
-    (the same prompt as LLM users, every message from the model)."""
+    """A local transformers model plays the user. Concurrent episodes' user turns share generate calls
+    (models/batcher.py), as a local agent's turns do: one at a time, an LLM user made a 100-episode
+    evaluation on a CPU take hours. `prompt`: "small" (default: the opening message is the goal in the
+    first person, then small_model_messages) or "full" (the same prompt as LLM users, every message from
+    the model)."""
 
-    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128, prompt: str = "small"):
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128, prompt: str = "small",
+                 max_batch: int = 64):
         self.model_ref, self.temperature, self.max_new_tokens, self.prompt = model_ref, temperature, max_new_tokens, prompt
         self.name = f"hf:{model_ref}"
-        self._lm = None
+        self.max_batch = max_batch
 
     async def respond(self, ctx: EpisodeContext) -> UserReply:
-        import asyncio
-
-        from ..models.generation import load_model
-
-        if self._lm is None:
-            self._lm = load_model(self.model_ref, domain=ctx.domain)
         if self.prompt == "small":
             if not any(m["role"] == "user" for m in ctx.messages):  # the opening: the goal, as the scripted user says it
                 return UserReply(first_person(ctx.task.task.user.reason))
@@ -277,8 +274,12 @@ class HFUser(UserSimulator):
         else:
             history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
             messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
-        text = await asyncio.to_thread(self._lm.chat, messages, self.max_new_tokens, self.temperature, ctx.seed)
-        return split_stop(text)
+        from ..models.generation import load_model
+
+        lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
+        ids, _ = await lm.batcher("user", self.max_batch).submit(
+            lm.encode(lm.format.render(messages, add_generation_prompt=True)), self.max_new_tokens, self.temperature, ctx.seed)
+        return split_stop(lm.format.strip_end(lm.decode(ids)).strip())
 
 
 def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, timeout_s: float = 60.0,

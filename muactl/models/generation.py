@@ -3,12 +3,15 @@ shared prefix (the system prompt and tools), and load_model, which keeps one per
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelError
+from .batcher import Batcher
 from .folder import chat_format, load_tokenizer
 from .precision import import_torch, training_precision
 from .registry import resolve
@@ -88,6 +91,19 @@ class LocalLM:
         self._weights_seen: tuple | None = None
         self.prefix_stats = {"hits": 0, "misses": 0, "reused_tokens": 0, "computed_tokens": 0}
         self.autocast = False
+        # an agent and an LLM user on the same model generate from two threads: one at a time (the prefix
+        # cache is not thread-safe, and two batches would only fight over the same cores)
+        self._generating = threading.Lock()
+        self._batchers: dict[str, tuple[Any, Batcher]] = {}
+
+    def batcher(self, role: str, max_batch: int = 64) -> Batcher:
+        """The queue that batches one role's turns (an LLM user's) on this model in the running event loop:
+        shared by every episode, though each makes its own user object."""
+        loop = asyncio.get_running_loop()
+        held = self._batchers.get(role)
+        if held is None or held[0] is not loop:
+            held = self._batchers[role] = (loop, Batcher(self.generate, max_batch))
+        return held[1]
 
     def _no_grad(self):
         """no_grad, plus bf16 autocast where it was chosen at load time."""
@@ -119,6 +135,10 @@ class LocalLM:
         is cached): the prefix's cached keys/values then line up with every row, and since generate
         derives position ids from the attention mask (cumsum), each token keeps the position it has
         in its unpadded prompt."""
+        with self._generating:
+            return self._generate(prompts, max_new_tokens, temperature, seed)
+
+    def _generate(self, prompts, max_new_tokens, temperature, seed):
         torch = import_torch()
         past, shared = self._shared_prefix(prompts) if self.prefix_cache else (None, 0)
         width = max(len(p) for p in prompts)

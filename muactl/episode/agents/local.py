@@ -6,72 +6,18 @@ greeting, user and tool turns) are tokenized segment by segment with mask 0; the
 included, are appended as generated with mask 1 and their logprobs. Nothing generated is ever
 re-tokenized. The model's chat format (agents/formats.py) says how turns render and parse.
 
-Batching: every episode waiting for an agent turn puts its prompt in one queue; the queue waits until
-no other episode can make progress (scripted users and tools answer within the same event-loop tick),
-then runs one generate call for all of them.
+Batching: every episode waiting for an agent turn puts its prompt in one queue (models/batcher.py), which
+runs one generate call for all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import zlib
 from abc import abstractmethod
-from typing import Any, Callable
+from typing import Any
 
-from ...errors import InfraError
+from ...models.batcher import Batcher
 from .base import Agent, AgentReply
-
-Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[int], list[float]]]]
-
-
-class Batcher:
-    """Collects prompts from concurrent episodes and generates them together."""
-
-    def __init__(self, generate: Generate, max_batch: int = 64):
-        self.generate = generate
-        self.max_batch = max_batch
-        self.pending: list[tuple[list[int], int, asyncio.Future]] = []  # (prompt, episode seed, result)
-        self.running = False
-        self.calls = 0  # generate calls made (the benchmark reports batch sizes)
-        self.batch_sizes: list[int] = []
-
-    async def submit(self, prompt: list[int], max_new_tokens: int, temperature: float, seed: int) -> tuple[list[int], list[float]]:
-        fut = asyncio.get_running_loop().create_future()
-        self.pending.append((prompt, seed, fut))
-        self._params = (max_new_tokens, temperature)
-        if not self.running:
-            self.running = True
-            asyncio.ensure_future(self._drain())
-        return await fut
-
-    async def _drain(self) -> None:
-        try:
-            while self.pending:
-                last, stable = -1, 0
-                while stable < 3 and len(self.pending) < self.max_batch:
-                    await asyncio.sleep(0)
-                    stable = stable + 1 if len(self.pending) == last else 0
-                    last = len(self.pending)
-                # arrival order can differ between runs (thread and lock wake-ups), so the batch's order
-                # and sampling seed come from its contents: same episodes, same seeds, same samples
-                self.pending.sort(key=lambda item: (item[1], len(item[0]), item[0]))
-                batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
-                max_new, temperature = self._params
-                seed = zlib.crc32(repr([(s, len(p)) for p, s, _ in batch]).encode())
-                self.calls += 1
-                self.batch_sizes.append(len(batch))
-                try:
-                    results = await asyncio.to_thread(self.generate, [p for p, _, _ in batch], max_new, temperature, seed)
-                except Exception as e:  # the machine failed, not the policy: infra_error, and none hangs
-                    for _, _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(InfraError(f"local generation failed: {type(e).__name__}: {e}"))
-                    continue
-                for (_, _, fut), res in zip(batch, results):
-                    if not fut.done():
-                        fut.set_result(res)
-        finally:
-            self.running = False
 
 
 class LocalAgent(Agent):
