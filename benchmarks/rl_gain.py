@@ -20,6 +20,7 @@ the same way; CPU minutes per arm and seed (training and evaluation, children's 
     .venv/bin/python benchmarks/rl_gain.py                                   # 3 seeds, 200 held out
     .venv/bin/python benchmarks/rl_gain.py --seeds 0 --heldout 60 --grpo-steps 6     # a pilot
     .venv/bin/python benchmarks/rl_gain.py --user hf:smollm2-135m           # an LLM user in the loop
+    .venv/bin/python benchmarks/rl_gain.py --user hf:smollm2-135m --sft-user scripted   # ... after a scripted cold start
 """
 
 from __future__ import annotations
@@ -91,10 +92,11 @@ class Experiment:
 
     # ------------------------------------------------------------ recipe
 
-    def common(self) -> list[str]:
+    def common(self, user: str | None = None) -> list[str]:
         a = self.a
-        return ["domain=bank", f"model.max_new_tokens={a.max_new_tokens}", f"user={'scripted' if a.user == 'scripted' else 'litellm'}",
-                *([] if a.user == "scripted" else [f"user.model={a.user}"])]
+        user = user or a.user
+        return ["domain=bank", f"model.max_new_tokens={a.max_new_tokens}", f"user={'scripted' if user == 'scripted' else 'litellm'}",
+                *([] if user == "scripted" else [f"user.model={user}"])]
 
     def sft(self, seed: int) -> Path:
         a = self.a
@@ -102,7 +104,7 @@ class Experiment:
         ckpt = self.work / "runs" / run_id / "sft" / "checkpoint-final"  # a recipe's stage keeps its own folder
         if not ckpt.is_dir():
             self.timed(f"train:sft:{seed}", ["train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
-                                              "stages=[synth,sft]", f"model={a.model}", *self.common(),
+                                              "stages=[synth,sft]", f"model={a.model}", *self.common(a.sft_user),
                                               "synth.tasks=template:all", f"synth.n={a.sft_instances}", "synth.db=random"])
         return ckpt
 
@@ -209,7 +211,8 @@ def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict
 
 def report(results: dict, a, work: Path | None = None) -> str:
     """The tables; with `work` (the --out folder) also what each GRPO run's metrics say about its signal."""
-    lines = [f"rl_gain: {a.model} on bank, user {a.user}, seeds {a.seeds}, GRPO {a.grpo_steps} steps x "
+    sft_user = f" (SFT data: {a.sft_user} user)" if a.sft_user and a.sft_user != a.user else ""
+    lines = [f"rl_gain: {a.model} on bank, user {a.user}{sft_user}, seeds {a.seeds}, GRPO {a.grpo_steps} steps x "
              f"{a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}, held-out {a.heldout} template instances on random "
              f"databases (test stream, eval seed {a.eval_seed}) + the 20 fixed test tasks; 95% bootstrap intervals", ""]
     for part, title in (("heldout", "held-out instances"), ("fixed", "fixed test tasks")):
@@ -332,6 +335,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--user", default="scripted", help="scripted, or an LLM user (hf:smollm2-135m, a litellm id)")
+    ap.add_argument("--sft-user", default=None, help="the user of the SFT data's oracle conversations (default: --user); "
+                    "MUA-RL's setting is a cold start on curated data, then an LLM user in the RL loop")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--heldout", type=int, default=200, help="held-out template instances (fewer cannot separate 10 points)")

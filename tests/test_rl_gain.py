@@ -22,7 +22,7 @@ def _module():
 
 def _args(**kw):
     base = dict(model="tiny", user="scripted", seeds=[0, 1], arms=["base", "sft", "sft+grpo", "grpo"], heldout=40,
-                eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4, grpo_lr=5e-6)
+                eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4, grpo_lr=5e-6, sft_user=None)
     return Namespace(**{**base, **kw})
 
 
