@@ -78,7 +78,7 @@ def main() -> None:
         async def episodes():
             eps = await run_many(jobs, bank.compiled, agent, user, cfg, concurrency=concurrency)
             if user_lm is not None:
-                user_sizes.extend(user_lm.batcher("user").batch_sizes)  # this loop's queue
+                user_sizes.extend(user().queue(user_lm).batch_sizes)  # this loop's queue
             return eps
 
         start = time.perf_counter()

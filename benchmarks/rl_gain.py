@@ -72,6 +72,11 @@ def successes(run: Path) -> dict[str, int]:
     return {t: int(s) for t, s, o in rows if o in ("success", "failure", None)}
 
 
+def run_config(run: Path) -> dict:
+    with sqlite3.connect(run / "runs.sqlite") as db:
+        return json.loads(db.execute("SELECT config FROM runs").fetchone()[0])
+
+
 class Experiment:
     def __init__(self, a):
         self.a = a
@@ -142,9 +147,9 @@ class Experiment:
         """A finished evaluation with fewer held-out instances than --heldout gets the missing ones: its eval
         run grows in place (`muactl eval --resume RUN --n N`), so the instances it has are not played again."""
         a, r = self.a, self.results[key]
-        if len(r["heldout"]) >= a.heldout:
-            return
         run = r.get("heldout_run") or self.heldout_run_of(model)
+        if run_config(self.work / "runs" / run)["n"] >= a.heldout:  # the run's size: excluded episodes are not scored
+            return
         t0, c0 = time.time(), cpu_minutes()
         muactl(["eval", "--resume", run, f"--n={a.heldout}", f"--concurrency={a.concurrency}"], self.work, self.log)
         r["heldout"], r["heldout_run"] = successes(self.work / "runs" / run), run
@@ -156,12 +161,11 @@ class Experiment:
     def heldout_run_of(self, model: str) -> str:
         """The held-out eval run of `model` in --out (results written before runs were recorded by name)."""
         a = self.a
-        for db in sorted((self.work / "runs").glob("*-eval-bank-*/runs.sqlite")):
-            with sqlite3.connect(db) as con:
-                cfg = json.loads(con.execute("SELECT config FROM runs").fetchone()[0])
-            if (cfg.get("agent"), cfg.get("tasks"), cfg.get("seed"), cfg.get("user")) == \
-                    (f"hf:{model}", ["template:all"], a.eval_seed, a.user):
-                return db.parent.name
+        for run in sorted((self.work / "runs").glob("*-eval-bank-*")):
+            cfg = run_config(run)
+            if (cfg.get("agent"), cfg.get("tasks"), cfg.get("seed"), cfg.get("user"), cfg.get("split"), cfg.get("db")) == \
+                    (f"hf:{model}", ["template:all"], a.eval_seed, a.user, "test", "random"):
+                return run.name
         raise SystemExit(f"no held-out eval run of {model} in {self.work / 'runs'}: use a new --out")
 
     def logged(self, key: str) -> None:

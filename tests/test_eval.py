@@ -381,6 +381,12 @@ def test_cli_resume_with_n_grows_a_drawn_run_and_plays_only_the_new_instances(ru
     assert r.exit_code == 0 and len(RunStore.open(small.id).episodes()) == 12
     r = runner.invoke(app, ["eval", "--resume", small.id, "--n", "3"], env=WIDE)
     assert r.exit_code == 2 and "can only raise" in r.output and "Traceback" not in r.output
+    # episodes of an instance the draw no longer makes (the templates changed): growing would count both
+    with grown.db.conn:
+        grown.db.execute("UPDATE episodes SET task_id = 'balance-0000' WHERE id = ?", [rows[0]["id"]])
+    r = runner.invoke(app, ["eval", "--resume", small.id, "--n", "14"], env=WIDE)
+    assert r.exit_code == 2 and "balance-0000" in r.output and "templates changed" in r.output
+    assert RunStore.open(small.id).info()["config"]["n"] == 12
     files, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
     r = runner.invoke(app, ["eval", "--resume", files.id, "--n", "5"], env=WIDE)
     assert r.exit_code == 2 and "task files" in r.output

@@ -161,9 +161,20 @@ def test_small_local_users_get_a_role_reminding_prompt():
     from muactl.episode.user import split_stop
     from muactl.models.generation import load_model
 
-    user = HFUser("tiny")  # the real local path (tiny, random weights): the reply is the model's own to those messages
-    reply = asyncio.run(user.respond(ctx))
+    user = HFUser("tiny")  # the real local path (tiny, random weights): the model is given exactly those messages
     lm = load_model("tiny", bank.compiled)
+    asked, generate = [], lm.generate
+
+    def recording(prompts, *rest):
+        asked.extend(prompts)
+        return generate(prompts, *rest)
+
+    lm.generate = recording  # the queue is made in the episode's event loop, so it calls this
+    try:
+        reply = asyncio.run(user.respond(ctx))
+    finally:
+        del lm.generate
+    assert asked == [lm.encode(lm.format.render(msgs, add_generation_prompt=True))]
     alone = split_stop(lm.chat(msgs, user.max_new_tokens, 0.0, 0))
     assert (reply.content, reply.stop) == (alone.content, alone.stop)
     # the opening message is the goal in the user's words; the model writes the rest
@@ -192,7 +203,7 @@ def test_local_llm_users_of_concurrent_episodes_share_generate_calls():
                                           {"role": "assistant", "content": "Could you please give me your name?"}])
                 for i, t in enumerate(tasks)]
         replies = await asyncio.gather(*(HFUser("tiny").respond(c) for c in ctxs))
-        return replies, lm.batcher("user").batch_sizes
+        return replies, HFUser("tiny").queue(lm).batch_sizes
 
     replies, sizes = asyncio.run(six_turns())
     assert len(replies) == 6 and all(isinstance(r.content, str) for r in replies)

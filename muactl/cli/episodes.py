@@ -50,8 +50,9 @@ def eval_cmd(
     if templates and task:
         raise UsageError("give either --task ID (task files) or --tasks template:... (drawn instances), not both")
     # on a resume every other option is the run's own; an --n typed on the command line grows the run
-    typed = ctx.get_parameter_source("n")
-    grow_to = values["n"] if resume and typed is not None and typed.name == "COMMANDLINE" else None
+    # (by name: typer vendors click, and its ParameterSource enum is not public)
+    typed = getattr(ctx.get_parameter_source("n"), "name", None) == "COMMANDLINE"
+    grow_to = values["n"] if resume and typed else None
     cfg = EvalConfig(**{**values, "domain": values["domain"] or ""}, tasks=[templates] if templates else list(task))
     store, summary = with_progress("eval", "success", lambda cb: run_eval(cfg, resume=resume, on_progress=cb, grow_to=grow_to),
                                    "finished episodes are saved. Continue with: muactl eval --resume {run_id}")

@@ -256,7 +256,8 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
 class HFUser(UserSimulator):
     """A local transformers model plays the user. Concurrent episodes' user turns share generate calls
     (models/batcher.py), as a local agent's turns do: one at a time, an LLM user made a 100-episode
-    evaluation on a CPU take hours. `prompt`: "small" (default: the opening message is the goal in the
+    evaluation on a CPU take hours. As with local agents, a sampled (temperature > 0) reply's randomness comes
+    from its batch (the seed derives from the batch's contents), not from the episode alone. `prompt`: "small" (default: the opening message is the goal in the
     first person, then small_model_messages) or "full" (the same prompt as LLM users, every message from
     the model)."""
 
@@ -277,9 +278,14 @@ class HFUser(UserSimulator):
         from ..models.generation import load_model
 
         lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
-        ids, _ = await lm.batcher("user", self.max_batch).submit(
+        ids, _ = await self.queue(lm).submit(
             lm.encode(lm.format.render(messages, add_generation_prompt=True)), self.max_new_tokens, self.temperature, ctx.seed)
         return split_stop(lm.format.strip_end(lm.decode(ids)).strip())
+
+    def queue(self, lm):
+        """This user's queue on `lm` in the running event loop, shared by the users with its settings (a batch
+        is generated with one max_new_tokens and one temperature)."""
+        return lm.batcher(f"user {self.max_new_tokens} {self.temperature}", self.max_batch)
 
 
 def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, timeout_s: float = 60.0,

@@ -108,9 +108,17 @@ def grown(cfg, store: RunStore, n: int):
         raise UsageError(f"--n grows a run of drawn instances (--tasks template:...); run {store.id} plays task files")
     if n < cfg.n:
         raise UsageError(f"run {store.id} has {cfg.n} instances; --n can only raise that (got {n})")
-    cfg = replace(cfg, n=n)
-    store.set_config(asdict(cfg))
-    return cfg
+    return replace(cfg, n=n)  # saved in the run once its parts load (a run that cannot continue keeps its config)
+
+
+def check_prefix(store: RunStore, tasks) -> None:
+    """A run grows only if its instances are the first ones of the larger draw: after a change to the
+    templates (or to how they are drawn) its old episodes would be counted beside instances no longer drawn."""
+    drawn = {t.task.id for t in tasks}
+    stray = sorted({e["task_id"] for e in store.episodes()} - drawn)
+    if stray:
+        raise UsageError(f"run {store.id} has episodes of instances the draw no longer makes ({', '.join(stray[:3])}"
+                         f"{' ...' if len(stray) > 3 else ''}): its templates changed since; start a new run")
 
 
 def _run_eval(cfg, store, on_progress, opened, kind, on_episode, grow_to=None):
@@ -133,7 +141,11 @@ def _run_eval(cfg, store, on_progress, opened, kind, on_episode, grow_to=None):
     else:
         tasks = select_tasks(opened, cfg.split, cfg.tasks)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
+    if grow_to is not None:
+        check_prefix(store, tasks)
     agent, user_factory = build_parts(cfg, opened)  # a model that cannot be used fails before the run exists
+    if grow_to is not None:
+        store.set_config(asdict(cfg))
     if store is None:  # made only now: a run that cannot start leaves no folder behind
         store = RunStore.create(kind, opened.spec.domain.name, asdict(cfg))
         with store.held():
