@@ -117,7 +117,7 @@ def main() -> None:
            ": each turn re-reads the whole prompt (no prefix cache), work that batching does not share"))
     if batched["turns"] != single["turns"]:
         print(f"note: agent turns differ ({batched['turns']} vs {single['turns']}): left-padded batches change "
-              "a random model's greedy picks slightly, and the conversation with them")
+              "a model's greedy picks slightly, and the conversation with them")
 
 
 if __name__ == "__main__":
