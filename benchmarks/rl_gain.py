@@ -137,8 +137,8 @@ class Experiment:
         t0, c0 = time.time(), cpu_minutes()
         held = run_folder(muactl([*common, "--tasks=template:all", f"--n={a.heldout}", "--db=random", "--split=test",
                                   f"--seed={a.eval_seed}"], self.work, self.log), self.work)
-        fixed = run_folder(muactl([*common, f"--split={TEST_TASKS}"], self.work, self.log), self.work)
-        self.results[key] = {"heldout": successes(held), "fixed": successes(fixed), "eval_cpu_min": cpu_minutes() - c0,
+        fixed = run_folder(muactl([*common, f"--split={TEST_TASKS}"], self.work, self.log), self.work) if a.fixed else None
+        self.results[key] = {"heldout": successes(held), "fixed": successes(fixed) if fixed else {}, "eval_cpu_min": cpu_minutes() - c0,
                              "eval_wall_min": (time.time() - t0) / 60, "heldout_run": held.name}
         self.save()
         self.logged(key)
@@ -207,7 +207,7 @@ def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict
     out = {}
     for arm in arms:
         keys = ["base"] if arm == "base" else [f"{arm}:{s}" for s in seeds]
-        got = {k: {t: float(v) for t, v in results[k][part].items()} for k in keys if k in results}
+        got = {k: {t: float(v) for t, v in results[k][part].items()} for k in keys if k in results and results[k][part]}
         if got:
             out[arm] = got
     return out
@@ -218,9 +218,11 @@ def report(results: dict, a, work: Path | None = None) -> str:
     sft_user = f" (SFT data: {a.sft_user} user)" if a.sft_user and a.sft_user != a.user else ""
     lines = [f"rl_gain: {a.model} on bank, user {a.user}{sft_user}, seeds {a.seeds}, GRPO {a.grpo_steps} steps x "
              f"{a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}, held-out {a.heldout} template instances on random "
-             f"databases (test stream, eval seed {a.eval_seed}) + the 20 fixed test tasks; 95% bootstrap intervals", ""]
+             f"databases (test stream, eval seed {a.eval_seed}){' + the 20 fixed test tasks' if a.fixed else ''}; 95% bootstrap intervals", ""]
     for part, title in (("heldout", "held-out instances"), ("fixed", "fixed test tasks")):
         table = arm_table(results, a.arms, a.seeds, part)
+        if not table:  # --no-fixed
+            continue
         lines += [f"| arm ({title}) | seeds | pass^1 | 95% interval |", "|---|---|---|---|"]
         for arm, per in table.items():
             p, lo, hi = bootstrap(per)
@@ -345,6 +347,8 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--heldout", type=int, default=200, help="held-out template instances (fewer cannot separate 10 points)")
     ap.add_argument("--eval-seed", type=int, default=7)
+    ap.add_argument("--no-fixed", dest="fixed", action="store_false",
+                    help="skip the 20 fixed test tasks (an LLM user on a CPU makes every episode count)")
     ap.add_argument("--sft-instances", type=int, default=48, help="template instances the oracle plays for the SFT data")
     ap.add_argument("--grpo-steps", type=int, default=24)
     ap.add_argument("--group-size", type=int, default=4)

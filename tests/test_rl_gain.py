@@ -22,7 +22,7 @@ def _module():
 
 def _args(**kw):
     base = dict(model="tiny", user="scripted", seeds=[0, 1], arms=["base", "sft", "sft+grpo", "grpo"], heldout=40,
-                eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4, grpo_lr=5e-6, sft_user=None)
+                eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4, grpo_lr=5e-6, sft_user=None, fixed=True)
     return Namespace(**{**base, **kw})
 
 
@@ -48,6 +48,7 @@ def test_a_seed_that_did_not_finish_is_left_out_not_guessed():
     results = {"sft:0": {"heldout": {"a": 1, "b": 0}, "fixed": {}}}
     text = rl.report(results, _args(seeds=[0, 1], arms=["sft", "sft+grpo"]))
     assert "| sft | 1 | 0.500 |" in text and "paired" not in text
+    assert "arm (fixed test tasks)" not in text  # none evaluated (--no-fixed): no empty table
 
 
 def test_per_template_view_and_grpo_signal(tmp_path):
