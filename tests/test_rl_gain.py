@@ -82,6 +82,28 @@ def test_harness_runs_every_arm_on_tiny(tmp_path):
     assert (tmp_path / "results.json").is_file() and (tmp_path / "table.md").is_file()
 
 
+@pytest.mark.slow
+def test_harness_with_an_llm_user_in_the_loop_on_tiny(tmp_path):
+    """MUA-RL's setting: SFT on the scripted user's oracle conversations, then GRPO and evaluation with a local
+    LLM user (tiny plays it): the GRPO run's episodes and the eval's were played against the LLM user."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--model", "tiny", "--user", "hf:tiny",
+                          "--sft-user", "scripted", "--seeds", "0", "--arms", "sft", "sft+grpo", "--no-fixed",
+                          "--heldout", "2", "--sft-instances", "4", "--grpo-steps", "1", "--group-size", "2",
+                          "--tasks-per-step", "1", "--max-turns", "3", "--max-new-tokens", "8", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "user hf:tiny (SFT data: scripted user)" in out.stdout and "| sft+grpo | 1 |" in out.stdout
+    assert "arm (fixed test tasks)" not in out.stdout
+
+    def user(run: str):
+        with sqlite3.connect(tmp_path / "runs" / run / "runs.sqlite") as con:
+            return json.loads(con.execute("SELECT config FROM runs").fetchone()[0])["user"]
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert user(results["sft+grpo:0"]["heldout_run"]) == "hf:tiny"  # an eval run's config
+    assert user("sft-grpo-0")["model"] == "hf:tiny" and user("sft-0")["kind"] == "scripted"  # train recipes
+
+
 def test_a_larger_heldout_grows_the_recorded_eval_run(tmp_path):
     """--heldout raised on a finished --out: each model's held-out eval run grows in place, the instances it had
     keep their episodes, and the table counts the new ones (tiny, base arm only)."""
