@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,7 @@ DYNAMIC = {
         (0, "tasks to tasks/bank/gen-test.yaml"),
     "muactl validate retail": (0, "templates checked"),
     "muactl eval bank --tasks template:all --n 100 --db random --seed 7 --agent oracle --user scripted": (0, "1.000"),
+    "muactl eval --resume RUN_ID --n 200": (0, "1.000"),  # the run above
 }
 
 
@@ -161,8 +163,10 @@ DYNAMIC = {
 def test_readme_dynamic_data(scratch):
     before = sorted(p.name for p in (ROOT / "tasks" / "bank").iterdir())
     for line, (code, needle) in DYNAMIC.items():
-        out = run(line, scratch, code)
+        out = run(line.replace("RUN_ID", _latest_run(scratch, "eval")) if "RUN_ID" in line else line, scratch, code)
         assert needle in out, f"{line}: {needle!r} not in:\n{out[-2000:]}"
+    with sqlite3.connect(scratch / "runs" / _latest_run(scratch, "eval") / "runs.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM episodes").fetchone()[0] == 200  # grown, not a second run
     assert (scratch / "tasks" / "bank" / "gen-test.yaml").is_file()  # in the project...
     assert sorted(p.name for p in (ROOT / "tasks" / "bank").iterdir()) == before  # ...not in the built-ins
 
