@@ -170,8 +170,8 @@ class Experiment:
 
     def logged(self, key: str) -> None:
         r = self.results[key]
-        self.log(f"{key}: held-out pass^1 {mean(r['heldout'].values()):.3f} ({len(r['heldout'])} instances), "
-                 f"fixed test {mean(r['fixed'].values()):.3f}")
+        fixed = f", fixed test {mean(r['fixed'].values()):.3f}" if r["fixed"] else ""
+        self.log(f"{key}: held-out pass^1 {mean(r['heldout'].values()):.3f} ({len(r['heldout'])} instances){fixed}")
 
     def timed(self, key: str, args: list[str]) -> None:
         t0, c0 = time.time(), cpu_minutes()
