@@ -245,7 +245,7 @@ def report(results: dict, a, work: Path | None = None) -> str:
                 lines.append(f"| {stage} | {len(rows)} | {mean(r['cpu_min'] for r in rows):.1f} | {mean(r['wall_min'] for r in rows):.1f} |")
         evals = [v for k, v in results.items() if isinstance(v, dict) and "eval_cpu_min" in v]
         if evals:
-            lines.append(f"| evaluation of one model ({a.heldout} + 20 episodes) | {len(evals)} | "
+            lines.append(f"| evaluation of one model ({a.heldout}{' + 20' if a.fixed else ''} episodes) | {len(evals)} | "
                          f"{mean(e['eval_cpu_min'] for e in evals):.1f} | {mean(e['eval_wall_min'] for e in evals):.1f} |")
     return "\n".join(lines)
 
