@@ -129,7 +129,7 @@ class Experiment:
         """Held-out instances and the fixed test tasks, greedy; per-task successes into results[key]."""
         a = self.a
         if key in self.results:
-            return self.grow(key, model)
+            return self.grow(key)
         agent = f"hf:{model}"
         user = [] if a.user == "scripted" else [f"--user={a.user}"]
         common = ["eval", "bank", f"--agent={agent}", *user, f"--max-turns={a.max_turns}", f"--max-new-tokens={a.max_new_tokens}",
@@ -143,11 +143,13 @@ class Experiment:
         self.save()
         self.logged(key)
 
-    def grow(self, key: str, model: str) -> None:
+    def grow(self, key: str) -> None:
         """A finished evaluation with fewer held-out instances than --heldout gets the missing ones: its eval
         run grows in place (`muactl eval --resume RUN --n N`), so the instances it has are not played again."""
         a, r = self.a, self.results[key]
-        run = r.get("heldout_run") or self.heldout_run_of(model)
+        run = r.get("heldout_run")
+        if run is None:  # results.json from before eval runs were recorded by name
+            raise SystemExit(f"{self.results_path}: no held-out eval run recorded for {key}; use a new --out")
         if run_config(self.work / "runs" / run)["n"] >= a.heldout:  # the run's size: excluded episodes are not scored
             return
         t0, c0 = time.time(), cpu_minutes()
@@ -157,16 +159,6 @@ class Experiment:
         r["eval_wall_min"] += (time.time() - t0) / 60
         self.save()
         self.logged(key)
-
-    def heldout_run_of(self, model: str) -> str:
-        """The held-out eval run of `model` in --out (results written before runs were recorded by name)."""
-        a = self.a
-        for run in sorted((self.work / "runs").glob("*-eval-bank-*")):
-            cfg = run_config(run)
-            if (cfg.get("agent"), cfg.get("tasks"), cfg.get("seed"), cfg.get("user"), cfg.get("split"), cfg.get("db")) == \
-                    (f"hf:{model}", ["template:all"], a.eval_seed, a.user, "test", "random"):
-                return run.name
-        raise SystemExit(f"no held-out eval run of {model} in {self.work / 'runs'}: use a new --out")
 
     def logged(self, key: str) -> None:
         r = self.results[key]

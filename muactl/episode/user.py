@@ -256,10 +256,10 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
 class HFUser(UserSimulator):
     """A local transformers model plays the user. Concurrent episodes' user turns share generate calls
     (models/batcher.py), as a local agent's turns do: one at a time, an LLM user made a 100-episode
-    evaluation on a CPU take hours. As with local agents, a sampled (temperature > 0) reply's randomness comes
-    from its batch (the seed derives from the batch's contents), not from the episode alone. `prompt`: "small" (default: the opening message is the goal in the
-    first person, then small_model_messages) or "full" (the same prompt as LLM users, every message from
-    the model)."""
+    evaluation on a CPU take hours. As with local agents, a sampled (temperature > 0) reply's randomness
+    comes from its batch (the seed derives from the batch's contents), not from the episode alone.
+    `prompt`: "small" (default: the opening message is the goal in the first person, then
+    small_model_messages) or "full" (the same prompt as LLM users, every message from the model)."""
 
     def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128, prompt: str = "small",
                  max_batch: int = 64):
@@ -278,9 +278,8 @@ class HFUser(UserSimulator):
         from ..models.generation import load_model
 
         lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
-        ids, _ = await self.queue(lm).submit(
-            lm.encode(lm.format.render(messages, add_generation_prompt=True)), self.max_new_tokens, self.temperature, ctx.seed)
-        return split_stop(lm.format.strip_end(lm.decode(ids)).strip())
+        ids, _ = await self.queue(lm).submit(lm.prompt_ids(messages), self.max_new_tokens, self.temperature, ctx.seed)
+        return split_stop(lm.reply_text(ids))
 
     def queue(self, lm):
         """This user's queue on `lm` in the running event loop, shared by the users with its settings (a batch

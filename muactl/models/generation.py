@@ -245,9 +245,15 @@ class LocalLM:
         return list(zip(cache.key_cache, cache.value_cache))
 
     def chat(self, messages: list[dict], max_new_tokens: int = 128, temperature: float = 0.0, seed: int | None = None) -> str:
-        ids = self.encode(self.format.render(messages, add_generation_prompt=True))
-        out, _ = self.generate([ids], max_new_tokens, temperature, seed)[0]
-        return self.format.strip_end(self.decode(out)).strip()
+        out, _ = self.generate([self.prompt_ids(messages)], max_new_tokens, temperature, seed)[0]
+        return self.reply_text(out)
+
+    def prompt_ids(self, messages: list[dict]) -> list[int]:
+        """A chat's messages as the ids the model continues (its template, with the generation prompt)."""
+        return self.encode(self.format.render(messages, add_generation_prompt=True))
+
+    def reply_text(self, ids: list[int]) -> str:
+        return self.format.strip_end(self.decode(ids)).strip()
 
 
 def _full_attention_only(model) -> bool:
