@@ -203,7 +203,7 @@ MALFORMED = {  # name: (file, its new content (bytes, or original bytes -> bytes
     "tools.py syntax error": (TOOLS, b"def f(:\n    pass\n", ["tools.py:1:7", "Python syntax error"]),
     "tools.py not UTF-8": (TOOLS, b'"""caf\xe9"""\n', ["tools.py:1:", "not valid UTF-8"]),
     "tools.py NUL byte": (TOOLS, b"x = 1\n# \0\n", ["tools.py:2:3", "NUL byte"]),
-    "tools.py nested too deep": (TOOLS, nested_module(100_000), ["tools.py", "nested too deeply"]),
+    "tools.py nested too deep": (TOOLS, nested_module(60_000), ["tools.py", "nested too deeply"]),
     "tools.py too big": (TOOLS, b"#" * (MAX_TAU2_SOURCE_BYTES + 1), ["tools.py", "MAX_TAU2_SOURCE_BYTES"]),
     "db.json not JSON": (DB, b'{"users": {,}}', ["db.json:1:12", "not valid JSON"]),
     "db.json a list": (DB, b"[]", ["db.json", "expected an object of tables", "found a list"]),
