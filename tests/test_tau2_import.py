@@ -230,6 +230,8 @@ MALFORMED = {  # name: (file, its new content (bytes, or original bytes -> bytes
     "task without id": (TASKS, task_field(0, "id", DELETE), ["tasks.json:", ": [0].id: required field missing"]),
     "task reason not text": (TASKS, task_field(0, "user_scenario", "instructions", "reason_for_call", 5),
                              ["[0].user_scenario.instructions.reason_for_call", "expected a string, found a number 5"]),
+    "task reason empty": (TASKS, task_field(0, "user_scenario", "instructions", "reason_for_call", ""),
+                          ["tasks.json", "task '0' does not make a muactl task", "user.reason"]),
     "gold action without name": (TASKS, task_field(0, "evaluation_criteria", "actions", 0, "name", DELETE),
                                  ["[0].evaluation_criteria.actions[0].name: required field missing"]),
     "gold arguments a list": (TASKS, task_field(0, "evaluation_criteria", "actions", 0, "arguments", []),
@@ -316,6 +318,8 @@ def test_malformed_telecom_databases_are_refused(tmp_path):
     refused(import_into(tmp_path / "tau2-bench", project, "telecom"), project, "db.toml:2:6", "not valid TOML")
     (folder / "db.toml").write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
     refused(import_into(tmp_path / "tau2-bench", project, "telecom"), project, "db.toml", "nested too deeply")
+    (folder / "db.toml").write_text('devices = ["D1"]\n')  # records that are not tables: past load_db to tasks.json
+    refused(import_into(tmp_path / "tau2-bench", project, "telecom"), project, "tasks.json:1:1", "not valid JSON")
     (folder / "db.toml").write_text("")
     (folder / "user_db.toml").write_text("device = 5\n")
     refused(import_into(tmp_path / "tau2-bench", project, "telecom"), project, "user_db.toml", "device",

@@ -169,8 +169,9 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
                 record[key] = {**value, **record[key]}
         db[table] = [record]
     for table, columns in DATETIMES.items():
-        for record in db.get(table, []):
-            for col in columns:
+        records = db.get(table)
+        for record in records if isinstance(records, list) else []:  # seed_rows says what else is wrong
+            for col in columns if isinstance(record, dict) else ():
                 if isinstance(record.get(col), str):
                     record[col] = record[col].replace("T", " ")
     return db, dict.fromkeys(USER_DEFAULTS, src / "user_db.toml")
