@@ -287,7 +287,8 @@ def test_links_inside_the_checkout_are_followed(checkout, tmp_path, monkeypatch)
     (checkout / "docs").mkdir()
     (checkout / POLICY).rename(checkout / "docs" / "policy.md")
     (checkout / POLICY).symlink_to(Path("../../../../docs/policy.md"))
-    r = import_into(checkout, tmp_path / "project")
+    (tmp_path / "linked").symlink_to(checkout)  # the checkout itself may be a link: its target is the checkout
+    r = import_into(tmp_path / "linked", tmp_path / "project")
     assert r.exit_code == 0, r.output
     assert "Authenticate them by email" in (tmp_path / "project/domains/tau2-retail/policy.md").read_text()
 
