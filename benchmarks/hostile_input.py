@@ -8,6 +8,9 @@ Cases:
   `muactl call`, `muactl validate`
 - pack-pax-bomb / pack-gnu-longname: a .muapack whose tar stream holds a PAX extended header, or a GNU
   long-name header, of --bomb-mib MiB of zeros (a few hundred KB gzipped) -> `muactl install`
+- tau2-*: tests/data/tau2/checkout (an invented τ²-shaped checkout) with one file broken, linked from
+  outside or oversized as in issue 25 -> `muactl import tau2 ... --domain retail`; tau2-ok is the
+  unbroken checkout, tau2-tools-dense, tau2-100k-users and tau2-10k-tasks the costliest inputs within the limits
 
 A case that is not refused is stopped at --timeout seconds or at --max-mem-mib of address space and shows
 as such. Prints a table; asserts nothing.
@@ -121,6 +124,62 @@ def write_pack(path: Path, project: Path, bomb: str, mib: int) -> None:
         gz.write(buf.getvalue())
 
 
+def tau2_cases(tmp: Path) -> dict[str, tuple[list[str], Path, int]]:
+    """`muactl import tau2` of the invented checkout, each case with one file of it replaced:
+    name -> argv, cwd (an empty project), size of the replaced file."""
+    import shutil
+
+    retail, tools = "data/tau2/domains/retail", "src/tau2/domains/retail/tools.py"
+    db, tasks, splits, policy = (f"{retail}/{n}" for n in ("db.json", "tasks.json", "split_tasks.json", "policy.md"))
+    secret = tmp / "secret.txt"
+    secret.write_text("a file outside the checkout\n")
+    fake = json.loads((ROOT / "tests/data/tau2/checkout" / tasks).read_text())
+    no_scenario = [fake[0], {k: v for k, v in fake[1].items() if k != "user_scenario"}, fake[2]]
+    collide = [{**fake[0], "id": "a b"}, {**fake[1], "id": "a_b"}]
+    users = ", ".join(f'"u{i}": {{"user_id": "u{i}"}}' for i in range(100_000))
+    cases: dict[str, dict[str, bytes | str | None]] = {  # name -> file -> new content (str: a link to it; None: a FIFO)
+        "tau2-ok": {policy: (ROOT / "tests/data/tau2/checkout" / policy).read_bytes()},
+        "tau2-link-policy": {policy: str(secret)},
+        "tau2-link-db": {db: str(secret)},
+        "tau2-fifo-db": {db: None},
+        "tau2-tools-syntax": {tools: b"def f(:\n"},
+        "tau2-tools-nul": {tools: b"x = 1\n\0\n"},
+        "tau2-tools-utf8": {tools: b'"""\xff"""\n'},
+        "tau2-tools-deep": {tools: b"x = a" + b".b" * 60_000 + b"\n"},
+        "tau2-tools-15mb": {tools: b"def f():\n    'doc'\n" * 780_000},
+        "tau2-tools-dense": {tools: b"a;" * (64 * 1024)},
+        "tau2-db-not-json": {db: b'{"users": {,}}'},
+        "tau2-db-list": {db: b"[]"},
+        "tau2-db-deep": {db: b"[" * 1_000_000 + b"]" * 1_000_000},
+        "tau2-db-70mb": {db: b'{"users": {' + b'"u": {}, ' * 7_800_000 + b'"v": {}}}'},
+        "tau2-db-values": {db: b'{"x": [' + b"[]," * 999_990 + b"[]]}"},
+        "tau2-100k-users": {db: f'{{"products": {{}}, "orders": {{}}, "users": {{{users}}}}}'.encode()},
+        "tau2-tasks-dict": {tasks: b'{"0": {}}'},
+        "tau2-no-scenario": {tasks: json.dumps(no_scenario).encode()},
+        "tau2-ids-collide": {tasks: json.dumps(collide).encode()},
+        "tau2-split-list": {splits: b'["0"]'},
+        "tau2-10k-tasks": {tasks: json.dumps([{"id": str(i), "user_scenario": {"instructions": "Hi."}}
+                                              for i in range(10_000)]).encode(), splits: b"{}"},
+    }
+    out = {}
+    for name, files in cases.items():
+        checkout, project = tmp / name / "tau2-bench", tmp / name / "project"
+        shutil.copytree(ROOT / "tests/data/tau2/checkout", checkout)
+        project.mkdir()
+        for file, content in files.items():
+            path = checkout / file
+            path.unlink()
+            if content is None:
+                os.mkfifo(path)
+            elif isinstance(content, str):
+                path.symlink_to(content)
+            else:
+                path.write_bytes(content)
+        size = sum(len(c) for c in files.values() if isinstance(c, bytes))
+        out[name] = (["import", "tau2", "../tau2-bench", "--domain", "retail"], project, size)
+    return out
+
+
 # ---------------------------------------------------------------- running one case
 
 
@@ -192,6 +251,7 @@ def main() -> None:
             write_pack(path, project, "pax" if bomb == "pax" else "gnu", args.bomb_mib)
             cases[f"pack-{bomb}" if bomb != "pax" else "pack-pax-bomb"] = (["install", str(path)], project, path.stat().st_size)
         assert train.exists()
+        cases.update(tau2_cases(tmp))
 
         only = set(filter(None, args.only.split(",")))
         print(f"{'case':<19}{'input':>10}{'wall s':>8}{'CPU s':>7}{'peak MB':>9}{'exit':>6}  what it said")

@@ -64,6 +64,23 @@ MAX_RESULT_ROWS = 10_000  # rows a tool's query may return
 MAX_RESULT_BYTES = 1024 * 1024  # a tool result's text
 MAX_SAMPLE_ROWS = 100_000  # rows a template's sample query may offer
 
+# ---------------------------------------------------------------- τ²-bench checkouts (muactl import tau2)
+
+# A checkout is someone else's folder: each file is refused past its limit before it is parsed. τ²'s own
+# files at commit a2c0247, for scale: airline db.json 7.0 MB, telecom tasks.json 2,285 tasks (~10 MB),
+# tools.py at most 48 KB, db.toml 10 KB.
+MAX_TAU2_JSON_BYTES = 32 * 1024 * 1024  # db.json, tasks.json, split_tasks.json
+# JSON values per file, counted as its commas and brackets before parsing (an over-count): 40 bytes of
+# `[[],[],...]` become ~1 KB of Python objects, so bytes alone do not bound memory. airline db.json: 163,000
+MAX_TAU2_JSON_VALUES = 2_000_000
+MAX_TAU2_TOML_BYTES = 1024 * 1024  # telecom's db.toml and user_db.toml (Python's TOML parser: ~1 s per MiB)
+# tools.py / user_tools.py, read with `ast` (never run) for their docstrings: a worst-case file of tiny
+# statements (`a;a;a;...`) becomes ~900 bytes of syntax tree per byte, ~120 MB at this limit
+MAX_TAU2_SOURCE_BYTES = 128 * 1024
+MAX_TAU2_RECORDS = 100_000  # database records, all tables together (airline: 2,800)
+MAX_TAU2_TASKS = 10_000  # tasks in tasks.json
+MAX_TAU2_CALLS = 20_000  # setup and gold calls of the imported tasks, all together (each is replayed once)
+
 
 def quote(value: object, limit: int = QUOTE_CHARS) -> str:
     """repr(value) cut to a short prefix: an error message never echoes a whole hostile value."""

@@ -12,6 +12,9 @@ expect.outputs; nl_assertions -> expect.nl_assertions; a transfer_to_human_agent
 expect.transfer; initialization actions -> setup; env_assertions -> `assert: [{call: ...}]` of the
 domain's side: env tools. split_tasks.json's train and test lists -> train.yaml and test.yaml.
 
+The checkout is untrusted input: tau2_input.py reads every file of it within limits, and nothing of it
+is run (tools.py is only parsed, for its docstrings).
+
 Telecom (dual control) differs in its data only: a TOML database whose tables are lists, the user's
 phone in user_db.toml (the device and surroundings tables, one row each, τ²'s model defaults filled
 in), and a policy in two files (main policy and tech support manual).
@@ -26,8 +29,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..errors import ScaffoldExists, SpecError, UsageError
+from ..errors import Problem, ScaffoldExists, SpecError, UsageError
 from ..env.sandbox import new_env
+from ..limits import MAX_POLICY_BYTES, MAX_TAU2_CALLS, MAX_TAU2_RECORDS, MAX_YAML_BYTES
+from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
 DOMAINS = ("retail", "airline", "telecom")
@@ -57,12 +62,17 @@ def data_dir(checkout: Path, domain: str) -> Path:
     """The τ² domain's data folder; a clear error when the checkout is not a τ²-bench one."""
     folder = checkout / "data" / "tau2" / "domains" / domain
     needed = ["tasks.json", "split_tasks.json", *FILES[domain]]
-    missing = [n for n in needed if not (folder / n).is_file()]
+    missing = [n for n in needed if not exists(folder / n)]
     if missing:
         raise UsageError(f"{checkout} is not a τ²-bench checkout with the {domain} domain: missing "
                          f"{', '.join(str(folder / n) for n in missing)} (clone sierra-research/tau2-bench; "
                          "README 'τ²-bench' says where airline's db.json comes from when a copy lacks it)")
     return folder
+
+
+def exists(path: Path) -> bool:
+    """A file or a link there (tau2_input says what is wrong with a link that leads nowhere or outside)."""
+    return path.exists() or path.is_symlink()
 
 
 def shipped_yaml(domain: str) -> Path:
@@ -75,16 +85,18 @@ def shipped_yaml(domain: str) -> Path:
 # ---------------------------------------------------------------- tool descriptions
 
 
-def tool_docs(tools_py: Path) -> dict[str, tuple[str, dict[str, str]]]:
+def tool_docs(tools_py: Path, checkout: Path | None = None) -> dict[str, tuple[str, dict[str, str]]]:
     """τ²'s own tool descriptions, read from its tools.py docstrings (parsed with ast, never run):
-    tool -> (description, {arg: description}). The LLM sees the same text as in τ²."""
+    tool -> (description, {arg: description}). The LLM sees the same text as in τ². The file must lie
+    inside `checkout` (default: its own folder)."""
     import ast
     import re
 
-    if not tools_py.is_file():
+    if not exists(tools_py):
         return {}
     out = {}
-    for node in ast.walk(ast.parse(tools_py.read_text())):
+    root = (checkout or tools_py.parent).resolve()
+    for node in ast.walk(read_python(root, tools_py)):
         if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
             continue
         doc = ast.get_docstring(node)
@@ -136,54 +148,85 @@ def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
 # ---------------------------------------------------------------- database
 
 
-def load_db(src: Path, domain: str) -> dict:
-    """τ²'s database as table -> records; telecom's also holds the user's phone (device, surroundings)."""
+def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
+    """τ²'s database as table -> records, and the file each table comes from; telecom's also holds the
+    user's phone (device, surroundings)."""
     if domain != "telecom":
-        return json.loads((src / "db.json").read_text())
-    import tomllib
-
-    db = tomllib.loads((src / "db.toml").read_text())
-    user = tomllib.loads((src / "user_db.toml").read_text())
+        db = read_json(root, src / "db.json")
+        if not isinstance(db, dict):
+            raise SpecError.single(src / "db.json", f"expected an object of tables at the top level, found {kind(db)}")
+        return db, {}
+    db = read_toml(root, src / "db.toml")
+    user = read_toml(root, src / "user_db.toml")
     for table, defaults in USER_DEFAULTS.items():
-        record = {**defaults, **user.get(table, {})}
+        mine = user.get(table, {})
+        if not isinstance(mine, dict):
+            raise SpecError.single(src / "user_db.toml", f"expected a table of the phone's fields, found {kind(mine)}",
+                                   key=table)
+        record = {**defaults, **mine}
         for key, value in defaults.items():
             if isinstance(value, dict) and isinstance(record[key], dict):
                 record[key] = {**value, **record[key]}
         db[table] = [record]
     for table, columns in DATETIMES.items():
-        for record in db.get(table, []):
-            for col in columns:
+        records = db.get(table)
+        for record in records if isinstance(records, list) else []:  # seed_rows says what else is wrong
+            for col in columns if isinstance(record, dict) else ():
                 if isinstance(record.get(col), str):
                     record[col] = record[col].replace("T", " ")
-    return db
+    return db, dict.fromkeys(USER_DEFAULTS, src / "user_db.toml")
 
 
-def policy_text(src: Path, domain: str) -> str:
+def policy_text(root: Path, src: Path, domain: str) -> str:
+    def read(name: str) -> str:
+        return read_text(root, src / name, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
+
     if domain != "telecom":
-        return (src / "policy.md").read_text()
+        return read("policy.md")
     # as τ²'s telecom environment joins them (manual tech support policy)
-    return ("<main_policy>\n" + (src / "main_policy.md").read_text() + "\n</main_policy>\n<tech_support_policy>\n"
-            + (src / "tech_support_manual.md").read_text() + "\n</tech_support_policy>")
+    text = ("<main_policy>\n" + read("main_policy.md") + "\n</main_policy>\n<tech_support_policy>\n"
+            + read("tech_support_manual.md") + "\n</tech_support_policy>")
+    if len(text.encode()) > MAX_POLICY_BYTES:
+        raise SpecError.single(src / "tech_support_manual.md", f"with main_policy.md it makes a policy of "
+                               f"{len(text.encode()):,} bytes, over the {MAX_POLICY_BYTES:,}-byte limit (MAX_POLICY_BYTES)")
+    return text
 
 
-def seed_rows(db: dict, tables: dict) -> dict[str, list[dict]]:
+def seed_rows(db: dict, tables: dict, source: Path, sources: dict[str, Path] | None = None) -> dict[str, list[dict]]:
     """τ²'s database (table -> id -> record, or table -> list of records) as rows of the declared columns
-    (absent fields as null)."""
-    out = {}
-    for table, spec in tables.items():
-        records = db.get(table)
-        if isinstance(records, list):
-            records = dict(enumerate(records))
+    (absent fields as null). `source` is the database file, `sources` the file of tables kept elsewhere."""
+    sources = sources or {}
+    found = {}
+    for table in tables:
+        records = table_records(db, table)
         if not isinstance(records, dict):
-            raise UsageError(f"τ² database has no '{table}' mapping; is the checkout at commit a2c0247?")
-        rows = []
+            found_as = "" if records is None else f", found {kind(records)}"
+            raise SpecError.single(sources.get(table, source), f"no '{table}' table (an object of records){found_as}; "
+                                   "is the checkout at τ²-bench commit a2c0247?", key=table)
+        found[table] = records
+    total = sum(map(len, found.values()))
+    if total > MAX_TAU2_RECORDS:
+        raise SpecError.single(source, f"{total:,} records, over the limit of {MAX_TAU2_RECORDS:,} (MAX_TAU2_RECORDS)")
+    out = {}
+    for table, records in found.items():
+        columns, rows = tables[table].columns, []
         for key, record in records.items():
-            extra = set(record) - set(spec.columns)
+            where = sources.get(table, source)
+            if not isinstance(record, dict):
+                raise SpecError.single(where, f"a record must be an object, found {kind(record)}", key=f"{table}.{key}")
+            extra = set(record) - set(columns)
             if extra:
-                raise UsageError(f"τ² {table} record {key} has fields muactl does not know: {', '.join(sorted(extra))}")
-            rows.append({col: record.get(col) for col in spec.columns})
+                raise SpecError.single(where, f"fields muactl's tau2 tables do not have: {', '.join(sorted(extra))}",
+                                       key=f"{table}.{key}")
+            rows.append({col: record.get(col) for col in columns})
         out[table] = rows
     return out
+
+
+def table_records(db: dict, table: str) -> Any:
+    """A table of τ²'s database as record key -> record (a list's keys are its positions); else as found."""
+    records = db.get(table)
+    return dict(enumerate(records)) if isinstance(records, list) else records
 
 
 def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
@@ -216,10 +259,9 @@ def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
 
 
 def convert_task(task: dict, split: str | None) -> dict[str, Any]:
+    """One τ² task (as tau2_input.read_tasks gives it: every field present) as a muactl task."""
     scenario = task["user_scenario"]
     ins = scenario["instructions"]
-    if isinstance(ins, str):
-        ins = {"reason_for_call": ins}
     extra = [scenario.get("persona"), ins.get("task_instructions")]
     user = {"reason": ins["reason_for_call"], "known": ins.get("known_info"), "unknown": ins.get("unknown_info"),
             "instructions": "\n".join(x for x in extra if x) or None}
@@ -240,21 +282,21 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v not in (None, [], {})}
 
 
-def task_id(raw: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", str(raw)).strip("_") or "task"
-
-
-def mark_failing_calls(compiled, tasks: list[dict]) -> None:
+def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> None:
     """Gold calls that fail (τ²'s tasks include some: a lookup of a wrong id) get `error: TEXT`, so
-    validate replays them as expected failures. benchmarks/tau2_verify.py checks the texts are τ²'s."""
+    validate replays them as expected failures. benchmarks/tau2_verify.py checks the texts are τ²'s.
+    A call of a tool the domain lacks, or a setup call that fails, is τ² data muactl cannot use: refused."""
     for t in tasks:
+        refuse_unknown_tools(compiled, t, tasks_json)
         env = new_env(compiled)
         try:
-            for call in t.get("setup", []):
+            for i, call in enumerate(t.get("setup", [])):
                 (name, args), = call.items()
-                env.call(name, args)
+                result = env.call(name, args)
+                if result.error:
+                    raise SpecError.single(tasks_json, f"task {t['id']!r}: initialization action {i} ({name}) fails: "
+                                                       f"{result.content.removeprefix('Error: ')[:200]}",
+                                           key=f"initial_state.initialization_actions[{i}]")
             for call in t.get("expect", {}).get("actions", []):
                 (name, args), = call.items()
                 result = env.call(name, args)
@@ -264,18 +306,26 @@ def mark_failing_calls(compiled, tasks: list[dict]) -> None:
             env.close()
 
 
+def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
+    expect = task.get("expect", {})
+    for where, calls in (("initial_state.initialization_actions", task.get("setup", [])),
+                         ("evaluation_criteria.actions", expect.get("actions", [])),
+                         ("evaluation_criteria.env_assertions", [a["call"] for a in expect.get("assert", [])])):
+        for i, call in enumerate(calls):
+            name = next(iter(call))
+            if name not in compiled.tools:
+                raise SpecError.single(tasks_json, f"task {task['id']!r} calls {name!r}, which muactl's "
+                                                   f"{compiled.name} has no tool of", key=f"{where}[{i}]")
+
+
 # ---------------------------------------------------------------- import
 
 
 def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False) -> tuple[Path, Path, dict[str, int]]:
     """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders and
-    the number of tasks per split. Nothing is left half-written: both are built aside, then moved."""
-    from ..compile import compile_domain
+    the number of tasks per split. Every file of the checkout is read and checked first; nothing is
+    left half-written: both folders are built aside, then moved."""
     from ..spec.library import refuse_builtin_write
-    from ..spec import models as m
-    from ..spec.load import load_domain
-    from ..domain.task_templates import write_tasks
-    from ..domain.checks import check_domain
 
     if domain not in DOMAINS:
         raise UsageError(f"unknown τ² domain '{domain}'; choose one of {', '.join(DOMAINS)}")
@@ -287,48 +337,126 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     existing = [p for p in (dest_domain, dest_tasks) if p.exists()]
     if existing and not force:
         raise ScaffoldExists(f"{existing[0]} exists; pass --force to replace it")
-    db = load_db(src, domain)
-    raw_tasks = json.loads((src / "tasks.json").read_text())
-    splits = json.loads((src / "split_tasks.json").read_text())
+    root = checkout.resolve()
+    db, sources = load_db(root, src, domain)
+    raw_tasks = read_tasks(root, src / "tasks.json")
+    splits = read_splits(root, src / "split_tasks.json")
+    policy = policy_text(root, src, domain)
+    code = checkout / "src" / "tau2" / "domains" / domain
+    docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root)}
+    tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
-        d = stage / "domain"
-        (d / "data").mkdir(parents=True)
-        shutil.copyfile(yaml_path, d / "domain.yaml")
-        (d / "policy.md").write_text(policy_text(src, domain))
-        code = checkout / "src" / "tau2" / "domains" / domain
-        use_tau2_descriptions(d / "domain.yaml", {**tool_docs(code / "user_tools.py"), **tool_docs(code / "tools.py")})
-        spec = load_domain(d)
-        for table, rows in seed_rows(db, spec.domain.database.tables).items():
-            with open(d / "data" / f"{table}.jsonl", "w") as f:
-                for row in rows:
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        spec = load_domain(d)
-        problems = check_domain(spec)
-        if problems:  # the shipped YAML and this checkout's data disagree: say where, write nothing
-            raise SpecError(problems)
-        compiled = compile_domain(spec)
-        split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
-        base = set(splits.get("base", [t["id"] for t in raw_tasks]))
-        tasks = [convert_task(t, split_of.get(t["id"])) for t in raw_tasks if t["id"] in base]
-        mark_failing_calls(compiled, tasks)
-        tdir = stage / "tasks"
-        counts: dict[str, int] = {}
+        origin = {"domain.yaml": code / "tools.py", "policy.md": src / FILES[domain][-1],
+                  **{f"data/{t}.jsonl": sources.get(t, src / FILES[domain][0]) for t in db}}
+        try:
+            compiled = stage_domain(stage / "domain", yaml_path, policy, docs, db, src / FILES[domain][0], sources)
+        except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
+            raise from_checkout(e, stage / "domain", origin, db) from None
+        mark_failing_calls(compiled, tasks, src / "tasks.json")
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
-        for split in ("train", "test", None):  # tasks in τ²'s base set but in neither list: other.yaml (train)
-            chosen = [t for t in tasks if t.get("split") == split]
-            if chosen:
-                counts[split or "other"] = len(chosen)
-                specs = [SimpleNamespace(task=m.Task.model_validate({k: v for k, v in t.items() if k != "split"}))
-                         for t in chosen]
-                write_tasks(specs, tdir / f"{split or 'other'}.yaml", header)
+        counts = stage_tasks(stage / "tasks", tasks, header, src / "tasks.json")
         for path in existing:
             shutil.rmtree(path)
         dest_domain.parent.mkdir(parents=True, exist_ok=True)
         dest_tasks.parent.mkdir(parents=True, exist_ok=True)
         (stage / "domain").rename(dest_domain)
-        tdir.rename(dest_tasks)
+        (stage / "tasks").rename(dest_tasks)
     return dest_domain, dest_tasks, counts
+
+
+def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, db: dict, db_file: Path,
+                 sources: dict[str, Path]):
+    """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions, its
+    policy, its database as seed files."""
+    from ..compile import compile_domain
+    from ..domain.checks import check_domain
+    from ..spec.load import load_domain
+
+    (d / "data").mkdir(parents=True)
+    shutil.copyfile(yaml_path, d / "domain.yaml")
+    (d / "policy.md").write_text(policy)
+    use_tau2_descriptions(d / "domain.yaml", docs)
+    spec = load_domain(d)
+    for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
+        with open(d / "data" / f"{table}.jsonl", "w") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    spec = load_domain(d)
+    problems = check_domain(spec)
+    if problems:
+        raise SpecError(problems)
+    return compile_domain(spec)
+
+
+def from_checkout(error: SpecError, staged: Path, origin: dict[str, Path], db: dict) -> SpecError:
+    """Problems of the staged domain re-addressed to the checkout's file each staged file was made from
+    (a seed row's to its table and record key in τ²'s database)."""
+    import re
+
+    out = []
+    for p in error.problems:
+        try:
+            rel = Path(p.file).resolve().relative_to(staged.resolve()).as_posix()
+        except ValueError:
+            out.append(p)
+            continue
+        key, row = p.key, re.match(r"^(\w+)\[(\d+)\](.*)$", p.key)
+        if rel.startswith("data/") and row:
+            keys = list(table_records(db, row[1]) or {})
+            key = f"{row[1]}.{keys[int(row[2])]}{row[3]}" if int(row[2]) < len(keys) else p.key
+        where = str(origin.get(rel, rel))
+        out.append(Problem(where, 1, 1, key, p.message) if rel.startswith("data/")
+                   else Problem(where, 1, 1, key, f"{p.message} (imported as {rel}, line {p.line})"))
+    return SpecError(out)
+
+
+def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json: Path) -> list[dict]:
+    """τ²'s base set (all tasks when split_tasks.json has none) as muactl tasks, each with its split (train,
+    test, or None when in neither list); at most MAX_TAU2_CALLS setup and gold calls in all."""
+    split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
+    base = set(splits.get("base", [t["id"] for t in raw_tasks]))
+    tasks = [convert_task(t, split_of.get(t["id"])) for t in raw_tasks if t["id"] in base]
+    calls = sum(len(t.get("setup", [])) + len(t.get("expect", {}).get("actions", [])) for t in tasks)
+    if calls > MAX_TAU2_CALLS:
+        raise SpecError.single(tasks_json, f"the imported tasks make {calls:,} setup and gold calls, over the limit "
+                                           f"of {MAX_TAU2_CALLS:,} (MAX_TAU2_CALLS)")
+    return tasks
+
+
+def stage_tasks(tdir: Path, tasks: list[dict], header: str, tasks_json: Path) -> dict[str, int]:
+    """train.yaml, test.yaml and other.yaml (tasks in τ²'s base set but in neither list) written into
+    `tdir`, each a task file `muactl validate` reads (MAX_YAML_BYTES); the number of tasks per file."""
+    from pydantic import ValidationError
+
+    from ..domain.task_templates import write_tasks
+    from ..spec import models as m
+
+    counts: dict[str, int] = {}
+    for split in ("train", "test", None):
+        chosen = [t for t in tasks if t.get("split") == split]
+        if not chosen:
+            continue
+        file = tdir / f"{split or 'other'}.yaml"
+        docs = [{k: v for k, v in t.items() if k != "split"} for t in chosen]
+        size = len(json.dumps(docs, ensure_ascii=False).encode())  # YAML's block style is larger still
+        if size > MAX_YAML_BYTES:
+            raise SpecError.single(tasks_json, f"its {split or 'other'} tasks would make a task file of over {size:,} "
+                                               f"bytes, more than muactl reads ({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
+        specs = []
+        for doc in docs:
+            try:
+                specs.append(SimpleNamespace(task=m.Task.model_validate(doc)))
+            except ValidationError as e:
+                raise SpecError.single(tasks_json, f"task {doc['id']!r} does not make a muactl task: "
+                                                   f"{e.errors()[0]['msg']} at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
+        write_tasks(specs, file, header)
+        if file.stat().st_size > MAX_YAML_BYTES:
+            raise SpecError.single(tasks_json, f"its {split or 'other'} tasks make a task file of "
+                                               f"{file.stat().st_size:,} bytes, more than muactl reads "
+                                               f"({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
+        counts[split or "other"] = len(chosen)
+    return counts
 
 
 # ---------------------------------------------------------------- verification against τ²'s own tools
