@@ -3,6 +3,13 @@
 The child gets a serialized copy of the episode database, calls `function(db, **args)`, commits,
 and sends back the result and the new database bytes; the parent swaps them in only on success,
 so a failing or timed-out handler changes nothing.
+
+Children come from a forkserver, not from fork(): muactl's process runs tool threads, the event loop
+and model threads, and a child forked from it inherits whatever lock another thread held at that
+moment (the import lock, allocator and logging locks), so it can hang before the handler runs
+(benchmarks/python_tools.py hung that way in 2 of 3 runs with 8 tool threads). The forkserver is one
+single-threaded process, started on the first call with this module already imported, so a child
+costs a fork of that small process (benchmarks/python_tools.py; README, Limits).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ def run_handler(root: Path, target: str, args: dict[str, Any], data: bytes, time
                 stop: threading.Event | None = None) -> tuple[bool, str, bytes]:
     """Run the handler in a child; (ok, content, new database bytes). It is killed after `timeout`
     seconds, or as soon as `stop` is set (the episode it serves has ended)."""
-    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    ctx = _context()
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(str(root), target, args, data, send), daemon=True)
     proc.start()
@@ -61,3 +68,12 @@ def run_handler(root: Path, target: str, args: dict[str, Any], data: bytes, time
             proc.kill()
         proc.join(1)
         recv.close()
+
+
+def _context():
+    """Where handler children come from: the forkserver (spawn where there is none)."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])  # takes effect when the server starts (the first call)
+    return ctx
