@@ -1,6 +1,6 @@
 """Per-call cost of a trusted Python tool (issue 25): each call runs its handler in a child process
-(env/pyhandler.py), started from a single-threaded forkserver rather than forked from muactl's
-multi-threaded process. Times a trivial handler (one INSERT) through Environment.call, one call at a
+(env/pyhandler.py), forked from a single-threaded starter process rather than from muactl's
+multi-threaded one. Times a trivial handler (one INSERT) through Environment.call, one call at a
 time and from several tool threads at once, on a database of --rows rows (the child gets a copy).
 
     .venv/bin/python benchmarks/python_tools.py [--calls 40] [--threads 8] [--rows 1000]
@@ -65,7 +65,7 @@ def main() -> None:
             env.close()
             return took
 
-        first = one(-1)  # starts the forkserver
+        first = one(-1)  # starts the starter process
         serial = [one(k) for k in range(args.calls)]
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(args.threads) as pool:

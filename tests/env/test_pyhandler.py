@@ -52,7 +52,7 @@ def where(db):
         threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
     except OSError:
         pass
-    return {"pid": os.getpid(), "parent": os.getppid(), "parent_threads": threads}
+    return {"pid": os.getpid(), "parent": os.getppid(), "parent_threads": threads, "cwd": os.getcwd()}
 """
 
 
@@ -65,13 +65,14 @@ def pyshop(tmp_path: Path):
     return open_domain(str(folder), trust=True).compiled
 
 
-def test_handlers_are_not_forked_from_the_threaded_caller(pyshop):
+def test_handlers_are_not_forked_from_the_threaded_caller(pyshop, tmp_path, monkeypatch):
     """With other threads running, the handler's parent is not this process but a single-threaded
-    server (the forkserver)."""
+    starter; the handler still runs in the caller's working folder."""
     stop = threading.Event()
     busy = [threading.Thread(target=stop.wait, daemon=True) for _ in range(4)]
     for t in busy:
         t.start()
+    monkeypatch.chdir(tmp_path)
     try:
         env = new_env(pyshop, trust=True)
         result = env.call("py_where", {})
@@ -79,7 +80,7 @@ def test_handlers_are_not_forked_from_the_threaded_caller(pyshop):
         stop.set()
     assert not result.error, result.content
     where = json.loads(result.content)
-    assert where["parent"] != os.getpid()
+    assert where["parent"] != os.getpid() and where["cwd"] == str(tmp_path)
     if sys.platform.startswith("linux"):
         assert where["parent_threads"] == 1
 
@@ -93,7 +94,7 @@ def test_untrusted_handlers_still_never_run(pyshop):
 @pytest.mark.slow
 def test_many_handler_calls_from_many_threads_all_answer(pyshop):
     """A stress run: 8 tool threads, 48 calls; each gets its handler's answer well inside the tool's
-    5 s timeout (fork from this process hung a trivial handler in such runs)."""
+    5 s timeout (fork() from this process hung a trivial handler in such runs)."""
     def one(k: int):
         env = new_env(pyshop, trust=True)
         try:
