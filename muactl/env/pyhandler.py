@@ -66,7 +66,11 @@ def run_handler(root: Path, target: str, args: dict[str, Any], data: bytes, time
     request_r, request_w = os.pipe()
     result_r, result_w = os.pipe()
     try:
-        pid = _starter().start(request_r, result_w)
+        pid = _start_child(request_r, result_w)
+    except OSError as e:
+        os.close(request_w)
+        os.close(result_r)
+        return False, f"the handler process could not be started: {e}", b""
     finally:
         os.close(request_r)
         os.close(result_w)
@@ -147,12 +151,24 @@ _STARTER: Starter | None = None
 _STARTER_LOCK = threading.Lock()
 
 
-def _starter() -> Starter:
+def _start_child(request_fd: int, result_fd: int) -> int:
+    """The pid of a new child reading its request from request_fd; a starter that died (killed from
+    outside) is replaced once."""
     global _STARTER
-    with _STARTER_LOCK:
-        if _STARTER is None or not _STARTER.alive:
-            _STARTER = Starter()
-        return _STARTER
+    for attempt in (1, 2):
+        with _STARTER_LOCK:
+            if _STARTER is None or not _STARTER.alive:
+                _STARTER = Starter()
+            starter = _STARTER
+        try:
+            return starter.start(request_fd, result_fd)
+        except OSError:
+            with _STARTER_LOCK:
+                if _STARTER is starter:
+                    _STARTER = None
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------- the starter process (this file as a script)

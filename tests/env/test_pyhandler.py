@@ -107,3 +107,16 @@ def test_many_handler_calls_from_many_threads_all_answer(pyshop):
         results = list(pool.map(one, range(48)))
     assert [r.content for r in results] == [json.dumps({"added": f"n{k}"}) for k in range(48)]
     assert all(r.changed for r in results) and time.monotonic() - t0 < 120
+
+
+def test_a_starter_killed_from_outside_is_replaced(pyshop):
+    from muactl.env import pyhandler
+
+    env = new_env(pyshop, trust=True)
+    assert env.call("py_add", {"id": "a1"}).changed
+    starter = pyhandler._STARTER
+    starter.proc.kill()
+    starter.proc.wait(10)
+    result = env.call("py_add", {"id": "a2"})
+    assert result.changed and not result.error, result.content
+    assert pyhandler._STARTER is not starter and pyhandler._STARTER.alive
