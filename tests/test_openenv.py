@@ -331,3 +331,43 @@ def test_cli_serves_a_session():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.slow
+def test_the_cli_server_logs_nothing_for_abandoned_sessions():
+    """The real `muactl serve openenv` process: 20 sessions left mid-episode (half without a close
+    frame), then Ctrl-C. Its log has no unretrieved task exception and no traceback; it exits 0."""
+    import signal
+    import socket
+
+    from websockets.sync.client import connect
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "muactl", "serve", "openenv", "bank", "--split", "test",
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 90
+        for i in range(20):
+            while True:
+                try:
+                    ws = connect(f"ws://127.0.0.1:{port}/ws")
+                    break
+                except OSError:
+                    assert proc.poll() is None and time.time() < deadline, "the server did not come up"
+                    time.sleep(0.5)
+            with ws:
+                ws.send(json.dumps({"type": "reset", "data": {"task_id": "move-mia"}}))
+                assert json.loads(ws.recv(timeout=30))["type"] == "observation"
+                ws.send(json.dumps({"type": "step", "data": {"tool_calls": [
+                    {"name": "find_customer", "arguments": {"name": "Mia"}}]}}))
+                assert json.loads(ws.recv(timeout=30))["type"] == "observation"
+                if i % 2:
+                    ws.socket.shutdown(socket.SHUT_RDWR)
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+    log = proc.stderr.read()
+    assert "never retrieved" not in log and "Traceback" not in log, log[-2000:]
+    assert code == 0
