@@ -11,6 +11,12 @@ Cases:
 - tau2-*: tests/data/tau2/checkout (an invented τ²-shaped checkout) with one file broken, linked from
   outside or oversized as in issue 25 -> `muactl import tau2 ... --domain retail`; tau2-ok is the
   unbroken checkout, tau2-tools-dense, tau2-100k-users and tau2-10k-tasks the costliest inputs within the limits
+- openenv-*: one `muactl serve openenv bank` (issue 25) sent misuse over HTTP (step before reset, unknown
+  and integer task ids, bad seeds) and over one WebSocket session (an integer task id, frames that are
+  not JSON objects, seeds "x" and -1, step before reset), each followed by a good reset on the same
+  session; then sessions abandoned mid-episode. Shows the HTTP status or error frame code, whether the
+  session still worked, and the server's peak RSS so far; at the end the server's exit status and the
+  lines of its log that report an exception (there should be none)
 
 A case that is not refused is stopped at --timeout seconds or at --max-mem-mib of address space and shows
 as such. Prints a table; asserts nothing.
@@ -21,12 +27,16 @@ as such. Prints a table; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
 import io
 import json
 import os
+import re
 import resource
+import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -214,12 +224,122 @@ def run_case(argv: list[str], cwd: Path, env: dict, timeout: float, max_mem: int
             "exit": proc.returncode, "how": how}
 
 
+# ---------------------------------------------------------------- OpenEnv misuse (one server, many requests)
+
+
+OPENENV_HTTP = [  # (case, path, body)
+    ("openenv-http-step-first", "/step", {"action": {"message": "hi"}}),
+    ("openenv-http-unknown-task", "/reset", {"task_id": "no-such-task"}),
+    ("openenv-http-int-task", "/reset", {"task_id": 5}),
+    ("openenv-http-seed-x", "/reset", {"seed": "x"}),
+    ("openenv-http-seed-neg", "/reset", {"seed": -1}),
+]
+OPENENV_WS = [  # (case, frame): each on the same session
+    ("openenv-ws-step-first", {"type": "step", "data": {"message": "hi"}}),
+    ("openenv-ws-int-task", {"type": "reset", "data": {"task_id": 5}}),
+    ("openenv-ws-list-frame", "[1, 2, 3]"),
+    ("openenv-ws-string-frame", '"reset"'),
+    ("openenv-ws-binary-frame", b"\x00\x01"),
+    ("openenv-ws-seed-x", {"type": "reset", "data": {"seed": "x"}}),
+    ("openenv-ws-seed-neg", {"type": "reset", "data": {"seed": -1}}),
+]
+GOOD_RESET = {"type": "reset", "data": {"task_id": "move-mia"}}
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A live process's peak resident memory (Linux's VmHWM); 0 where /proc has none."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0.0)
+
+
+def openenv_cases(project: Path, env: dict, timeout: float, max_mem: int, abandon: int) -> list[tuple]:
+    """Rows (case, seconds, server peak MB, code, what it said) of misuse sent to one real
+    `muactl serve openenv bank` on 127.0.0.1, and a last row for the server's log and exit."""
+    import httpx
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    sys.path.insert(0, str(ROOT))
+    from tests.fakes import free_port
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (max_mem, max_mem))
+
+    port = free_port()
+    log = project / "openenv-server.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "muactl", "serve", "openenv", "bank", "--split", "test",
+                                   "--port", str(port)], cwd=project, env=env, preexec_fn=cap, stdout=out, stderr=out)
+    rows, base, ws_url = [], f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws"
+    try:
+        deadline = time.perf_counter() + timeout
+        while True:
+            try:
+                httpx.get(f"{base}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                if server.poll() is not None or time.perf_counter() > deadline:
+                    return [("openenv-server", 0.0, 0.0, server.poll(), "NOT STARTED: " + log.read_text()[-200:])]
+                time.sleep(0.25)
+        for case, path, body in OPENENV_HTTP:
+            t0 = time.perf_counter()
+            r = httpx.post(base + path, json=body, timeout=timeout)
+            rows.append((case, time.perf_counter() - t0, peak_rss_mb(server.pid), f"HTTP {r.status_code}", r.text))
+        sessions = contextlib.ExitStack()
+        ws = sessions.enter_context(connect(ws_url, open_timeout=timeout))
+        for case, frame in OPENENV_WS:  # one session, while the server keeps it (a new one where it did not)
+            t0 = time.perf_counter()
+            ws.send(frame if isinstance(frame, (str, bytes)) else json.dumps(frame))
+            answer = json.loads(ws.recv(timeout=timeout))
+            took = time.perf_counter() - t0
+            try:
+                ws.send(json.dumps(GOOD_RESET))
+                usable = "session usable" if json.loads(ws.recv(timeout=timeout))["type"] == "observation" else "RESET FAILED"
+            except ConnectionClosed:
+                usable = "SESSION CLOSED"
+                ws = sessions.enter_context(connect(ws_url, open_timeout=timeout))
+            data = answer.get("data", {})
+            said = " ".join([data.get("message", ""), *(e["msg"] for e in data.get("errors", [])[:1])])
+            rows.append((case, took, peak_rss_mb(server.pid), data.get("code", answer["type"]), f"{usable}: {said}"))
+        sessions.close()
+        t0 = time.perf_counter()
+        for i in range(abandon):  # reset, one tool call, then gone (half without a close frame)
+            with connect(ws_url, open_timeout=timeout) as ws:
+                ws.send(json.dumps(GOOD_RESET))
+                ws.recv(timeout=timeout)
+                ws.send(json.dumps({"type": "step", "data": {"tool_calls": [
+                    {"name": "find_customer", "arguments": {"name": "Mia"}}]}}))
+                ws.recv(timeout=timeout)
+                if i % 2:
+                    ws.socket.shutdown(socket.SHUT_RDWR)
+        rows.append((f"openenv-abandon-{abandon}", time.perf_counter() - t0, peak_rss_mb(server.pid), "-",
+                     f"{abandon} sessions left mid-episode"))
+        time.sleep(1.0)  # cancelled episodes finish their cleanup
+    finally:
+        server.send_signal(signal.SIGINT)  # Ctrl-C: how the server is stopped
+        try:
+            code = server.wait(timeout)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            code = server.wait()
+    text = log.read_text(errors="replace")
+    bad = [ln for ln in text.splitlines() if re.search(r"Traceback|never retrieved|Error:|ERROR", ln)]
+    lost = text.count("Task exception was never retrieved")
+    rows.append(("openenv-server-log", 0.0, 0.0, f"exit {code}", f"{len(bad)} log lines report an exception, "
+                 f"{lost} a task exception never retrieved" + (f"; first: {bad[0]}" if bad else "")))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bomb-mib", type=int, default=64, help="size of the tar header bombs (the issue's: 256)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as not refused")
     ap.add_argument("--max-mem-mib", type=int, default=2048, help="address-space cap of each case")
-    ap.add_argument("--only", default="", help="comma-separated case names")
+    ap.add_argument("--only", default="", help="comma-separated case names ('openenv' for the OpenEnv ones)")
+    ap.add_argument("--abandon", type=int, default=50, help="OpenEnv sessions abandoned mid-episode")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="muactl-hostile-") as tmp:
@@ -263,6 +383,11 @@ def main() -> None:
             how = r["how"].replace(str(tmp), "$TMP")
             print(f"{name:<19}{shown:>10}{r['seconds']:>8.2f}{r['cpu']:>7.2f}{r['peak_mb']:>9.0f}{r['exit']:>6}  {how[:140]}",
                   flush=True)
+        if not only or any(name.startswith("openenv") for name in only):
+            print(f"\n{'OpenEnv case':<27}{'wall s':>8}{'peak MB':>9}  {'answer':<17} what it said (peak MB: the server's so far)")
+            for name, took, peak, code, how in openenv_cases(project, env, args.timeout, args.max_mem_mib << 20,
+                                                            args.abandon):
+                print(f"{name:<27}{took:>8.2f}{peak:>9.0f}  {code!s:<17} {how[:120]}", flush=True)
         print(f"(tar header bombs: {args.bomb_mib} MiB uncompressed; peak MB is the child's max RSS, most of it "
               "the interpreter and muactl's imports: compare with the sql cases, which load nothing big)")
 

@@ -75,20 +75,25 @@ LLAMA3 = (
 
 # Mistral v0.3: [INST] blocks, the system prompt and [AVAILABLE_TOOLS] go before the LAST user message
 # (so they move as the conversation grows), calls as [TOOL_CALLS] and a JSON list, results in
-# [TOOL_RESULTS] with the call's 9-character id, </s> ends the assistant's turns.
+# [TOOL_RESULTS] with the call's 9-character id, which must be one of the calls of the assistant turn
+# it answers (else the template raises, as Mistral's do), </s> ends the assistant's turns.
 MISTRAL = (
-    "{{- bos_token -}}"
+    "{{- bos_token -}}{%- set ns = namespace(calls=[]) -%}"
     "{%- set sys = messages[0].content if messages and messages[0].role == 'system' else '' -%}"
     "{%- set users = messages | selectattr('role', 'equalto', 'user') | list -%}"
     "{%- for m in messages -%}"
+    "{%- if m.role != 'tool' and not m.tool_calls -%}{%- set ns.calls = [] -%}{%- endif -%}"
     "{%- if m.role == 'user' -%}{%- set last = m is sameas users[-1] -%}"
     "{%- if tools and last -%}{{- '[AVAILABLE_TOOLS] ' + (tools | tojson) + '[/AVAILABLE_TOOLS]' -}}{%- endif -%}"
     "{{- '[INST] ' + ((sys + '\\n\\n') if sys and last else '') + m.content + '[/INST]' -}}"
-    "{%- elif m.role == 'assistant' and m.tool_calls -%}{{- '[TOOL_CALLS] [' -}}"
+    "{%- elif m.role == 'assistant' and m.tool_calls -%}{%- set ns.calls = m.tool_calls | map(attribute='id') | list -%}"
+    "{{- '[TOOL_CALLS] [' -}}"
     "{%- for tc in m.tool_calls -%}{{- '{\"name\": \"' + tc.function.name + '\", \"arguments\": ' + (tc.function.arguments | tojson) + '}' -}}"
     "{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}{%- endfor -%}{{- ']' + eos_token -}}"
     "{%- elif m.role == 'assistant' -%}{{- ' ' + m.content + eos_token -}}"
-    "{%- elif m.role == 'tool' -%}{%- if m.tool_call_id | length != 9 -%}{{- raise_exception('tool call ids must be 9 characters') -}}{%- endif -%}"
+    "{%- elif m.role == 'tool' -%}"
+    "{%- if m.tool_call_id not in ns.calls -%}{{- raise_exception('a tool result answers no call of the turn before') -}}{%- endif -%}"
+    "{%- if m.tool_call_id | length != 9 -%}{{- raise_exception('tool call ids must be 9 characters') -}}{%- endif -%}"
     "{{- '[TOOL_RESULTS] {\"content\": ' + (m.content | tojson) + ', \"call_id\": \"' + m.tool_call_id + '\"}[/TOOL_RESULTS]' -}}"
     "{%- endif -%}{%- endfor -%}"
 )
@@ -314,12 +319,30 @@ def test_mistral_call_ids_are_what_its_template_accepts(bank, tokenizers):
     ("mistral", '[TOOL_CALLS] [{"name": "find_customer", "arguments": "Mia"}]</s>', "must be a JSON object"),
 ])
 def test_malformed_calls_become_error_turns(bank, tokenizers, family, bad, fragment):
+    """The error turn answers no call, so the template gets it as a user message (a tool message
+    there would have no call id to answer, which Mistral's template refuses): the episode goes on."""
     tok = tokenizers[family]
     agent, ep = play(bank, tok, replies=[bad])
     err = next(m for m in ep.messages if m["role"] == "tool")
     assert fragment in err["content"] and ep.messages[3].get("malformed")
     assert err["content"].endswith(f"Call a tool with {chat_format(tok).call_syntax}, or write a message.")
     assert ep.trace.mask.count(1) == sum(len(ids) for _, ids in agent.produced)
+    assert (ep.termination, ep.reward) == ("user_stop", 1.0), (ep.error, ep.messages[-3:])
+    assert err["content"] in tok.decode(ep.trace.ids, skip_special_tokens=False)  # the agent saw it
+
+
+def test_a_template_that_checks_call_ids_refuses_a_tool_result_that_answers_no_call(tokenizers):
+    """The test's Mistral template checks ids as Mistral's does (what the test above relies on)."""
+    from jinja2 import TemplateError
+
+    tok = tokenizers["mistral"]
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c00010000", "type": "function", "function": {"name": "find_customer", "arguments": {}}}]}
+    answer = {"role": "tool", "tool_call_id": "c00010000", "content": "c84"}
+    assert "c84" in tok.apply_chat_template([STAND_IN, call, answer], tokenize=False)
+    for stray in ({"role": "tool", "content": "Error"}, dict(answer, tool_call_id="c00020000")):
+        with pytest.raises(TemplateError, match="answers no call"):
+            tok.apply_chat_template([STAND_IN, call, answer, {"role": "assistant", "content": "ok"}, stray], tokenize=False)
 
 
 # ---------------------------------------------------------------- parsers

@@ -5,6 +5,7 @@ domain and the scripted user; no model anywhere (the client replays the oracle's
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -158,6 +159,123 @@ def test_malformed_calls_and_misuse_are_reported_not_fatal(test_server):
             env.reset(task_id="nope")
 
 
+def test_a_step_after_the_server_side_timeout_gets_the_finished_episode(bank):
+    """The episode's timeout counts the client's thinking time: a step that comes after it answers
+    with the ended episode (termination timeout, scored), not an internal error; the next is refused."""
+    with Server(ServeConfig(domain="bank", split="test", timeout_s=0.5), bank) as s, s.client() as env:
+        env.reset(task_id="move-mia")
+        time.sleep(1.0)
+        r = env.step({"message": "Could you please give me your name?"})
+        assert r.done and r.reward == 0.0 and r.observation["termination"] == "timeout"
+        assert r.observation["breakdown"]["db_match"] is False  # scored: the money was never moved
+        with pytest.raises(Exception, match="the episode is over; reset"):
+            env.step({"message": "still there?"})
+        assert not env.reset(task_id="move-mia").done  # the session goes on
+
+
+def test_abandoned_sessions_end_cleanly(bank, monkeypatch):
+    """Clients that leave mid-episode (a closed WebSocket, or a dropped connection) cancel their episode:
+    the cancellation ends the run (no 'Task exception was never retrieved' from the server's loop),
+    and every sandbox is closed."""
+    import gc
+    import logging
+    import socket
+
+    from websockets.sync.client import connect
+
+    from muactl.episode import stepwise
+
+    sandboxes = []
+
+    def recording_new_env(*args, **kwargs):  # a spy: the real sandbox, remembered
+        env = real_new_env(*args, **kwargs)
+        sandboxes.append(env)
+        return env
+
+    real_new_env = stepwise.new_env
+    monkeypatch.setattr(stepwise, "new_env", recording_new_env)
+    logged = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            logged.append(record.getMessage() + "".join(
+                [str(record.exc_info[1])] if record.exc_info else []))
+
+    handler = Keep(level=logging.ERROR)
+    logging.getLogger("asyncio").addHandler(handler)
+    lookup = {"type": "step", "data": {"tool_calls": [{"name": "find_customer", "arguments": {"name": "Mia"}}]}}
+    try:
+        with Server(ServeConfig(domain="bank", split="test"), bank) as s:
+            for i in range(30):
+                with connect(f"ws://127.0.0.1:{s.port}/ws") as ws:
+                    ws.send(json.dumps({"type": "reset", "data": {"task_id": "move-mia"}}))
+                    assert json.loads(ws.recv())["type"] == "observation"
+                    if i % 3:
+                        ws.send(json.dumps(lookup))
+                        assert json.loads(ws.recv())["type"] == "observation"
+                    if i % 2:  # gone without a close frame (else the context closes it properly)
+                        ws.socket.shutdown(socket.SHUT_RDWR)
+            deadline = time.time() + 20
+            while not all(_closed(env) for env in sandboxes):
+                assert time.time() < deadline, "abandoned sessions' sandboxes were not closed"
+                time.sleep(0.05)
+            gc.collect()  # an unretrieved task exception is logged when the task is collected
+            time.sleep(0.2)
+    finally:
+        logging.getLogger("asyncio").removeHandler(handler)
+    assert len(sandboxes) == 30
+    assert logged == []
+    assert not [e for e in sandboxes if not _closed(e)]
+
+
+def _closed(env) -> bool:
+    """A closed sandbox refuses to be used, as a closed connection does."""
+    import sqlite3
+
+    try:
+        env.conn.execute("SELECT 1")
+    except sqlite3.ProgrammingError:
+        return True
+    return False
+
+
+def test_misuse_answers_4xx_and_the_session_goes_on(bank, test_server):
+    """Over HTTP: step before reset 400, an unknown task 400, a task id that is not text or a bad seed
+    422. Over a WebSocket: the same as error frames (validation errors for arguments), also for frames
+    that are not JSON objects, and the session plays an episode afterwards."""
+    import httpx
+    from websockets.sync.client import connect
+
+    base = f"http://127.0.0.1:{test_server.port}"
+    r = httpx.post(f"{base}/step", json={"action": {"message": "hi"}})
+    assert r.status_code == 400 and "reset() before step()" in r.json()["detail"]
+    for body, code, says in [({"task_id": "nope"}, 400, "no task 'nope'"), ({"task_id": 5}, 422, "valid string"),
+                             ({"seed": -1}, 422, "greater than or equal to 0"), ({"seed": "x"}, 422, "valid integer")]:
+        r = httpx.post(f"{base}/reset", json=body)
+        assert (r.status_code, says in r.text) == (code, True), (body, r.status_code, r.text)
+    assert httpx.post(f"{base}/reset", json={"task_id": "move-mia"}).status_code == 200
+
+    with connect(f"ws://127.0.0.1:{test_server.port}/ws") as ws:
+        def answer(frame):
+            ws.send(frame if isinstance(frame, (str, bytes)) else json.dumps(frame))
+            return json.loads(ws.recv())
+
+        cases = [({"type": "step", "data": {"message": "hi"}}, "EXECUTION_ERROR", "reset() before step()"),
+                 ({"type": "reset", "data": {"task_id": "nope"}}, "EXECUTION_ERROR", "no task 'nope'"),
+                 ({"type": "reset", "data": {"task_id": 5}}, "VALIDATION_ERROR", "valid string"),
+                 ({"type": "reset", "data": {"seed": "x"}}, "VALIDATION_ERROR", "valid integer"),
+                 ({"type": "reset", "data": {"seed": -1}}, "VALIDATION_ERROR", "greater than or equal to 0"),
+                 ("[1, 2]", "VALIDATION_ERROR", "must be a JSON object, not list"),
+                 ('"reset"', "VALIDATION_ERROR", "must be a JSON object, not str"),
+                 (b"\x00", "VALIDATION_ERROR", "text frames")]
+        for frame, code, says in cases:
+            got = answer(frame)
+            assert got["type"] == "error" and got["data"]["code"] == code and says in json.dumps(got), (frame, got)
+        first = answer({"type": "reset", "data": {"task_id": "move-mia", "seed": 3}})
+        assert first["type"] == "observation" and first["data"]["observation"]["task_id"] == "move-mia"
+        assert answer({"type": "step", "data": {"message": "Could you please give me your name?"}})["type"] == "observation"
+
+
 def test_template_instances_on_random_databases(bank):
     """--tasks template:all --db random: each reset draws an instance on its own random database; the
     same seed draws the same instance, and its gold path scores 1 over the wire."""
@@ -213,3 +331,43 @@ def test_cli_serves_a_session():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.slow
+def test_the_cli_server_logs_nothing_for_abandoned_sessions():
+    """The real `muactl serve openenv` process: 20 sessions left mid-episode (half without a close
+    frame), then Ctrl-C. Its log has no unretrieved task exception and no traceback; it exits 0."""
+    import signal
+    import socket
+
+    from websockets.sync.client import connect
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "muactl", "serve", "openenv", "bank", "--split", "test",
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 90
+        for i in range(20):
+            while True:
+                try:
+                    ws = connect(f"ws://127.0.0.1:{port}/ws")
+                    break
+                except OSError:
+                    assert proc.poll() is None and time.time() < deadline, "the server did not come up"
+                    time.sleep(0.5)
+            with ws:
+                ws.send(json.dumps({"type": "reset", "data": {"task_id": "move-mia"}}))
+                assert json.loads(ws.recv(timeout=30))["type"] == "observation"
+                ws.send(json.dumps({"type": "step", "data": {"tool_calls": [
+                    {"name": "find_customer", "arguments": {"name": "Mia"}}]}}))
+                assert json.loads(ws.recv(timeout=30))["type"] == "observation"
+                if i % 2:
+                    ws.socket.shutdown(socket.SHUT_RDWR)
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+    log = proc.stderr.read()
+    assert "never retrieved" not in log and "Traceback" not in log, log[-2000:]
+    assert code == 0

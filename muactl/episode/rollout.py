@@ -164,8 +164,8 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         ep.termination, ep.error = "user_error", str(e)
     except AgentError as e:
         ep.termination, ep.error = "agent_error", str(e)
-    except asyncio.CancelledError:
-        env.interrupt()
+    except asyncio.CancelledError:  # the caller gave up on the episode: nothing to score, the sandbox is done
+        await _abandon(env)
         raise
     except Exception as e:  # a bug in a backend must not take the whole run down
         ep.termination, ep.error = "agent_error", f"{type(e).__name__}: {e}"
@@ -189,6 +189,15 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     ep.timing = timing
     env.close()
     return ep
+
+
+async def _abandon(env: Environment) -> None:
+    """A cancelled episode's sandbox: the tool work in flight is interrupted and waited for (a thread
+    still using the connection would fail on a closed one), then the sandbox is closed."""
+    try:
+        await env.settle()
+    finally:
+        env.close()
 
 
 async def _user_turn(user: UserSimulator, ctx: EpisodeContext):

@@ -17,6 +17,7 @@ from .agents.base import Agent, AgentReply
 from .rollout import RolloutConfig, run_episode
 from .types import Episode
 from ..env.sandbox import new_env
+from ..errors import UsageError
 
 
 class ExternalAgent(Agent):
@@ -73,10 +74,14 @@ class StepwiseEpisode:
         return await self._next()
 
     async def step(self, reply: AgentReply) -> Turn:
+        """The agent's turn, and what follows it up to the agent's next turn or the end. An episode that
+        ended while the caller was thinking (its timeout counts that time) answers with its end."""
         if self._reply is None:
-            raise RuntimeError("the episode is over; reset to start another" if self.done else "the episode has not started")
-        self._reply.set_result(reply)
-        self._reply = None
+            raise UsageError("the episode is over; reset to start another" if self.done else
+                             "the episode has not started: reset first")
+        waiting, self._reply = self._reply, None
+        if not waiting.done():  # done: the engine stopped waiting (the timeout cancelled the agent's turn)
+            waiting.set_result(reply)
         return await self._next()
 
     async def _next(self) -> Turn:
@@ -93,7 +98,13 @@ class StepwiseEpisode:
         return Turn(new, self._run.result() if self._run.done() else None)
 
     def cancel(self) -> None:
-        """Stop an unfinished episode (its client left); the sandbox goes with it."""
-        if self._run is not None and not self._run.done():
+        """Stop an unfinished episode (its client left); the sandbox goes with it. The engine's own
+        cancel path stops the tool work in flight and closes the sandbox; the sandbox is closed here
+        only once the run is over (closing it under a running call would fail that call instead)."""
+        if self._run is None:
+            self.sandbox.close()
+        elif not self._run.done():
             self._run.cancel()
-        self.sandbox.close()
+            self._run.add_done_callback(lambda _run: self.sandbox.close())
+        else:
+            self.sandbox.close()

@@ -122,6 +122,14 @@ def parse_assistant(text: str) -> Parsed:
     return Parsed(content, calls, "; ".join(errors) or None)
 
 
+def answers_no_call(message: dict[str, Any]) -> bool:
+    """The engine's error turn after a reply that could not be parsed: a tool-role turn (hidden from the
+    simulated user, counted as a tool error) that answers no call, so it has no tool_call_id. muactl's
+    ChatML shows it in <tool_response> like any result; where messages carry call ids (OpenAI's API,
+    templates that check them) it is a user message."""
+    return message["role"] == "tool" and not message.get("tool_call_id")
+
+
 def to_chat_template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """muactl messages -> the shape the template (and TRL) reads: tool_calls as {type, function{name, arguments}}."""
     out = []

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FormatError
-from .chatml import (decode_arguments, AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
+from .chatml import (answers_no_call, decode_arguments, AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
                      render, to_chat_template_messages)
 
 FAMILIES = ("chatml", "hermes", "llama3", "mistral")  # and "plain": a template without tools (fine for a user)
@@ -123,13 +123,19 @@ class ChatFormat:
 
 
 def _with_ids(messages: list[dict]) -> list[dict]:
-    """to_chat_template_messages, keeping tool-call ids and tool_call_id (some templates render or check them)."""
+    """to_chat_template_messages, keeping tool-call ids and tool_call_id (some templates render or check
+    them). The error turn after a reply that could not be parsed answers no call, so it goes to the
+    template as a user message: a tool message without a call to answer is refused by templates that
+    check ids (Mistral's), as by OpenAI's API."""
     out = to_chat_template_messages(messages)
     for m, src in zip(out, messages):
         for tc, call in zip(m.get("tool_calls", []), src.get("tool_calls") or []):
             if call.get("id"):
                 tc["id"] = call["id"]
-        if src["role"] == "tool" and src.get("tool_call_id"):
+        if answers_no_call(src):
+            m.clear()
+            m.update(role="user", content=src.get("content") or "")
+        elif src["role"] == "tool":
             m["tool_call_id"] = src["tool_call_id"]
     return out
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import random
 import uuid
 from dataclasses import dataclass
@@ -154,6 +155,13 @@ def build_app(cfg: ServeConfig, opened=None):
         termination: str | None = Field(default=None, description="Why the episode ended (on the last step).")
         breakdown: dict[str, Any] = Field(default_factory=dict, description="The reward's breakdown (on the last step).")
 
+    class ResetArgs(BaseModel):
+        """reset()'s arguments, checked whichever way they came (OpenEnv checks HTTP's seed only)."""
+
+        task_id: str | None = Field(default=None, max_length=200)
+        seed: int | None = Field(default=None, ge=0, lt=2**63)
+        episode_id: str | None = Field(default=None, max_length=255)
+
     class MuactlState(State):
         task_id: str | None = None
         done: bool = False
@@ -184,6 +192,8 @@ def build_app(cfg: ServeConfig, opened=None):
 
         async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
                               task_id: str | None = None, **kwargs: Any) -> MuactlObservation:
+            args = ResetArgs(task_id=task_id, seed=seed, episode_id=episode_id)  # a ValidationError: 422
+            task_id, seed, episode_id = args.task_id, args.seed, args.episode_id
             self._stop()
             task, domain = source.draw(task_id, seed)
             self.loop = asyncio.get_running_loop()
@@ -194,7 +204,8 @@ def build_app(cfg: ServeConfig, opened=None):
 
         async def step_async(self, action: MuactlAction, timeout_s: float | None = None, **kwargs: Any) -> MuactlObservation:
             if self.episode is None:
-                raise RuntimeError("call reset() before step()")
+                raise UsageError("call reset() before step(); over HTTP every request gets a fresh environment, "
+                                 "so episodes are played over a WebSocket session (/ws)")
             calls = [{"name": c.name, "arguments": decode_arguments(c.arguments), **({"id": c.id} if c.id else {})}
                      for c in action.tool_calls]
             turn = await self.episode.step(AgentReply(action.message, calls))
@@ -225,7 +236,64 @@ def build_app(cfg: ServeConfig, opened=None):
     app = create_fastapi_app(MuactlEnvironment, MuactlAction, MuactlObservation, max_concurrent_envs=cfg.max_sessions,
                              env_name=f"muactl-{opened.spec.domain.name}", state_cls=MuactlState)
     app.state.muactl = {"domain": opened.spec.domain.name, "action": MuactlAction, "observation": MuactlObservation}
+    answer_misuse(app)
     return app
+
+
+def answer_misuse(app) -> None:
+    """A client's mistake gets a 4xx, never a 500, and the WebSocket session goes on: bad reset()
+    arguments 422, a wrong call (step before reset, an unknown task) 400, and a WebSocket frame that is
+    not a JSON object an error frame (OpenEnv's own loop would end the session on it)."""
+    from fastapi.responses import JSONResponse
+    from pydantic import ValidationError
+
+    from ..errors import MuactlError
+
+    async def invalid(_request, e: ValidationError):
+        return JSONResponse({"detail": e.errors(include_url=False, include_context=False, include_input=False)},
+                            status_code=422)
+
+    async def refused(_request, e: MuactlError):
+        return JSONResponse({"detail": str(e)}, status_code=400)
+
+    app.add_exception_handler(ValidationError, invalid)
+    app.add_exception_handler(MuactlError, refused)
+    app.add_middleware(ObjectFramesOnly)
+
+
+class ObjectFramesOnly:
+    """ASGI middleware: a WebSocket frame that is JSON but not an object (or a binary frame) is answered
+    with OpenEnv's error frame and never reaches the session's loop. Malformed JSON goes through: OpenEnv
+    answers that one itself."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "websocket":
+            return await self.app(scope, receive, send)
+
+        async def objects_only():
+            while True:
+                message = await receive()
+                problem = _frame_problem(message) if message["type"] == "websocket.receive" else None
+                if problem is None:
+                    return message
+                await send({"type": "websocket.send", "text": json.dumps(
+                    {"type": "error", "data": {"message": problem, "code": "VALIDATION_ERROR"}})})
+
+        return await self.app(scope, objects_only, send)
+
+
+def _frame_problem(message: dict[str, Any]) -> str | None:
+    text = message.get("text")
+    if text is None:
+        return "send JSON objects as text frames, not binary frames"
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return None if isinstance(value, dict) else f"a message must be a JSON object, not {type(value).__name__}"
 
 
 def _public(m: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...models.llm import LLMConfig, complete
 from ...errors import AgentError, RequestRejected
-from ...models.chatml import decode_arguments
+from ...models.chatml import answers_no_call, decode_arguments
 from .base import Agent, AgentReply
 
 
@@ -27,11 +27,10 @@ def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             elif msg["content"] is None:
                 msg["content"] = ""
             out.append(msg)
+        elif answers_no_call(m):  # an error turn about the agent's own reply
+            out.append({"role": "user", "content": m["content"]})
         elif m["role"] == "tool":
-            if m.get("tool_call_id"):
-                out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m["content"]})
-            else:  # an error turn about the agent's own reply
-                out.append({"role": "user", "content": m["content"]})
+            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m["content"]})
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})
     return out
