@@ -261,6 +261,66 @@ def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, t
     assert marker.exists()
 
 
+def _clinic_with_an_mcp_command(project: Path, marker: Path) -> None:
+    """The scaffolded clinic plus an mcp tool whose command, once started, leaves `marker` behind."""
+    import sys
+
+    root = project / "domains" / "clinic"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')"]
+    text = (root / "domain.yaml").read_text()
+    (root / "domain.yaml").write_text(text.replace("\n# How simulated users behave",
+        f"\n  lookup:\n    mcp: {{command: {json.dumps(command)}, tool: find_patient_by_phone}}\n"
+        "\n# How simulated users behave"))
+
+
+def test_trust_follows_the_folders_contents_on_every_lookup(project, tmp_path):
+    """Issue 25.4: a pack unpacked by hand (tar xzf), or an installed pack copied into ./domains (under its
+    own name, another name, or a built-in's), is someone else's code: no command starts its MCP server
+    without --trust, by path or by name, and validate and call say how to trust it. Before the fix a
+    name found in ./domains was 'local' without a look inside, and a path to an unpacked pack was a plain
+    folder: both started the command."""
+    import shutil
+
+    from muactl.spec.library import INSTALLED_MANIFEST
+
+    marker = tmp_path / "command-ran"
+    _clinic_with_an_mcp_command(project, marker)
+    pack = _pack(project)
+    assert runner.invoke(app, ["install", str(pack)]).exit_code == 0
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    with tarfile.open(pack) as tar:
+        tar.extractall(unpacked, filter="data")
+    shutil.rmtree(project / "domains" / "clinic")
+    for name in ("clinic", "clinic-copy", "bank"):  # bank shadows the built-in
+        shutil.copytree(user_library() / "clinic", project / "domains" / name)
+        assert (project / "domains" / name / INSTALLED_MANIFEST).is_file()
+    assert find_domain(str(unpacked / "domain")).tasks_dir == unpacked / "tasks"
+    for name in (str(unpacked / "domain"), "clinic", "clinic-copy", "bank", "./domains/bank"):
+        assert find_domain(name).untrusted, name
+        r = runner.invoke(app, ["validate", name])
+        assert r.exit_code == 0, r.output
+        assert "not started" in r.output and "re-run with --trust" in r.output, r.output
+        for args in (["tools", name], ["call", name, "lookup", "{}"], ["call", name, "list_appointments", '{"patient_id": "p1"}'],
+                     ["eval", name, "--agent", "oracle", "--split", "train", "--max-turns", "3"]):
+            r = runner.invoke(app, args)
+            assert not marker.exists(), f"{args}: the pack's MCP command ran without --trust"
+            assert r.exit_code == (1 if args[2:3] == ["lookup"] else 0), (args, r.output)
+    from muactl.domain.open import open_domain
+    from muactl.errors import SpecError
+
+    opened = open_domain("clinic-copy", with_tasks=False)
+    refused = new_env(opened.compiled)
+    import asyncio
+
+    answer = asyncio.run(opened.compiled.players["mcp"](opened.compiled.tools["lookup"], {}, refused))
+    assert answer.error and "--trust" in answer.content and "install record" in answer.content
+    assert not marker.exists()
+    with pytest.raises(SpecError, match="could not list the server's tools"):  # with trust it starts (and is no server)
+        open_domain(str(unpacked / "domain"), with_tasks=False, trust=True)
+    assert marker.exists()
+
+
 @pytest.mark.parametrize("key,value", [
     ("policy", "/etc/hostname.txt"),
     ("policy", "../../../secret.txt"),

@@ -124,7 +124,19 @@ def domain_warnings(opened: Opened) -> list[Problem]:
     if d.name != root.name:
         out.append(opened.spec.doc.problem(("name",), f"name '{d.name}' differs from the folder '{root.name}'; "
                                            f"`muactl ... {root.name}` finds this domain, runs record '{d.name}'"))
+    held = untrusted_mcp_tools(opened)
+    if held:
+        out.append(opened.spec.doc.problem(("tools", held[0], "mcp", "command"),
+                                           f"not started, so not checked: mcp tools {', '.join(held)}; "
+                                           f"{opened.ref.trust_hint()}"))
     return out
+
+
+def untrusted_mcp_tools(opened: Opened) -> list[str]:
+    """The mcp tools whose servers were held back: the domain is someone else's and --trust was not given."""
+    if not opened.ref.untrusted or opened.compiled is None or opened.compiled.trust:
+        return []
+    return [n for n, t in opened.compiled.tools.items() if t.kind == "mcp"]
 
 
 def validate_domain(name: str, trust: bool = False, verify_hash: bool = False) -> Opened:

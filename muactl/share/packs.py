@@ -350,7 +350,7 @@ def install_pack(path: Path, force: bool = False) -> InstallResult:
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        ref = DomainRef(name, root, root / "tasks", "installed")
+        ref = DomainRef(name, root, root / "tasks", "installed", foreign="is a pack being installed")
         spec, _, facts = check_static(ref)
         if spec.domain.name != name or spec.domain.version != version:
             raise UnsafePack(f"the manifest says {name} {version} but domain.yaml says "
