@@ -10,6 +10,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from ..limits import MAX_GENERATED_ROWS
+
+# a count of rows: a negative one drew nothing, silently; a huge one is refused here, at its line
+RowCount = Annotated[int, Field(strict=True, ge=0, le=MAX_GENERATED_ROWS)]
+
 GEN_KINDS = ("value", "choice", "pattern", "int", "real", "date", "ref", "parent", "one_of", "json")
 
 
@@ -75,7 +80,8 @@ class Variant(_Strict):
 class TableGen(_Strict):
     """How a table's rows are drawn: a number of rows, or rows per row of a parent table."""
 
-    rows: int | list[int] | None = Field(None, description="How many rows: N, or [min, max].")
+    rows: RowCount | list[RowCount] | None = Field(
+        None, description=f"How many rows: N, or [min, max]; from 0 to {MAX_GENERATED_ROWS:,} (MAX_GENERATED_ROWS).")
     per: str | None = Field(None, description="Parent table: rows are made for each of its rows (see variants).")
     variants: list[Variant] = Field(
         default_factory=list, description="With `per`: candidate rows per parent row, each kept with its chance. "
