@@ -47,7 +47,7 @@ def test_pack_is_deterministic_and_lists_every_file_with_its_checksum(project):
     assert second.read_bytes() == data
     files = _members(first)
     manifest = json.loads(files.pop("manifest.json"))
-    assert (manifest["name"], manifest["version"], manifest["spec_version"], manifest["has_python"]) == ("clinic", "0.1.0", 1, False)
+    assert (manifest["name"], manifest["version"], manifest["spec_version"], manifest["has_python"]) == ("clinic", "0.1.0", 2, False)
     assert {e["path"] for e in manifest["files"]} == set(files)
     assert {"domain/domain.yaml", "domain/policy.md", "tasks/train.yaml", "tasks/test.yaml"} <= set(files)
     for e in manifest["files"]:
@@ -180,6 +180,9 @@ HOSTILE = {
     "duplicate": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), ("domain/policy.md", b"other")], "appears twice"),
     "bad-json": (lambda f: [("manifest.json", b"{not json"), *f.items()], "not valid JSON"),
     "name-mismatch": (lambda f: [("manifest.json", _manifest_for(f, name="other")), *f.items()], "domain.yaml says clinic"),
+    "future-spec": (lambda f: [("manifest.json", _manifest_for(f, spec_version=99999999999999999999999)), *f.items()],
+                    "needs domain format 99999999999999999999999; this muactl reads up to 2. Upgrade muactl."),
+    "bool-spec": (lambda f: [("manifest.json", _manifest_for(f, spec_version=True)), *f.items()], "invalid spec_version True"),
 }
 
 

@@ -128,8 +128,11 @@ def changed_columns(conn, spec: m.SqlTool, current: dict[str, str]) -> list[str]
     """The result columns of a spec_version 1 tool that the current version gives back differently: a boolean
     column (0/1 then, true/false now), a json one (only arrays and objects were decoded) and each computed
     column the author did not type (JSON text in it was decoded; now it stays text unless `types:` says json)."""
+    columns = result_columns(conn, spec.query)
+    if columns is None:
+        return ["its columns (the query could not be read without running it: check each JSON or boolean one)"]
     out = []
-    for col in result_columns(conn, spec.query):
+    for col in columns:
         if col in spec.types:
             continue
         ctype = current.get(col)
@@ -143,9 +146,10 @@ def changed_columns(conn, spec: m.SqlTool, current: dict[str, str]) -> list[str]
     return out
 
 
-def result_columns(conn, sql: str | None) -> list[str]:
+def result_columns(conn, sql: str | None) -> list[str] | None:
     """The names of the columns a query returns, read off the statement without running it (LIMIT 0 on an
-    empty schema); [] for no query or one that does not compile (validate reports it)."""
+    empty schema); [] for no query, None when it does not compile here (muactl's SQL functions are not
+    registered on this connection; validate reports a query that is wrong)."""
     import sqlite3
 
     if not sql:
@@ -155,5 +159,5 @@ def result_columns(conn, sql: str | None) -> list[str]:
     try:
         cur = conn.execute(f"SELECT * FROM (\n{sql.strip().rstrip(';')}\n) LIMIT 0", {p: None for p in param_names(sql)})
     except sqlite3.Error:
-        return []
+        return None
     return [d[0] for d in cur.description or ()]

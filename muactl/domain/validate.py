@@ -147,7 +147,7 @@ def version_warnings(opened: Opened) -> list[Problem]:
                        f"version {m.SPEC_VERSION}, the current one, means: {m.SPEC_VERSIONS[m.SPEC_VERSION]}"
                        + ("" if changed else f". No tool's results differ: set `spec_version: {m.SPEC_VERSION}`"))]
     for name, columns in changed.items():
-        out.append(doc.problem(("tools", name, "query"), f"under spec_version {m.SPEC_VERSION} this tool's results "
+        out.append(doc.problem(("tools", name, "query"), f"under spec_version {m.SPEC_VERSION} this tool's results may "
                                f"change: {'; '.join(columns)}. To move up, type the computed JSON columns in "
                                f"`types:`, check the task outputs that quote them, and set `spec_version: {m.SPEC_VERSION}`"))
     return out

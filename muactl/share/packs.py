@@ -33,6 +33,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import PackExists, PackNotInstalled, SpecError, UnsafePack, UsageError
+from ..limits import quote
 from ..spec.library import INSTALLED_MANIFEST, DomainRef, builtin_root, find_domain, user_library
 
 PACK_FORMAT = 1
@@ -279,8 +280,10 @@ def _check_manifest(raw: bytes) -> dict[str, Any]:
     if not isinstance(version, str) or not version or len(version) > 64:
         raise UnsafePack(f"{MANIFEST} has an invalid version {version!r}")
     spec_version = manifest.get("spec_version")
-    if not isinstance(spec_version, int) or spec_version > SPEC_VERSION:
-        raise UnsafePack(f"the pack needs domain format {spec_version!r}; this muactl reads up to {SPEC_VERSION}. Upgrade muactl.")
+    if isinstance(spec_version, bool) or not isinstance(spec_version, int) or spec_version < 1:
+        raise UnsafePack(f"{MANIFEST} has an invalid spec_version {quote(spec_version)}; it was not made by `muactl pack`")
+    if spec_version > SPEC_VERSION:
+        raise UnsafePack(f"the pack needs domain format {quote(spec_version)}; this muactl reads up to {SPEC_VERSION}. Upgrade muactl.")
     entries = manifest.get("files")
     if not isinstance(entries, list):
         raise UnsafePack(f"{MANIFEST} has no 'files' list")

@@ -56,16 +56,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-# YAML 1.1 (PyYAML, many editors and linters) reads these words as booleans or null: muactl reads YAML
-# 1.2, where they are text, so a name like `yes` would mean one thing here and another to the next tool
-YAML11_SCALARS = {"y", "yes", "n", "no", "on", "off", "true", "false", "null"}
+# YAML 1.1 readers (PyYAML, many editors and linters) read these plain words as booleans; muactl reads
+# YAML 1.2, where yes/no/on/off are text, so such a name would mean one thing here and another to the next
+# tool (true/false are booleans in both and already refused as names; y and n only in the 1.1 spec's
+# letter, not in PyYAML, and common as column names, so they stay allowed)
+YAML11_BOOLEANS = {"yes", "no", "on", "off", "true", "false"}
 
 
 def not_yaml11_scalar(name: str, what: str) -> str:
-    if name.lower() in YAML11_SCALARS:
+    if name.lower() in YAML11_BOOLEANS:
         raise ValueError(f"{what} name {quote(name)} is not allowed: YAML 1.1 readers (PyYAML, many editors) read "
-                         f"it as a {'null' if name.lower() == 'null' else 'boolean'}, so the file would mean "
-                         "something else to them; pick another name")
+                         "it as a boolean, so the file would mean something else to them; pick another name")
     return name
 
 
