@@ -308,6 +308,8 @@ def test_trust_follows_the_folders_contents_on_every_lookup(project, tmp_path):
                      ["eval", name, "--agent", "oracle", "--split", "train", "--max-turns", "3"]):
             r = runner.invoke(app, args)
             assert not marker.exists(), f"{args}: the pack's MCP command ran without --trust"
+            if args[0] == "tools":
+                assert "lookup are shown without their parameters" in r.output and "--trust" in r.output, r.output
             assert r.exit_code == (1 if args[2:3] == ["lookup"] else 0), (args, r.output)
     from muactl.domain.open import open_domain
     from muactl.errors import SpecError
