@@ -166,9 +166,10 @@ def test_a_yaml_1_1_boolean_word_is_no_persona_or_tool_name(project):
 
 
 @pytest.mark.parametrize("rows, message", [
-    ("-5", "greater than or equal to 0"),
-    ("[-1, 3]", "greater than or equal to 0"),
-    ("true", "valid integer"),
+    ("-5", "`rows` cannot be negative (-5): give 0 or more"),
+    ("[-1, 3]", "`rows` cannot be negative (-1)"),
+    ("true", "`rows` is a whole number of rows, or [min, max], not True"),
+    ("2.5", "not 2.5"),
 ])
 def test_a_generated_row_count_out_of_range_is_refused(project, rows, message):
     line = _edit(project, "domains/clinic/domain.yaml", "  seed: data/\n",
