@@ -47,7 +47,7 @@ def test_pack_is_deterministic_and_lists_every_file_with_its_checksum(project):
     assert second.read_bytes() == data
     files = _members(first)
     manifest = json.loads(files.pop("manifest.json"))
-    assert (manifest["name"], manifest["version"], manifest["spec_version"], manifest["has_python"]) == ("clinic", "0.1.0", 1, False)
+    assert (manifest["name"], manifest["version"], manifest["spec_version"], manifest["has_python"]) == ("clinic", "0.1.0", 2, False)
     assert {e["path"] for e in manifest["files"]} == set(files)
     assert {"domain/domain.yaml", "domain/policy.md", "tasks/train.yaml", "tasks/test.yaml"} <= set(files)
     for e in manifest["files"]:
@@ -180,6 +180,9 @@ HOSTILE = {
     "duplicate": (lambda f: [("manifest.json", _manifest_for(f)), *f.items(), ("domain/policy.md", b"other")], "appears twice"),
     "bad-json": (lambda f: [("manifest.json", b"{not json"), *f.items()], "not valid JSON"),
     "name-mismatch": (lambda f: [("manifest.json", _manifest_for(f, name="other")), *f.items()], "domain.yaml says clinic"),
+    "future-spec": (lambda f: [("manifest.json", _manifest_for(f, spec_version=99999999999999999999999)), *f.items()],
+                    "needs domain format 99999999999999999999999; this muactl reads up to 2. Upgrade muactl."),
+    "bool-spec": (lambda f: [("manifest.json", _manifest_for(f, spec_version=True)), *f.items()], "invalid spec_version True"),
 }
 
 
@@ -258,6 +261,68 @@ def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, t
 
     with pytest.raises(SpecError, match="could not list the server's tools"):  # with trust it starts (and is no server)
         open_domain("./clinic", with_tasks=False, trust=True)
+    assert marker.exists()
+
+
+def _clinic_with_an_mcp_command(project: Path, marker: Path) -> None:
+    """The scaffolded clinic plus an mcp tool whose command, once started, leaves `marker` behind."""
+    import sys
+
+    root = project / "domains" / "clinic"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')"]
+    text = (root / "domain.yaml").read_text()
+    (root / "domain.yaml").write_text(text.replace("\n# How simulated users behave",
+        f"\n  lookup:\n    mcp: {{command: {json.dumps(command)}, tool: find_patient_by_phone}}\n"
+        "\n# How simulated users behave"))
+
+
+def test_trust_follows_the_folders_contents_on_every_lookup(project, tmp_path):
+    """Issue 25.4: a pack unpacked by hand (tar xzf), or an installed pack copied into ./domains (under its
+    own name, another name, or a built-in's), is someone else's code: no command starts its MCP server
+    without --trust, by path or by name, and validate and call say how to trust it. Before the fix a
+    name found in ./domains was 'local' without a look inside, and a path to an unpacked pack was a plain
+    folder: both started the command."""
+    import shutil
+
+    from muactl.spec.library import INSTALLED_MANIFEST
+
+    marker = tmp_path / "command-ran"
+    _clinic_with_an_mcp_command(project, marker)
+    pack = _pack(project)
+    assert runner.invoke(app, ["install", str(pack)]).exit_code == 0
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    with tarfile.open(pack) as tar:
+        tar.extractall(unpacked, filter="data")
+    shutil.rmtree(project / "domains" / "clinic")
+    for name in ("clinic", "clinic-copy", "bank"):  # bank shadows the built-in
+        shutil.copytree(user_library() / "clinic", project / "domains" / name)
+        assert (project / "domains" / name / INSTALLED_MANIFEST).is_file()
+    assert find_domain(str(unpacked / "domain")).tasks_dir == unpacked / "tasks"
+    for name in (str(unpacked / "domain"), "clinic", "clinic-copy", "bank", "./domains/bank"):
+        assert find_domain(name).untrusted, name
+        r = runner.invoke(app, ["validate", name])
+        assert r.exit_code == 0, r.output
+        assert "not started" in r.output and "re-run with --trust" in r.output, r.output
+        for args in (["tools", name], ["call", name, "lookup", "{}"], ["call", name, "list_appointments", '{"patient_id": "p1"}'],
+                     ["eval", name, "--agent", "oracle", "--split", "train", "--max-turns", "3"]):
+            r = runner.invoke(app, args)
+            assert not marker.exists(), f"{args}: the pack's MCP command ran without --trust"
+            if args[0] == "tools":
+                assert "lookup are shown without their parameters" in r.output and "--trust" in r.output, r.output
+            assert r.exit_code == (1 if args[2:3] == ["lookup"] else 0), (args, r.output)
+    from muactl.domain.open import open_domain
+    from muactl.errors import SpecError
+
+    opened = open_domain("clinic-copy", with_tasks=False)
+    refused = new_env(opened.compiled)
+    import asyncio
+
+    answer = asyncio.run(opened.compiled.players["mcp"](opened.compiled.tools["lookup"], {}, refused))
+    assert answer.error and "--trust" in answer.content and "install record" in answer.content
+    assert not marker.exists()
+    with pytest.raises(SpecError, match="could not list the server's tools"):  # with trust it starts (and is no server)
+        open_domain(str(unpacked / "domain"), with_tasks=False, trust=True)
     assert marker.exists()
 
 

@@ -124,7 +124,13 @@ def tools(
     """
     from ..domain.open import open_domain
 
+    from ..domain.validate import untrusted_mcp_tools
+
     opened = open_domain(domain, with_tasks=False)
+    held = untrusted_mcp_tools(opened)
+    if held:  # their schemas come from servers that did not start: say why they look empty
+        typer.echo(f"note: mcp tools {', '.join(held)} are shown without their parameters: "
+                   f"{opened.ref.trust_hint()}", err=True)
     schemas = [t.openai_schema() | ({"x-muactl-side": "user"} if t.side == "user" else {})
                for t in opened.compiled.tools.values()]
     if as_json:

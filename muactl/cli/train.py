@@ -15,8 +15,10 @@ from .output import print_before_after
 @command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
-    what: str = typer.Argument(..., help="A stage (sft, grpo) or an experiment config (YAML) naming several."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run (after a crash or kill -9)."),
+    what: Optional[str] = typer.Argument(None, help="A stage (sft, grpo) or an experiment config (YAML) naming "
+                                         "several; with --resume it may be left out (the run's own is used)."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run (after a crash or kill -9) from its "
+                                         "saved config; overrides may extend it (e.g. grpo.steps=N)."),
     show_config: bool = typer.Option(False, "--cfg", help="Print the resolved config and exit."),
 ) -> None:
     """Train: SFT, GRPO with the simulated user in the loop, or a whole recipe from a config file.
@@ -29,7 +31,7 @@ def train(
       [bold]muactl train grpo model=runs/<sft>/checkpoint-final domain=bank grpo.group_size=8 grpo.steps=50[/bold]
       [bold]muactl train grpo ... user=litellm user.model=openai/gpt-4o-mini[/bold]
       [bold]muactl train grpo ... grpo.reward=userrl grpo.turn_credit=r2g grpo.trajectory_score=r2g[/bold]
-      [bold]muactl train grpo ... --resume RUN_ID[/bold]
+      [bold]muactl train --resume RUN_ID[/bold]   (a sft, grpo or recipe run, from its saved config)
     """
     from omegaconf import OmegaConf
 
@@ -37,16 +39,22 @@ def train(
     from ..runs.store import RunStore, runs_dir
 
     overrides = list(ctx.args)
-    stage = what if what in ("sft", "grpo") else None
-    config_file = None if stage else Path(what)
-    if config_file is not None and config_file.suffix not in (".yaml", ".yml"):
-        raise UsageError(f"'{what}' is neither a stage (sft, grpo) nor a YAML config file")
+    if what is not None and "=" in what and Path(what).suffix not in (".yaml", ".yml"):
+        overrides, what = [what, *overrides], None  # `train --resume RUN x=1`: the first override took its place
     store = None
     if resume:
         store = RunStore.open(resume)
+        stage = resumed_stage(what, store)
         # the saved, resolved config is the run's truth; new overrides may only extend it (e.g. more steps)
         cfg = compose(store.path / "config.yaml", overrides)
     else:
+        if what is None:
+            raise UsageError("muactl train needs what to train: a stage (sft, grpo) or an experiment config "
+                             "(YAML), e.g. `muactl train examples/quickstart.yaml`; or --resume RUN_ID to continue a run")
+        stage = what if what in ("sft", "grpo") else None
+        config_file = None if stage else Path(what)
+        if config_file is not None and config_file.suffix not in (".yaml", ".yml"):
+            raise UsageError(f"'{what}' is neither a stage (sft, grpo) nor a YAML config file")
         cfg = compose(config_file, overrides)
     typer.echo(to_yaml(cfg))
     if show_config:
@@ -99,7 +107,7 @@ def train(
             typer.echo(f"\nrun: {store.path}/   report: muactl report {store.id}")
     except KeyboardInterrupt:
         store.update(status="interrupted")
-        fail(f"interrupted; continue with: muactl train {what} --resume {store.id}", 130)
+        fail(f"interrupted; continue with: muactl train --resume {store.id}", 130)
     except BaseException:
         store.update(status="failed")
         raise
@@ -107,6 +115,27 @@ def train(
         store.unlock()
 
 
+
+TRAIN_KINDS = {"sft": "sft", "grpo": "grpo", "train": None}  # a run's kind -> the stage it ran (None: a recipe)
+
+
+def resumed_stage(what: str | None, store) -> str | None:
+    """The stage a resumed run continues (None: its recipe's stages), read from the run itself; `what`, when
+    given, must agree with it, since the run's saved config decides what is trained."""
+    kind = store.info().get("kind")
+    if kind not in TRAIN_KINDS:
+        from ..runs.store import resume_command
+
+        how = resume_command(store.info(), store.path)
+        raise UsageError(f"run {store.id} is a {kind} run, not a training run"
+                         + (f"; continue it with: {how}" if how else ""))
+    stage = TRAIN_KINDS[kind]
+    given = None if what is None else (what if what in ("sft", "grpo") else "a recipe")
+    if given is not None and given != (stage or "a recipe"):
+        raise UsageError(f"run {store.id} is a {kind} run ({stage or 'a recipe'}), not {given}; continue it with "
+                         f"`muactl train --resume {store.id}` (its saved config decides what is trained; overrides "
+                         "such as grpo.steps=N may extend it)")
+    return stage
 
 
 @command()

@@ -34,6 +34,10 @@ class CompiledTool:
     schema: dict[str, Any] | None = None
     # result column -> declared type (json, boolean...), for typing sql tool results
     result_types: dict[str, str] = field(default_factory=dict)
+    # the type of a result column result_types leaves out: None (as stored) or GUESSED_TYPE (spec_version 1)
+    untyped_result: str | None = None
+    # spec_version 1: the result columns the current version would give back differently (for validate)
+    changed_by_current: list[str] = field(default_factory=list)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -109,5 +113,51 @@ def compile_tool(name: str, spec: Any, domain: m.Domain | None = None, conn=None
                             BUILTIN_PARAMS[spec.builtin], spec.side)
     if kind == "mcp":  # the schema comes from the server when the tool is discovered
         return CompiledTool(name, kind, spec, spec.description or f"MCP tool {spec.mcp.tool}", {}, spec.side)
-    types = {**result_types(domain, conn, spec.query), **spec.types} if kind == "sql" and domain else {}
+    if kind != "sql" or domain is None:
+        return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side)
+    types = {**result_types(domain, conn, spec.query), **spec.types}
+    if domain.spec_version < 2:
+        # version 1's meaning, kept for the files written for it: what the author typed, and a guess for the rest
+        return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side,
+                            result_types=dict(spec.types), untyped_result=m.GUESSED_TYPE,
+                            changed_by_current=changed_columns(conn, spec, types))
     return CompiledTool(name, kind, spec, spec.description.strip(), spec.params, spec.side, result_types=types)
+
+
+def changed_columns(conn, spec: m.SqlTool, current: dict[str, str]) -> list[str]:
+    """The result columns of a spec_version 1 tool that the current version gives back differently: a boolean
+    column (0/1 then, true/false now), a json one (only arrays and objects were decoded) and each computed
+    column the author did not type (JSON text in it was decoded; now it stays text unless `types:` says json)."""
+    columns = result_columns(conn, spec.query)
+    if columns is None:
+        return ["its columns (the query could not be read without running it: check each JSON or boolean one)"]
+    out = []
+    for col in columns:
+        if col in spec.types:
+            continue
+        ctype = current.get(col)
+        if ctype == "boolean":
+            out.append(f"{col} (boolean: 0/1 in version 1, true/false now)")
+        elif ctype == "json":
+            out.append(f"{col} (json: version 1 decoded arrays and objects only, now every JSON value)")
+        elif ctype is None:
+            out.append(f"{col} (computed: JSON text in it was decoded in version 1; now it stays text unless "
+                       f"`types: {{{col}: json}}`)")
+    return out
+
+
+def result_columns(conn, sql: str | None) -> list[str] | None:
+    """The names of the columns a query returns, read off the statement without running it (LIMIT 0 on an
+    empty schema); [] for no query, None when it does not compile here (muactl's SQL functions are not
+    registered on this connection; validate reports a query that is wrong)."""
+    import sqlite3
+
+    if not sql:
+        return []
+    from .sql import param_names
+
+    try:
+        cur = conn.execute(f"SELECT * FROM (\n{sql.strip().rstrip(';')}\n) LIMIT 0", {p: None for p in param_names(sql)})
+    except sqlite3.Error:
+        return None
+    return [d[0] for d in cur.description or ()]

@@ -49,8 +49,8 @@ def open_domain(name: str | DomainRef, with_tasks: bool = True, trust: bool = Fa
             if start_mcp and any(t.kind == "mcp" for t in compiled.tools.values()):
                 from ..env.mcp_tools import attach
 
-                # a command from an installed pack is someone else's code: start it only with --trust
-                problems += attach(spec, compiled, allowed=trust or not ref.untrusted)
+                # a command from a pack is someone else's code: start it only with --trust
+                problems += attach(spec, compiled, refused=ref.trust_hint() if ref.untrusted and not trust else None)
     except SpecError as e:
         problems += e.problems
     if with_tasks:  # task files are checked even when the domain is broken: report everything at once

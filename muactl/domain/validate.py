@@ -124,7 +124,40 @@ def domain_warnings(opened: Opened) -> list[Problem]:
     if d.name != root.name:
         out.append(opened.spec.doc.problem(("name",), f"name '{d.name}' differs from the folder '{root.name}'; "
                                            f"`muactl ... {root.name}` finds this domain, runs record '{d.name}'"))
+    out += version_warnings(opened)
+    held = untrusted_mcp_tools(opened)
+    if held:
+        out.append(opened.spec.doc.problem(("tools", held[0], "mcp", "command"),
+                                           f"not started, so not checked: mcp tools {', '.join(held)}; "
+                                           f"{opened.ref.trust_hint()}"))
     return out
+
+
+def version_warnings(opened: Opened) -> list[Problem]:
+    """A domain written for an older spec_version keeps that version's meaning; say so, and name each tool
+    whose results the current version gives back differently, with what to change to move up."""
+    d, doc = opened.spec.domain, opened.spec.doc
+    if d.spec_version >= m.SPEC_VERSION or opened.compiled is None:
+        return []
+    declared = isinstance(doc.data, dict) and "spec_version" in doc.data
+    changed = {name: t.changed_by_current for name, t in opened.compiled.tools.items() if t.changed_by_current}
+    which = f"spec_version {d.spec_version}" if declared else "no spec_version"
+    out = [doc.problem(("spec_version",) if declared else ("name",),
+                       f"{which}: read with version {d.spec_version}'s meaning ({m.SPEC_VERSIONS[d.spec_version]}); "
+                       f"version {m.SPEC_VERSION}, the current one, means: {m.SPEC_VERSIONS[m.SPEC_VERSION]}"
+                       + ("" if changed else f". No tool's results differ: set `spec_version: {m.SPEC_VERSION}`"))]
+    for name, columns in changed.items():
+        out.append(doc.problem(("tools", name, "query"), f"under spec_version {m.SPEC_VERSION} this tool's results may "
+                               f"change: {'; '.join(columns)}. To move up, type the computed JSON columns in "
+                               f"`types:`, check the task outputs that quote them, and set `spec_version: {m.SPEC_VERSION}`"))
+    return out
+
+
+def untrusted_mcp_tools(opened: Opened) -> list[str]:
+    """The mcp tools whose servers were held back: the domain is someone else's and --trust was not given."""
+    if not opened.ref.untrusted or opened.compiled is None or opened.compiled.trust:
+        return []
+    return [n for n, t in opened.compiled.tools.items() if t.kind == "mcp"]
 
 
 def validate_domain(name: str, trust: bool = False, verify_hash: bool = False) -> Opened:

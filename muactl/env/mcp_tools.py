@@ -11,8 +11,9 @@ process) per episode and server, started on the episode's first call to it and c
 episode's sandbox: a stateful server then starts fresh for every episode, as the sandbox does.
 Whatever state lives in the server is not part of the reward, which compares the sandbox database.
 
-Domains installed from packs start their servers only with --trust (a command is code, like a python
-handler); without it their mcp tools answer with an error that says so.
+Domains from packs (installed or unpacked: spec/library.py) start their servers only with --trust (a
+command is code, like a python handler); without it nothing is started, discovery included, and their mcp
+tools answer with an error that says why and how to trust the domain.
 """
 
 from __future__ import annotations
@@ -230,16 +231,16 @@ def discover(spec, compiled) -> list[Problem]:
 class McpPlayer:
     """Plays mcp tools in episodes: one client session per episode and server (see the module doc)."""
 
-    def __init__(self, root: Path, allowed: bool = True):
+    def __init__(self, root: Path, refused: str | None = None):
         self.root = root
-        self.allowed = allowed
+        self.refused = refused  # why its servers may not start (and how to allow them); None: they may
         self.live: set[McpSession] = set()
 
     async def __call__(self, tool, args: dict, env) -> ToolResult:
         ref = tool.spec.mcp
-        if not self.allowed:
-            return ToolResult(f"Error: tool {tool.name} starts an external program (`{' '.join(ref.command)}`) and is "
-                              "disabled for installed packs. Re-run with --trust if you trust this domain's author.", error=True)
+        if self.refused is not None:
+            return ToolResult(f"Error: tool {tool.name} starts an external program (`{' '.join(ref.command)}`), "
+                              f"which did not start: {self.refused}.", error=True)
         sessions = env.__dict__.get("_mcp_sessions")
         if sessions is None:
             sessions = env.__dict__["_mcp_sessions"] = {}
@@ -277,7 +278,7 @@ class McpPlayer:
         await asyncio.gather(*(s.aclose() for s in live), return_exceptions=True)
 
 
-def attach(spec, compiled, allowed: bool = True) -> list[Problem]:
-    """Discover the domain's mcp tools (when allowed) and register the episode player."""
-    compiled.players["mcp"] = McpPlayer(spec.root, allowed)
-    return discover(spec, compiled) if allowed else []
+def attach(spec, compiled, refused: str | None = None) -> list[Problem]:
+    """Register the episode player and discover the domain's mcp tools, unless `refused` says why not."""
+    compiled.players["mcp"] = McpPlayer(spec.root, refused)
+    return discover(spec, compiled) if refused is None else []

@@ -37,7 +37,7 @@ def query_result(conn: sqlite3.Connection, tool: CompiledTool, bound: dict, args
     bad = result_problem(names, raw)
     if bad:
         return ToolResult(f"Error: {tool.name} {bad}.", error=True)
-    types = [tool.result_types.get(n) for n in names]
+    types = [tool.result_types.get(n, tool.untyped_result) for n in names]
     rows = [{n: typed(v, t) for n, v, t in zip(names, r, types)} for r in raw]
     if not rows:
         if spec.if_empty:

@@ -7,6 +7,8 @@ import json
 import re
 from typing import Any
 
+from ..spec.models import GUESSED_TYPE
+
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
 
@@ -34,7 +36,10 @@ def decode_json_text(value: Any) -> Any:
 
 def typed(value: Any, ctype: str | None) -> Any:
     """A result value as its column was declared: json text decoded, booleans as true/false; other text
-    is never parsed (a name that happens to start with '[' stays a string)."""
+    is never parsed (a name that happens to start with '[' stays a string). GUESSED_TYPE: text that holds a
+    JSON array or object is decoded, the rest left as it is (spec_version 1's meaning)."""
+    if ctype == GUESSED_TYPE:
+        return decode_json_text(value)
     if ctype == "json" and isinstance(value, str):
         try:
             return json.loads(value)

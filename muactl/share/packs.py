@@ -33,6 +33,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import PackExists, PackNotInstalled, SpecError, UnsafePack, UsageError
+from ..limits import quote
 from ..spec.library import INSTALLED_MANIFEST, DomainRef, builtin_root, find_domain, user_library
 
 PACK_FORMAT = 1
@@ -279,8 +280,10 @@ def _check_manifest(raw: bytes) -> dict[str, Any]:
     if not isinstance(version, str) or not version or len(version) > 64:
         raise UnsafePack(f"{MANIFEST} has an invalid version {version!r}")
     spec_version = manifest.get("spec_version")
-    if not isinstance(spec_version, int) or spec_version > SPEC_VERSION:
-        raise UnsafePack(f"the pack needs domain format {spec_version!r}; this muactl reads up to {SPEC_VERSION}. Upgrade muactl.")
+    if isinstance(spec_version, bool) or not isinstance(spec_version, int) or spec_version < 1:
+        raise UnsafePack(f"{MANIFEST} has an invalid spec_version {quote(spec_version)}; it was not made by `muactl pack`")
+    if spec_version > SPEC_VERSION:
+        raise UnsafePack(f"the pack needs domain format {quote(spec_version)}; this muactl reads up to {SPEC_VERSION}. Upgrade muactl.")
     entries = manifest.get("files")
     if not isinstance(entries, list):
         raise UnsafePack(f"{MANIFEST} has no 'files' list")
@@ -350,7 +353,7 @@ def install_pack(path: Path, force: bool = False) -> InstallResult:
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        ref = DomainRef(name, root, root / "tasks", "installed")
+        ref = DomainRef(name, root, root / "tasks", "installed", foreign="is a pack being installed")
         spec, _, facts = check_static(ref)
         if spec.domain.name != name or spec.domain.version != version:
             raise UnsafePack(f"the manifest says {name} {version} but domain.yaml says "

@@ -10,6 +10,19 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from ..limits import MAX_GENERATED_ROWS, quote
+
+
+def _row_count(value: Any) -> Any:
+    """`rows`: whole numbers, 0 or more (a negative count drew nothing, silently; too many rows, all tables
+    together, is randomdb's check)."""
+    for n in value if isinstance(value, list) else [value]:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"`rows` is a whole number of rows, or [min, max], not {quote(value)}")
+        if n < 0:
+            raise ValueError(f"`rows` cannot be negative ({n}): give 0 or more")
+    return value
+
 GEN_KINDS = ("value", "choice", "pattern", "int", "real", "date", "ref", "parent", "one_of", "json")
 
 
@@ -75,7 +88,9 @@ class Variant(_Strict):
 class TableGen(_Strict):
     """How a table's rows are drawn: a number of rows, or rows per row of a parent table."""
 
-    rows: int | list[int] | None = Field(None, description="How many rows: N, or [min, max].")
+    rows: Annotated[int | list[int] | None, BeforeValidator(_row_count)] = Field(
+        None, description=f"How many rows: N, or [min, max], each 0 or more; all tables together draw at most "
+        f"{MAX_GENERATED_ROWS:,} (MAX_GENERATED_ROWS).")
     per: str | None = Field(None, description="Parent table: rows are made for each of its rows (see variants).")
     variants: list[Variant] = Field(
         default_factory=list, description="With `per`: candidate rows per parent row, each kept with its chance. "

@@ -1,10 +1,15 @@
 """Where domains live: ./domains (the working directory), the user's installed library, the built-ins.
 
 A name is looked up in that order, so a local copy shadows an installed or built-in domain of the
-same name. A path to a folder holding domain.yaml works too. Trust follows where a domain came from,
-never how it was named: a folder that holds an install record (an installed pack, reached by its path,
-or copied elsewhere) is "installed", so its code runs only with --trust however it is named. Tasks sit in `<root>/tasks/` when the
-domain carries them (installed packs), else in `tasks/<name>/` next to the `domains/` folder.
+same name. A path to a folder holding domain.yaml works too.
+
+Trust follows what a folder holds, never how it was named or where it was found: a folder that holds an
+install record (an installed pack, reached by its name, by its path, or copied into ./domains or
+anywhere else), any folder of the installed library, and the `domain/` folder of a pack unpacked by hand
+(the pack's manifest.json beside it) are someone else's, so their MCP commands start only with --trust,
+whichever lookup reached them (`foreign` says why). Python tools need --trust in every domain. Tasks sit
+in `<root>/tasks/` when the domain carries them (installed packs), beside `domain/` in an unpacked pack,
+else in `tasks/<name>/` next to the `domains/` folder.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from ..errors import DomainNotFound, UsageError
 
 ORIGIN_ORDER = ("local", "installed", "builtin")
 INSTALLED_MANIFEST = ".muapack.json"  # beside domain.yaml in the library: what was installed, from where
+PACK_MANIFEST = "manifest.json"  # at the top of a .muapack, beside its domain/ and tasks/ folders
 
 
 @dataclass(frozen=True)
@@ -24,12 +30,18 @@ class DomainRef:
     name: str
     root: Path  # the folder holding domain.yaml
     tasks_dir: Path | None
-    origin: str  # local | installed | builtin | path
+    origin: str  # local | installed | builtin | path: where it was found
+    foreign: str | None = None  # why the folder is someone else's (None: the user's own or muactl's)
 
     @property
     def untrusted(self) -> bool:
-        """Someone else's domain (an installed pack): its MCP commands and Python run only with --trust."""
-        return self.origin == "installed"
+        """Someone else's domain (a pack, installed or unpacked): its MCP commands start only with --trust."""
+        return self.foreign is not None
+
+    def trust_hint(self) -> str:
+        """Why its external programs did not start, and how to let them."""
+        return (f"{self.root} {self.foreign}, so its MCP commands start only with --trust: re-run with --trust "
+                "if you trust its author")
 
 
 def builtin_root() -> Path:
@@ -62,9 +74,36 @@ def user_library() -> Path:
     return Path(home) / "domains"
 
 
+def foreign_reason(root: Path) -> str | None:
+    """Why the folder holding domain.yaml is someone else's, judged by what it holds; None when nothing says so."""
+    if (root / INSTALLED_MANIFEST).exists():
+        return f"holds a pack's install record ({INSTALLED_MANIFEST})"
+    if _unpacked(root):
+        return f"is the domain/ folder of an unpacked pack ({PACK_MANIFEST} beside it)"
+    try:
+        in_library = root.resolve().parent == user_library().resolve()
+    except (OSError, RuntimeError):
+        in_library = False
+    return "is in the installed library" if in_library else None
+
+
+def _unpacked(root: Path) -> bool:
+    return root.name == "domain" and (root.parent / PACK_MANIFEST).is_file()
+
+
+def _ref(name: str, root: Path, project: Path | None, origin: str) -> DomainRef:
+    """A found domain: trust is judged on the folder itself, whichever lookup found it."""
+    foreign = foreign_reason(root)
+    if (root / INSTALLED_MANIFEST).exists():
+        origin = "installed"
+    return DomainRef(name, root, _tasks_for(root, project), origin, foreign)
+
+
 def _tasks_for(root: Path, project: Path | None) -> Path | None:
     if (root / "tasks").is_dir():
         return root / "tasks"
+    if _unpacked(root):
+        return root.parent / "tasks"
     if project is not None:
         return project / "tasks" / root.name
     return root.parent.parent / "tasks" / root.name
@@ -80,8 +119,8 @@ def _roots() -> list[tuple[str, Path, Path | None]]:
 
 def _by_path(candidate: Path) -> DomainRef:
     root = candidate.resolve()
-    installed = (root / INSTALLED_MANIFEST).is_file() or root.parent == user_library().resolve()
-    return DomainRef(root.name, root, _tasks_for(root, None), "installed" if installed else "path")
+    in_library = root.parent == user_library().resolve()
+    return _ref(root.name, root, None, "installed" if in_library else "path")
 
 
 def find_domain(name: str) -> DomainRef:
@@ -91,7 +130,7 @@ def find_domain(name: str) -> DomainRef:
     for origin, folder, project in _roots():
         root = folder / name
         if (root / "domain.yaml").is_file():
-            return DomainRef(name, root, _tasks_for(root, project), origin)
+            return _ref(name, root, project, origin)
     if (candidate / "domain.yaml").is_file():
         return _by_path(candidate)
     known = ", ".join(sorted({d.name for d in list_domains()})) or "none"
@@ -112,5 +151,5 @@ def list_domains() -> list[DomainRef]:
             continue
         for root in sorted(folder.iterdir()):
             if (root / "domain.yaml").is_file():
-                out.append(DomainRef(root.name, root, _tasks_for(root, project), origin))
+                out.append(_ref(root.name, root, project, origin))
     return out

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -31,7 +32,19 @@ from ..limits import (
 )
 from .generators import TableGen
 
-SPEC_VERSION = 1
+# What each version of the domain format means, where a later one changed the meaning of a file that an
+# earlier one also read. A domain says which it was written for (`spec_version`); one that does not was
+# written before versions were checked and keeps version 1's meaning. A release that changes a meaning
+# adds a version here and keeps the old meaning for files that declare the old one (compile/tools.py).
+SPEC_VERSIONS = {
+    1: "every tool result value that is text holding a JSON array or object comes back decoded, whichever "
+       "column it came from; booleans come back as 0/1",
+    2: "tool results are typed by column: json columns (a table's, or a computed one named in `types:`) come "
+       "back decoded, booleans as true/false, and other text is never parsed",
+}
+GUESSED_TYPE = "guessed"  # version 1: the type of every result column the author did not type (`types:`)
+SPEC_VERSION = max(SPEC_VERSIONS)  # the version this muactl writes (built-ins, `muactl init`)
+OLDEST_SPEC_VERSION = min(SPEC_VERSIONS)  # what a file without `spec_version` means
 
 Side = Literal["agent", "user", "env"]
 ColumnType = Literal["text", "integer", "real", "boolean", "json"]
@@ -43,6 +56,20 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+# YAML 1.1 readers (PyYAML, many editors and linters) read these plain words as booleans; muactl reads
+# YAML 1.2, where yes/no/on/off are text, so such a name would mean one thing here and another to the next
+# tool (true/false are booleans in both and already refused as names; y and n only in the 1.1 spec's
+# letter, not in PyYAML, and common as column names, so they stay allowed)
+YAML11_BOOLEANS = {"yes", "no", "on", "off", "true", "false"}
+
+
+def not_yaml11_scalar(name: str, what: str) -> str:
+    if name.lower() in YAML11_BOOLEANS:
+        raise ValueError(f"{what} name {quote(name)} is not allowed: YAML 1.1 readers (PyYAML, many editors) read "
+                         "it as a boolean, so the file would mean something else to them; pick another name")
+    return name
+
+
 def _sql_name(name: str) -> str:
     """Table and column names go into SQL (quoted) and into every state hash: keep them plain."""
     if not re.fullmatch(IDENTIFIER, name):
@@ -50,7 +77,20 @@ def _sql_name(name: str) -> str:
                          "letter or underscore, at most 64 characters")
     if name.lower().startswith(RESERVED_PREFIX):
         raise ValueError(f"name {quote(name)} is reserved: SQLite owns names starting with '{RESERVED_PREFIX}'")
-    return name
+    return not_yaml11_scalar(name, "a table or column")
+
+
+def _spec_version(value: Any) -> int:
+    known = f"{OLDEST_SPEC_VERSION} to {SPEC_VERSION}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"spec_version is the number of the domain format the file was written for ({known}), "
+                         f"not {quote(value)}")
+    if value > SPEC_VERSION:
+        raise ValueError(f"spec_version {quote(value)} is newer than this muactl reads ({known}): the domain was "
+                         "written for a later muactl; upgrade muactl (pip install -U muactl)")
+    if value < OLDEST_SPEC_VERSION:
+        raise ValueError(f"spec_version {quote(value)} is not a version of the domain format ({known})")
+    return value
 
 
 SqlName = Annotated[str, AfterValidator(_sql_name)]
@@ -278,14 +318,21 @@ class Limits(Strict):
 class Domain(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$", description="Short lowercase name; the folder's name.")
     version: str = Field("0.1.0", description="Version of this domain pack.")
-    spec_version: int = Field(SPEC_VERSION, description="Version of the muactl domain format.")
+    spec_version: Annotated[int, BeforeValidator(_spec_version)] = Field(
+        OLDEST_SPEC_VERSION,
+        description="The version of the muactl domain format the file was written for; it fixes what the file "
+        f"means. Without it a file means version {OLDEST_SPEC_VERSION}, as before versions were checked. "
+        + " ".join(f"{v}: {meaning}." for v, meaning in SPEC_VERSIONS.items())
+        + f" This muactl reads {OLDEST_SPEC_VERSION} to {SPEC_VERSION} and writes {SPEC_VERSION}; `muactl validate` "
+        "names the tools whose results an older version changes.")
     description: str = Field(description="One paragraph on what the service is; given to simulators.")
     policy: str = Field(
         description="Rules the agent must follow: a file name beside domain.yaml (.md/.txt) or inline text."
     )
     database: Database
     tools: dict[str, Tool] = Field(description="Tool name -> tool. Kinds: sql (default), builtin, python, simulated, mcp.")
-    personas: dict[str, str] = Field(default_factory=dict, description="Persona name -> how that user behaves.")
+    personas: dict[Annotated[str, AfterValidator(lambda n: not_yaml11_scalar(n, "a persona"))], str] = Field(
+        default_factory=dict, description="Persona name -> how that user behaves.")
     user_guidelines: str | None = Field(
         None, description="Replaces muactl's default instructions for the user simulator (file name or text)."
     )
@@ -301,6 +348,7 @@ class Domain(Strict):
         for name in tools:
             if not re.fullmatch(IDENT, name):
                 raise ValueError(f"tool name {name!r} must be an identifier (letters, digits, underscores)")
+            not_yaml11_scalar(name, "a tool")
         return tools
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Problem, SpecError
-from ..limits import MAX_CSV_FIELD_BYTES, MAX_JSON_DEPTH, MAX_JSONL_LINE_BYTES, SQLITE_INT_MAX, SQLITE_INT_MIN
+from ..limits import MAX_CSV_FIELD_BYTES, MAX_JSON_DEPTH, MAX_JSONL_LINE_BYTES, SQLITE_INT_MAX, SQLITE_INT_MIN, quote
 from . import models as m
 from .source import Located, inside_folder, read_text
 
@@ -163,12 +163,25 @@ def _json_constant(name: str):
     raise ValueError(f"{name} is not JSON; write null or a number")
 
 
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys: a row would silently lose the first value
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {quote(key)} in one JSON object; each key may appear once: "
+                             "remove or rename one of them")
+        out[key] = value
+    return out
+
+
 def parse_json(text: str) -> Any:
-    """json.loads within the seed limits (MAX_JSON_DEPTH nesting, SQLite's integer range, finite numbers).
-    Raises json.JSONDecodeError for syntax errors and ValueError, with a short message, for broken limits."""
+    """json.loads within the seed limits (MAX_JSON_DEPTH nesting, SQLite's integer range, finite numbers,
+    no key twice in one object). Raises json.JSONDecodeError for syntax errors and ValueError, with a short
+    message, for broken limits."""
     too_deep = f"JSON nested deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)"
     try:
-        value = json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+        value = json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant,
+                           object_pairs_hook=_json_object)
     except RecursionError:
         raise ValueError(too_deep) from None
     stack = [(value, 1)]

@@ -12,6 +12,7 @@ absurdly long integer stops the load at that node's line and column, with a mess
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,20 +64,29 @@ def keypath(path: tuple) -> str:
     return out
 
 
-def _plain(node: Any, path: tuple, positions: dict) -> Any:
+def _plain(node: Any, path: tuple, positions: dict, refused: list) -> Any:
+    """`node` as plain Python; a key that is a list or a mapping (`? [a, b]`) is left out and noted in
+    `refused` as (line, column, key path, message): no muactl key is one, and turning it into text would
+    give the author a name they never wrote."""
     if isinstance(node, CommentedMap):
         out = {}
         for k, v in node.items():
             line, col = node.lc.key(k)
+            if isinstance(k, (tuple, list, Mapping)):
+                what = "mapping" if isinstance(k, Mapping) else "list"
+                refused.append((line + 1, col + 1, keypath(path), f"a key here is a {what} ({_flow(k)}); keys are plain "
+                                "text: write the name itself (`? ` starts a complex key in YAML)"))
+                continue
             positions[path + (k,)] = (line + 1, col + 1)
-            out[k if isinstance(k, (str, int, float, bool)) or k is None else str(k)] = _plain(v, path + (k,), positions)
+            out[k if isinstance(k, (str, int, float, bool)) or k is None else str(k)] = _plain(v, path + (k,), positions,
+                                                                                              refused)
         return out
     if isinstance(node, CommentedSeq):
         out = []
         for i, v in enumerate(node):
             line, col = node.lc.item(i)
             positions[path + (i,)] = (line + 1, col + 1)
-            out.append(_plain(v, path + (i,), positions))
+            out.append(_plain(v, path + (i,), positions, refused))
         return out
     if isinstance(node, bool) or node is None:
         return node
@@ -87,6 +97,15 @@ def _plain(node: Any, path: tuple, positions: dict) -> Any:
     if isinstance(node, (str, TaggedScalar)):  # an explicit !!str: the composer refuses every other tag
         return str(node.value if isinstance(node, TaggedScalar) else node)
     return node  # dates and other scalars stay as ruamel made them
+
+
+def _flow(key: Any) -> str:
+    """A complex key, shortly, as YAML flow text."""
+    if isinstance(key, Mapping):
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in key.items()) + "}"
+    else:
+        text = "[" + ", ".join(str(k) for k in key) + "]"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def read_text(path: Path, max_bytes: int | None = None, limit_name: str = "") -> str:
@@ -203,7 +222,11 @@ def load_yaml(path: Path, text: str | None = None) -> Located:
     if node is None:
         raise SpecError.single(path, "file holds no data (only comments?)")
     positions: dict[tuple, Pos] = {(): (1, 1)}
-    return Located(path, _plain(node, (), positions), positions)
+    refused: list[tuple[int, int, str, str]] = []
+    data = _plain(node, (), positions, refused)
+    if refused:
+        raise SpecError([Problem(str(path), line, col, key, message) for line, col, key, message in refused])
+    return Located(path, data, positions)
 
 
 def _duplicate_key(path: Path, text: str, e: DuplicateKeyError) -> Problem:

@@ -91,9 +91,19 @@ def load_tasks(tasks_dir: Path | None) -> list[TaskSpec]:
     return out
 
 
+def stray_folders(tasks_dir: Path | None) -> list[Problem]:
+    """A folder inside a domain's task folder: muactl reads task files from the folder itself only, so the
+    tasks in it would silently not exist (a held-out set left out of every eval, say)."""
+    if tasks_dir is None or not tasks_dir.is_dir():
+        return []
+    return [Problem(str(p), 1, 1, "", f"{p.name}/ is a folder inside {tasks_dir}; task files sit directly in "
+                    f"{tasks_dir.name}/ (its sub-folders are never read): move its files up, or remove it")
+            for p in sorted(tasks_dir.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+
+
 def load_tasks_partial(tasks_dir: Path | None) -> tuple[list[TaskSpec], list[Problem]]:
-    """The tasks that parsed (the first of each id) and every problem of the task files."""
-    out, problems = [], []
+    """The tasks that parsed (the first of each id) and every problem of the task files and their folder."""
+    out, problems = [], stray_folders(tasks_dir)
     for path in task_files(tasks_dir):
         tasks, found = load_task_file_partial(path)
         out.extend(tasks)

@@ -97,7 +97,7 @@ CASES = [
          "binary file"),
     Case("non-utf8-domain-file",
          [(DOMAIN, sub("small medical clinic", "small m\u00e9dical clinic")), (DOMAIN, to_latin1)],
-         "domain.yaml", 6, "", "not valid UTF-8"),  # the description's second line
+         "domain.yaml", "small m", "", "not valid UTF-8"),  # the description's second line
     Case("non-utf8-seed-file", [(APPOINTMENTS, put(b"appointment_id,patient_id,doctor,day,status\n"
                                                    b"a1,p1,Dr. Lind,2026-12-02,scheduled\n"
                                                    b"a4,p3,Dr. \xd6sei,2026-12-09,scheduled\n"))],
@@ -134,7 +134,7 @@ CASES = [
          [(DOMAIN, sub("# How simulated", "  list_appointments:   # again\n    description: Same name.\n"
                                           "    query: SELECT 1\n# How simulated"))],
          "domain.yaml", "list_appointments:   # again", "tools.list_appointments",
-         "duplicate key 'list_appointments' (first defined at line 35); each key may appear once"),
+         "duplicate key 'list_appointments' (first defined at line 36); each key may appear once"),
     Case("duplicate-table",
          [(DOMAIN, sub("  # Initial rows", "    patients:   # again\n      columns: {a: text}\n  # Initial rows"))],
          "domain.yaml", "patients:   # again", "database.tables.patients", "duplicate key 'patients'"),
@@ -417,7 +417,7 @@ def test_every_problem_in_every_file_is_reported_at_once(project):
     sub("    known: Your phone number is 5550103.\n", "    known: a\n    known: b\n")(project / TRAIN)
     problems = _problems()
     where = {(Path(p.file).name, p.line, p.key) for p in problems}
-    assert ("domain.yaml", 9, "policy") in where
+    assert ("domain.yaml", 10, "policy") in where
     assert ("patients.jsonl", 2, "") in where
     assert ("train.yaml", 24, "[1].user.known") in where
     # the task checks run on what parsed, though the domain has problems: the persona is among these

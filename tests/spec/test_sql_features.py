@@ -86,6 +86,7 @@ tools:
     query: SELECT calc(:expression)
     returns: value
   transfer_to_human_agents: {builtin: transfer, message: Transfer successful}
+spec_version: 2
 """
 
 TASKS = """\

@@ -1,0 +1,71 @@
+"""`muactl train --resume RUN` on its own (issue 25.6): the run folder says what it was (sft, grpo or a
+recipe) and its saved config is resumed; a stage that disagrees with the run, or a run that is not a
+training run, is refused with the command that does continue it. The model is the tiny test model."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+from typer.testing import CliRunner
+
+from muactl.cli import app
+from muactl.runs.store import RunStore
+from muactl.train.recipes import compose
+
+runner = CliRunner()
+
+
+def _run(kind: str, run_id: str, overrides: list[str]) -> RunStore:
+    """A run folder as `muactl train` leaves it (its resolved config saved), without training anything."""
+    cfg = compose(None, overrides + [f"run_id={run_id}"])
+    store = RunStore.create(kind, "bank", OmegaConf.to_container(cfg, resolve=True), run_id=run_id)
+    store.update(status="interrupted")
+    store.unlock()
+    return store
+
+
+@pytest.mark.parametrize("kind, shown", [("grpo", "steps: 7"), ("sft", "max_steps: 5"), ("train", "stages:")])
+def test_resume_alone_reads_what_the_run_was(in_tmp, kind, shown):
+    # before the fix: exit 2, "Missing argument 'what'", whatever the run was
+    _run(kind, "r1", ["grpo.steps=7", "sft.max_steps=5"])
+    r = runner.invoke(app, ["train", "--resume", "r1", "--cfg"])
+    assert r.exit_code == 0, r.output
+    assert shown in r.output and "run_id: r1" in r.output
+
+
+def test_resume_alone_takes_overrides_after_it(in_tmp):
+    _run("grpo", "r2", ["grpo.steps=7"])
+    r = runner.invoke(app, ["train", "--resume", "r2", "grpo.steps=9", "--cfg"])
+    assert r.exit_code == 0 and "steps: 9" in r.output, r.output
+
+
+def test_a_stage_that_disagrees_with_the_run_says_what_to_pass(in_tmp):
+    _run("sft", "r3", [])
+    r = runner.invoke(app, ["train", "grpo", "--resume", "r3", "--cfg"])
+    assert r.exit_code == 2 and "run r3 is a sft run" in r.output and "muactl train --resume r3" in r.output, r.output
+    r = runner.invoke(app, ["train", "sft", "--resume", "r3", "--cfg"])  # the same stage, named: fine
+    assert r.exit_code == 0, r.output
+
+
+def test_an_eval_run_is_sent_to_eval(in_tmp):
+    _run("eval", "r4", [])
+    r = runner.invoke(app, ["train", "--resume", "r4"])
+    assert r.exit_code == 2 and "not a training run" in r.output and "muactl eval --resume r4" in r.output, r.output
+
+
+def test_train_with_nothing_says_what_to_pass(in_tmp):
+    r = runner.invoke(app, ["train"])
+    assert r.exit_code == 2 and "--resume RUN_ID" in r.output and "stage (sft, grpo)" in r.output, r.output
+
+
+@pytest.mark.slow
+def test_resume_alone_continues_an_sft_run_from_its_checkpoint(in_tmp):
+    """End to end on the tiny model: one step, then `train --resume RUN sft.max_steps=2` goes on from it."""
+    r = runner.invoke(app, ["synth", "bank", "--trials", "1", "--tasks", "move-quin,close-ned", "-o", "d.jsonl"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["train", "sft", "data=d.jsonl", "sft.max_steps=1", "sft.batch_size=2", "sft.save_steps=1",
+                            "run_id=s1"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["train", "--resume", "s1", "sft.max_steps=2"])
+    assert r.exit_code == 0 and "resuming from" in r.output and "sft/checkpoint-1" in r.output, r.output
+    assert RunStore.open("s1").info()["status"] == "finished"
