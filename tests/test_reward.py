@@ -265,3 +265,33 @@ def test_schema_states_what_is_paid():
     assert "12 is not in 112" in expect["properties"]["outputs"]["description"]
     assert "###TRANSFER### earns nothing" in expect["properties"]["transfer"]["description"]
     assert "judge" in expect["properties"]["nl_assertions"]["description"] and "pays 1 only if" in expect["description"]
+
+
+# ---------------------------------------------------------------- evidence fields, checked when read
+
+
+@pytest.mark.parametrize("extra,message", [
+    ("    required_calls:\n      - list_accounts: {customer_id: c1}\n",
+     "required call list_accounts {'customer_id': 'c1'} is not one of the gold actions"),
+    ("    outputs: [savings]\n    refusal: It is not empty.\n",
+     "the refusal does not say the output 'savings'; it must carry every output"),
+])
+def test_evidence_the_oracle_could_not_give_is_a_validation_error(in_tmp, extra, message):
+    """A required call outside the gold path, or a refusal that leaves out an output, would fail the oracle on
+    every episode: `muactl validate` names the file, the line and the reason, exit 2."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from muactl.cli import app
+    from muactl.spec.library import builtin_root
+
+    shutil.copytree(builtin_root() / "domains" / "bank", in_tmp / "domains" / "mybank")
+    spec = in_tmp / "domains" / "mybank" / "domain.yaml"
+    spec.write_text(spec.read_text().replace("name: bank\n", "name: mybank\n"))
+    (in_tmp / "tasks" / "mybank").mkdir(parents=True)
+    (in_tmp / "tasks" / "mybank" / "test.yaml").write_text(
+        "- id: t1\n  user:\n    reason: You want to close your savings account.\n  expect:\n    actions:\n"
+        "      - find_customer: {name: Cy}\n" + extra)
+    r = CliRunner().invoke(app, ["validate", str(in_tmp / "domains" / "mybank")])
+    assert r.exit_code == 2 and "test.yaml:4:" in r.output and message in r.output, r.output
