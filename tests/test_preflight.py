@@ -95,6 +95,13 @@ def test_an_adversary_agent_runs_from_the_cli_without_a_provider(no_keys):
     run, = (no_keys / "runs").iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["episodes"] == summary["counted"] == 20 and summary["pass^1"] == 0.0, summary
+    table = runner.invoke(app, ["runs", "show", run.name], env={"COLUMNS": "250"}).output
+    n = next(cells[1] for line in table.splitlines()
+             if len(cells := [c.strip() for c in line.split("│")]) > 3 and cells[2] == "refuse-overdraft-ned"
+             and cells[1].isdigit())  # the episodes table: #, task, trial, ...
+    shown = runner.invoke(app, ["runs", "show", run.name, "--episode", n], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and "refuse-overdraft-ned" in shown.output, shown.output
+    assert "required_calls={'find_customer(name=Ned)': False, 'list_accounts(customer_id=c52)': False}" in shown.output
     r = _eval("--agent", "adversary:sleeper")
     assert r.exit_code == 2 and "unknown adversary 'sleeper' (one of: do-nothing" in r.output, r.output
     assert len(list((no_keys / "runs").iterdir())) == 1  # the bad name wrote no run folder
