@@ -1,13 +1,14 @@
-"""Reward audit: can an agent be paid without doing the task? (issue 12)
+"""Reward audit: can an agent be paid without doing the task? (issues 12, 26)
 
 Runs the adversarial agents (muactl/episode/agents/adversarial.py: do-nothing, transfer-at-once,
 number-sprayer, id-echo) and the oracle over every task of every built-in domain, from the task files
 and freshly drawn template instances, with the scripted user. Prints, per domain and task source, the
-share of tasks whose correct outcome is "no change" and each agent's pass^1. Target: no adversary
-above the no-change share (an agent that never writes can pass nothing else), the oracle at 100%.
-Asserts nothing; the last column says whether the targets hold.
+share of tasks whose correct outcome is "no change" and each agent's pass^1. Target: every adversary at
+most BOUND (0.05) everywhere, the oracle at 100%: a task whose right outcome changes nothing pays only
+for evidence of the work (expect.required_calls: the look-ups; expect.outputs: the reason or the answer).
+Asserts nothing; the last column says whether the targets hold (tests/test_reward_audit.py enforces them).
 
-    .venv/bin/python benchmarks/reward_audit.py            # --n 40 template instances per domain and database
+    .venv/bin/python benchmarks/reward_audit.py            # --n 100 template instances per domain and database
     .venv/bin/python benchmarks/reward_audit.py --n 200 --db random
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+BOUND = 0.05  # the most pass^1 any adversary may reach on any domain and task source
 AGENTS = ["adversary:do-nothing", "adversary:transfer-at-once", "adversary:number-sprayer", "adversary:id-echo",
           "oracle"]
 
@@ -55,13 +57,13 @@ def audit(opened, tasks: list) -> dict:
 
     no_change = sum(changes_nothing(t, domain_for(opened, t)) for t in tasks) / len(tasks)
     scores = {a: pass_at_1(opened, tasks, a)[0] for a in AGENTS}
-    ok = all(scores[a] <= no_change + 1e-9 for a in AGENTS if a.startswith("adversary:")) and scores["oracle"] == 1.0
+    ok = all(scores[a] <= BOUND for a in AGENTS if a.startswith("adversary:")) and scores["oracle"] == 1.0
     return {"tasks": len(tasks), "no_change": no_change, "scores": scores, "ok": ok}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=40, help="template instances per domain (0: task files only)")
+    ap.add_argument("--n", type=int, default=100, help="template instances per domain (0: task files only)")
     ap.add_argument("--db", default="fixed,random", help="databases of the template instances (random only where the "
                     "domain declares a generator)")
     ap.add_argument("--seed", type=int, default=0)

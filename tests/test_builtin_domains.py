@@ -71,6 +71,8 @@ def test_retail_covers_the_task_kinds():
         if n:
             kinds["write"] += 1
             kinds["multi"] += n > 1
+        elif t.task.expect.refusal:
+            kinds["refuse"] += 1
         elif t.task.expect.outputs:
             kinds["info"] += 1
         else:

@@ -208,3 +208,38 @@ def test_local_llm_users_of_concurrent_episodes_share_generate_calls():
     replies, sizes = asyncio.run(six_turns())
     assert len(replies) == 6 and all(isinstance(r.content, str) for r in replies)
     assert sizes == [6]
+
+
+def test_the_scripted_user_takes_a_closing_question_as_a_closing(bank):
+    """A refusal that ends with "Anything else?" offers to end the chat: the scripted user stops (reward 1)
+    instead of answering "I don't know that, sorry.". A real question before it is still answered.
+    The agent is a fixed script (no model)."""
+    import asyncio
+
+    from muactl.episode.agents.base import Agent, AgentReply
+    from muactl.episode.rollout import RolloutConfig, run_episode
+    from muactl.episode.user import ScriptedUser
+
+    class Refuser(Agent):
+        name = "script"
+
+        def __init__(self, closing: str):
+            self.closing = closing
+
+        async def act(self, ctx) -> AgentReply:
+            step = ctx.state.setdefault("step", 0)
+            ctx.state["step"] = step + 1
+            script = [AgentReply(f"Could you tell me your name? {self.closing}"),
+                      AgentReply("", [{"name": "find_customer", "arguments": {"name": "Ned"}}]),
+                      AgentReply("", [{"name": "list_accounts", "arguments": {"customer_id": "c52"}}]),
+                      AgentReply(f"Sorry, your checking account holds only 195, less than 300. {self.closing}")]
+            return script[min(step, len(script) - 1)]
+
+    for closing in ("Anything else?", "Is there anything else I can help you with today?",
+                    "Can I help you with anything else?"):
+        ep = asyncio.run(run_episode(bank.task("refuse-overdraft-ned"), bank.compiled, Refuser(closing),
+                                     ScriptedUser(), RolloutConfig()))
+        said = [m["content"] for m in ep.messages if m["role"] == "user"]
+        assert said[1] == "My name is Ned.", (closing, said)  # the question before it was answered
+        assert "I don't know that, sorry." not in said and ep.termination == "user_stop", (closing, said)
+        assert ep.reward == 1.0, (closing, ep.breakdown)

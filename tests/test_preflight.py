@@ -82,3 +82,26 @@ def test_training_with_an_llm_user_checks_it_before_the_run_folder(no_keys):
     r = runner.invoke(app, ["train", str(cfg)])
     assert r.exit_code == 2 and "synth.agent anthropic/claude-3-5-haiku-latest: ANTHROPIC_API_KEY" in r.output, r.output
     assert _no_run_written(no_keys)
+
+
+def test_an_adversary_agent_runs_from_the_cli_without_a_provider(no_keys):
+    """`muactl eval bank --agent adversary:do-nothing` (README) is built in, like the oracle: no litellm
+    provider check; it plays every test task and is paid for none (the reward audit's bound)."""
+    import json
+
+    r = runner.invoke(app, ["eval", "bank", "--agent", "adversary:do-nothing"])
+    assert r.exit_code == 0, r.output
+    assert "litellm" not in r.output
+    run, = (no_keys / "runs").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["episodes"] == summary["counted"] == 20 and summary["pass^1"] == 0.0, summary
+    table = runner.invoke(app, ["runs", "show", run.name], env={"COLUMNS": "250"}).output
+    n = next(cells[1] for line in table.splitlines()
+             if len(cells := [c.strip() for c in line.split("│")]) > 3 and cells[2] == "refuse-overdraft-ned"
+             and cells[1].isdigit())  # the episodes table: #, task, trial, ...
+    shown = runner.invoke(app, ["runs", "show", run.name, "--episode", n], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and "refuse-overdraft-ned" in shown.output, shown.output
+    assert "required_calls={'find_customer(name=Ned)': False, 'list_accounts(customer_id=c52)': False}" in shown.output
+    r = _eval("--agent", "adversary:sleeper")
+    assert r.exit_code == 2 and "unknown adversary 'sleeper' (one of: do-nothing" in r.output, r.output
+    assert len(list((no_keys / "runs").iterdir())) == 1  # the bad name wrote no run folder

@@ -72,11 +72,11 @@ def test_tokens_are_words_and_numbers():
 
 
 def test_balance_task_pays_for_the_number_said_and_only_it(bank):
-    assert play(bank, "balance-pia", ["Your savings balance is 540."])[0] == 1.0
-    value, b, _ = play(bank, "balance-pia", ["Your savings balance is 5400."])
-    assert value == 0.0 and b["outputs"] == {"540": False} and b["db_match"] and b["ended_normally"]
+    assert play(bank, "balance-pia", ["Your checking balance is 540."])[0] == 1.0
+    value, b, _ = play(bank, "balance-pia", ["Your checking balance is 5400."])
+    assert value == 0.0 and b["outputs"] == {"checking": True, "540": False} and b["db_match"] and b["ended_normally"]
     value, b, _ = play(bank, "balance-pia", [])  # missing output
-    assert value == 0.0 and b["outputs"] == {"540": False}
+    assert value == 0.0 and b["outputs"] == {"checking": False, "540": False}
 
 
 def test_text_beside_a_tool_call_is_not_shown_to_the_user(bank):
@@ -89,16 +89,16 @@ def test_text_beside_a_tool_call_is_not_shown_to_the_user(bank):
     ep.messages.insert(3, {"role": "tool", "tool_call_id": "x", "name": "find_customer", "content": "c46"})
     env = new_env(bank.compiled)
     assert score(spec, bank.compiled, env, ep)[0] == 0.0
-    ep.messages.append({"role": "assistant", "content": "It is 540.", "malformed": "bad call"})  # parse failures too
+    ep.messages.append({"role": "assistant", "content": "Your checking has 540.", "malformed": "bad call"})  # parse failures too
     assert score(spec, bank.compiled, env, ep)[0] == 0.0
-    ep.messages.append({"role": "assistant", "content": "It is 540."})
+    ep.messages.append({"role": "assistant", "content": "Your checking has 540."})
     assert score(spec, bank.compiled, env, ep)[0] == 1.0
     env.close()
 
 
 def test_the_domain_greeting_is_not_the_agents_output(bank):
     value, b, ep = play(bank, "balance-pia", [])
-    ep.messages.insert(1, {"role": "assistant", "content": "Hi! 540 ways to help you.", "fixed": True})
+    ep.messages.insert(1, {"role": "assistant", "content": "Hi! 540 ways to help with checking.", "fixed": True})
     env = new_env(bank.compiled)
     assert score(bank.task("balance-pia"), bank.compiled, env, ep)[0] == 0.0
     env.close()
@@ -157,6 +157,38 @@ def test_expected_transfer_needs_the_agents_tool_call(bank):
     assert play(bank, "human-quin", ["Bye."], "user_stop", calls=spec.task.expect.actions[:1])[0] == 0.0
 
 
+def test_a_refusal_pays_only_with_its_look_ups_and_its_reason(bank):
+    """refuse-overdraft-ned changes nothing: the evidence of the work is the look-ups (expect.required_calls)
+    and the balance that is too low, said to the user (expect.outputs)."""
+    reason = ["I cannot move 300: your checking account holds only 195."]
+    assert play(bank, "refuse-overdraft-ned", reason)[0] == 1.0
+    value, b, _ = play(bank, "refuse-overdraft-ned", reason, calls=[])  # said it without looking anything up
+    assert value == 0.0 and b["required_calls"] == {"find_customer(name=Ned)": False, "list_accounts(customer_id=c52)": False}
+    assert b["db_match"] and all(b["outputs"].values())
+    value, b, _ = play(bank, "refuse-overdraft-ned", ["I am sorry, I cannot do that."])  # looked up, no reason
+    assert value == 0.0 and b["outputs"] == {"checking": False, "195": False} and all(b["required_calls"].values())
+    lower = [{"find_customer": {"name": " ned"}}, {"list_accounts": {"customer_id": "c52"}}]  # text: case and spaces
+    assert play(bank, "refuse-overdraft-ned", reason, calls=lower)[0] == 1.0
+
+
+def test_a_required_call_that_failed_is_no_look_up(bank):
+    spec = bank.task("refuse-overdraft-ned")
+    _, b, ep = play(bank, "refuse-overdraft-ned", ["Your checking account holds 195, less than 300."])
+    assert b["success"] and b["evidence_turns"] == [3, 3, 1, 2]  # outputs, then calls: the turn each was first met
+    next(m for m in ep.messages if m["role"] == "tool" and m["name"] == "list_accounts")["error"] = True
+    env = new_env(bank.compiled)
+    value, b = score(spec, bank.compiled, env, ep)
+    env.close()
+    assert value == 0.0 and b["required_calls"]["list_accounts(customer_id=c52)"] is False
+    assert b["evidence_turns"] == [3, 3, 1, None]
+
+
+def test_a_transfer_without_the_look_up_pays_nothing(bank):
+    spec = bank.task("human-quin")
+    value, b, _ = play(bank, "human-quin", [], "transfer", calls=spec.task.expect.actions[1:])
+    assert value == 0.0 and b["required_calls"] == {"find_customer(name=Quin)": False} and b["ended_normally"]
+
+
 def test_a_transfer_where_none_is_expected_pays_nothing(bank):
     value, b, _ = play(bank, "refuse-overdraft-ned", [], "transfer")
     assert value == 0.0 and b["ended_normally"] is False and b["db_match"] is True
@@ -172,15 +204,16 @@ def nl_task(bank, statements):
 
 def test_nl_assertions_join_the_reward_only_when_judged(bank):
     task = nl_task(bank, ["The agent says there is not enough money."])
-    value, b, _ = play(bank, task.id, ["Sorry, there is not enough money."], task=task)
+    refusal = ["Sorry, your checking account has only 195: not enough money."]
+    value, b, _ = play(bank, task.id, refusal, task=task)
     assert value == 1.0 and b["nl_judged"] is False
     assert b["nl_assertions"] == [{"assertion": "The agent says there is not enough money.", "ok": None,
                                    "reason": "not judged (no --judge)"}]
     failed = [{"assertion": "The agent says there is not enough money.", "ok": False, "reason": "it did not"}]
-    value, b, _ = play(bank, task.id, ["Done."], task=task, verdicts=failed)
+    value, b, _ = play(bank, task.id, refusal, task=task, verdicts=failed)
     assert value == 0.0 and b["nl_judged"] is True and b["nl_assertions"] == failed
     held = [dict(failed[0], ok=True, reason="it said so")]
-    assert play(bank, task.id, ["Sorry, there is not enough money."], task=task, verdicts=held)[0] == 1.0
+    assert play(bank, task.id, refusal, task=task, verdicts=held)[0] == 1.0
 
 
 # ---------------------------------------------------------------- outcome classes
@@ -232,3 +265,33 @@ def test_schema_states_what_is_paid():
     assert "12 is not in 112" in expect["properties"]["outputs"]["description"]
     assert "###TRANSFER### earns nothing" in expect["properties"]["transfer"]["description"]
     assert "judge" in expect["properties"]["nl_assertions"]["description"] and "pays 1 only if" in expect["description"]
+
+
+# ---------------------------------------------------------------- evidence fields, checked when read
+
+
+@pytest.mark.parametrize("extra,message", [
+    ("    required_calls:\n      - list_accounts: {customer_id: c1}\n",
+     "required call list_accounts {'customer_id': 'c1'} is not one of the gold actions"),
+    ("    outputs: [savings]\n    refusal: It is not empty.\n",
+     "the refusal does not say the output 'savings'; it must carry every output"),
+])
+def test_evidence_the_oracle_could_not_give_is_a_validation_error(in_tmp, extra, message):
+    """A required call outside the gold path, or a refusal that leaves out an output, would fail the oracle on
+    every episode: `muactl validate` names the file, the line and the reason, exit 2."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from muactl.cli import app
+    from muactl.spec.library import builtin_root
+
+    shutil.copytree(builtin_root() / "domains" / "bank", in_tmp / "domains" / "mybank")
+    spec = in_tmp / "domains" / "mybank" / "domain.yaml"
+    spec.write_text(spec.read_text().replace("name: bank\n", "name: mybank\n"))
+    (in_tmp / "tasks" / "mybank").mkdir(parents=True)
+    (in_tmp / "tasks" / "mybank" / "test.yaml").write_text(
+        "- id: t1\n  user:\n    reason: You want to close your savings account.\n  expect:\n    actions:\n"
+        "      - find_customer: {name: Cy}\n" + extra)
+    r = CliRunner().invoke(app, ["validate", str(in_tmp / "domains" / "mybank")])
+    assert r.exit_code == 2 and "test.yaml:4:" in r.output and message in r.output, r.output

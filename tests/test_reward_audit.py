@@ -1,7 +1,9 @@
 """The adversarial agents (muactl/episode/agents/adversarial.py) over every task of the built-in domains, from
-the task files and from template instances, with the scripted user: none may be paid for a task whose
-correct outcome changes the database, and each only where its trick is the right answer. The figures
-for every domain are in benchmarks/reward_audit.py."""
+the task files and from template instances on the fixed and on random databases, with the scripted user: none
+may pass more than BOUND of any domain's tasks from any source, and the oracle passes all of them. A task
+whose right outcome changes nothing pays only for evidence of the work (the look-ups in
+expect.required_calls, the reason or answer in expect.outputs). The figures are in
+benchmarks/reward_audit.py."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ import asyncio
 import pytest
 
 from muactl.episode.agents import make_agent
+from muactl.episode.agents.adversarial import ADVERSARIES
 from muactl.episode.user import ScriptedUser, make_user
 from muactl.env.gold import changes_nothing
 from muactl.episode.rollout import Job, RolloutConfig, run_many
 from muactl.domain.task_templates import domain_for, draw_stream
 from tests.fakes.openai_server import FakeOpenAI, Reply
+
+BOUND = 0.05
 
 
 @pytest.fixture(autouse=True)
@@ -22,51 +27,59 @@ def _runs_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
 
 
-def all_tasks(opened):
-    drawn = draw_stream(opened, "template:all", 12, 3, "fixed", "test").tasks
-    return list(opened.tasks) + drawn
+def task_sources(opened, n: int) -> dict[str, list]:
+    """The task files, and n template instances on the fixed database and n on random ones (where the
+    domain can make them)."""
+    sources = {"task files": list(opened.tasks),
+               "templates (fixed db)": draw_stream(opened, "template:all", n, 3, "fixed", "test").tasks}
+    if opened.spec.domain.database.generate:
+        sources["templates (random db)"] = draw_stream(opened, "template:all", n, 3, "random", "test").tasks
+    return sources
 
 
-def passed(opened, tasks, agent: str, user=ScriptedUser) -> set[str]:
+def play(opened, tasks, agent: str, user=ScriptedUser):
     jobs = [Job(t, 0, domain_for(opened, t)) for t in tasks]
     eps = asyncio.run(run_many(jobs, opened.compiled, make_agent(agent), user, RolloutConfig(), concurrency=16))
     assert all(e.counted for e in eps), [(e.task_id, e.termination, e.error) for e in eps if not e.counted]
-    return {e.task_id for e in eps if e.reward > 0}
+    return eps
 
 
-# what each adversary may be paid for: its trick has to be the right answer
-ALLOWED = {
-    "do-nothing": lambda e: not e.transfer and not e.outputs,
-    "transfer-at-once": lambda e: e.transfer and not e.outputs,
-    "number-sprayer": lambda e: not e.transfer,
-    "id-echo": lambda e: not e.transfer,
-}
+def passed(opened, tasks, agent: str, user=ScriptedUser) -> set[str]:
+    return {e.task_id for e in play(opened, tasks, agent, user) if e.reward > 0}
 
 
-@pytest.mark.parametrize("domain", ["bank", pytest.param("retail", marks=pytest.mark.slow)])
-def test_no_adversary_is_paid_beyond_its_trick(domain, request):
+@pytest.mark.parametrize("domain,n", [("bank", 60), pytest.param("retail", 60, marks=pytest.mark.slow)])
+def test_no_adversary_passes_more_than_the_bound_and_the_oracle_passes_all(domain, n, request):
     opened = request.getfixturevalue(domain)
-    tasks = all_tasks(opened)
-    by_id = {t.task.id: t for t in tasks}
-    no_change = {i for i, t in by_id.items() if changes_nothing(t, domain_for(opened, t))}
-    assert 0 < len(no_change) < len(tasks)
-    for name, allowed in ALLOWED.items():
-        won = passed(opened, tasks, f"adversary:{name}")
-        assert won <= no_change, (name, sorted(won - no_change))
-        bad = sorted(i for i in won if not allowed(by_id[i].task.expect))
-        assert not bad, (name, bad)
-        assert len(won) / len(tasks) <= len(no_change) / len(tasks)
-    assert passed(opened, tasks, "oracle") == set(by_id)
+    for source, tasks in task_sources(opened, n).items():
+        no_change = {t.task.id for t in tasks if changes_nothing(t, domain_for(opened, t))}
+        assert len(no_change) / len(tasks) > 0.3, source  # the bound is not met by having no such tasks
+        for name in ADVERSARIES:
+            won = passed(opened, tasks, f"adversary:{name}")
+            assert won <= no_change, (source, name, sorted(won - no_change))  # they never write
+            assert len(won) / len(tasks) <= BOUND, (source, name, sorted(won))
+        assert passed(opened, tasks, "oracle") == {t.task.id for t in tasks}, source
 
 
-def test_do_nothing_and_transfer_are_paid_exactly_on_their_tasks(bank):
-    """The bound is tight where it should be: refusals pay do-nothing, transfer tasks pay an immediate
-    transfer whose gold path only reads (so the audit measures the reward, not broken agents)."""
-    tasks = [t for t in bank.tasks if t.split == "test"]
-    assert passed(bank, tasks, "adversary:do-nothing") == {
-        "refuse-overdraft-ned", "refuse-overdraft-ola", "refuse-close-nonempty-cy", "refuse-send-other-vic"}
-    assert passed(bank, tasks, "adversary:transfer-at-once") == {"human-quin", "human-wes"}
-    assert passed(bank, tasks, "adversary:number-sprayer") >= {"balance-pia", "balance-vic"}  # it did look them up
+def test_the_look_ups_alone_earn_nothing(bank):
+    """The number-sprayer makes every required look-up of the bank's test tasks and lists every number and
+    id it saw; what it lacks is the answer or the reason, so it passes none of them."""
+    tasks = [t for t in bank.tasks if t.split == "test" and t.task.expect.required_calls]
+    eps = play(bank, tasks, "adversary:number-sprayer")
+    assert all(all(e.breakdown["required_calls"].values()) for e in eps)
+    assert [e.task_id for e in eps if e.reward > 0] == []
+    assert not any(all(e.breakdown["outputs"].values()) for e in eps if e.breakdown["outputs"])
+
+
+def test_the_oracle_says_why_it_refuses(bank):
+    """Its refusal names the value that blocks the request (the SFT data teaches that), and the scripted
+    user ends the conversation after it."""
+    task = next(t for t in bank.tasks if t.task.id == "refuse-overdraft-ned")
+    ep, = play(bank, [task], "oracle")
+    said = [m["content"] for m in ep.messages if m["role"] == "assistant" and not m.get("tool_calls")]
+    assert said[-1] == ("I am sorry, I cannot do that. Your checking account holds 195, less than the 300 you "
+                        "asked to move, so I cannot make this transfer.")
+    assert ep.reward == 1.0 and ep.termination == "user_stop"
 
 
 def test_the_users_transfer_token_earns_nothing(bank):

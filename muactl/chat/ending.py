@@ -76,6 +76,9 @@ class EndScreen(ModalScreen):
             for text, said in (b.get("outputs") or {}).items():
                 out.append(f"\nsaid \"{text}\"  ")
                 out.append(*mark(said))
+            for call, made in (b.get("required_calls") or {}).items():
+                out.append(f"\ncalled {call}  ")
+                out.append(*mark(made))
             for a in b.get("assertions") or []:
                 out.append(f"\nassert {' '.join(a['query'].split())}  ")
                 out.append(*mark(a["ok"]))

@@ -106,7 +106,8 @@ def runs_show(
             console.print(f"[magenta]user:[/magenta] {content}")
     b = e["breakdown"]
     console.print(f"[bold]reward breakdown:[/bold] ended_normally={b.get('ended_normally')} db_match={b.get('db_match')} "
-                  f"outputs={b.get('outputs')} assertions={[a['ok'] for a in b.get('assertions', [])]}")
+                  f"outputs={b.get('outputs')} required_calls={b.get('required_calls', {})} "
+                  f"assertions={[a['ok'] for a in b.get('assertions', [])]}")
     for v in b.get("nl_assertions") or []:
         verdict = {True: "holds", False: "fails", None: "not judged"}[v["ok"]]
         console.print(f"  nl assertion {verdict}: {escape(v['assertion'])}" + (f" ({escape(v['reason'])})" if v["reason"] else ""))

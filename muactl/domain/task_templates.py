@@ -178,6 +178,8 @@ def instantiate(ts: TaskTemplateSpec, opened, seed: int, db_seed: int | None = N
         for key in ("outputs", "nl_assertions"):
             if key in expect:
                 expect[key] = [_text(o) for o in expect[key]]
+        if expect.get("refusal") is not None:
+            expect["refusal"] = _text(expect["refusal"])
         body["origin"] = {"template": t.id, "bindings": b, "seed": seed, "db_seed": db_seed}
         try:
             task = m.Task.model_validate(body)

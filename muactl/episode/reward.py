@@ -8,7 +8,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from ..env.gold import assertion_result, gold_hash
+from ..env.gold import assertion_result, gold_hash, values_equal
 
 # A number stands alone: no letter or digit right before or after it, so "12" is not in "112" or in the
 # id "a12", and "$50" is not in "$500". Thousands separators are only commas between groups of three.
@@ -70,6 +70,58 @@ def shown_texts(messages: list[dict[str, Any]]) -> list[str]:
     return [m["content"] for m in messages if shown_to_user(m) and not m.get("fixed")]
 
 
+def _agent_turns(messages: list[dict[str, Any]]):
+    """(turn, message) for the agent's messages, numbered as the engine counts turns (the fixed greeting is
+    no turn)."""
+    turn = 0
+    for m in messages:
+        if m["role"] == "assistant" and not m.get("fixed"):
+            turn += 1
+            yield turn, m
+
+
+def calls_made(messages: list[dict[str, Any]]) -> list[tuple[int, str, dict[str, Any]]]:
+    """The agent's tool calls that ran without an error, with the turn each was made in."""
+    ran = {m.get("tool_call_id"): not m.get("error") for m in messages if m["role"] == "tool"}
+    return [(turn, c["name"], c.get("arguments") if isinstance(c.get("arguments"), dict) else {})
+            for turn, m in _agent_turns(messages) for c in m.get("tool_calls") or [] if ran.get(c.get("id"))]
+
+
+def _argument_equal(got: Any, want: Any) -> bool:
+    if isinstance(got, str) and isinstance(want, str):
+        return got.strip().casefold() == want.strip().casefold()
+    return values_equal(got, want) or values_equal(want, got)
+
+
+def call_turn(required, made: list[tuple[int, str, dict[str, Any]]]) -> int | None:
+    """The first turn in which the agent made the required call (`expect.required_calls`), or None."""
+    from ..spec.models import call_parts
+
+    name, args = call_parts(required)
+    return next((turn for turn, got, got_args in made if got == name
+                 and all(k in got_args and _argument_equal(got_args[k], v) for k, v in args.items())), None)
+
+
+def output_turn(required: str, messages: list[dict[str, Any]]) -> int | None:
+    """The first turn by whose end the required output had been shown to the user, or None."""
+    from .user import shown_to_user
+
+    shown: list[str] = []
+    for turn, m in _agent_turns(messages):
+        if shown_to_user(m):
+            shown.append(m["content"])
+            if output_said(required, shown):
+                return turn
+    return None
+
+
+def call_label(call) -> str:
+    from ..spec.models import call_parts
+
+    name, args = call_parts(call)
+    return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
+
+
 def ended_as_expected(task, episode) -> bool:
     """A transfer task ends with the agent's transfer tool call; every other task with the user's stop.
     The user's own ###TRANSFER### (termination user_transfer) earns nothing."""
@@ -78,14 +130,17 @@ def ended_as_expected(task, episode) -> bool:
 
 def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
     """1.0 only if the episode ended as expected, the final DB equals the gold replay's (when the task
-    compares it), every required
-    output was shown to the user, every SQL assertion holds and, when a judge was given
+    compares it), every required output was shown to the user, the agent made every required call, every SQL
+    assertion holds and, when a judge was given
     (`nl_verdicts`), every natural-language assertion holds. Returns the value and its breakdown."""
     expect = task.task.expect
     ended = ended_as_expected(task, episode)
     db_match = episode.final_hash == gold_hash(task, domain)
     shown = shown_texts(episode.messages)
     outputs = {o: output_said(o, shown) for o in expect.outputs}
+    made = calls_made(episode.messages)
+    call_turns = [call_turn(c, made) for c in expect.required_calls]
+    calls = {call_label(c): t is not None for c, t in zip(expect.required_calls, call_turns)}
     asserts = []
     for a in expect.assert_:
         ok, why = assertion_result(env, a)
@@ -93,12 +148,20 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
     judged = nl_verdicts is not None and bool(expect.nl_assertions)
     nl = nl_verdicts if judged else [{"assertion": s, "ok": None, "reason": "not judged (no --judge)"}
                                      for s in expect.nl_assertions]
-    success = (ended and (db_match or not expect.compare_db) and all(outputs.values()) and all(a["ok"] for a in asserts)
+    success = (ended and (db_match or not expect.compare_db) and all(outputs.values()) and all(calls.values())
+               and all(a["ok"] for a in asserts)
                and (not judged or all(v["ok"] for v in nl)))
     breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match, "db_compared": expect.compare_db,
-                 "outputs": outputs, "assertions": asserts, "nl_assertions": nl, "nl_judged": judged,
+                 "outputs": outputs, "required_calls": calls, "assertions": asserts,
+                 "evidence_turns": evidence_turns(task, episode, call_turns), "nl_assertions": nl, "nl_judged": judged,
                  "success": success, "partial": partial_credit(task, episode)}
     return (1.0 if success else 0.0), breakdown
+
+
+def evidence_turns(task, episode, call_turns: list[int | None]) -> list[int | None]:
+    """Per required output and required call, the agent turn it was first met in (None: never): what turn-level
+    shaping credits where the right outcome writes nothing (train/shaping.py)."""
+    return [output_turn(o, episode.messages) for o in task.task.expect.outputs] + call_turns
 
 
 def partial_credit(task, episode) -> dict[str, float | None]:

@@ -112,13 +112,18 @@ def first_person(text: str) -> str:
 
 
 _CONFIRM = re.compile(r"\b(confirm|proceed|shall i|should i|do you want me|would you like me|go ahead|is that (right|correct|ok))\b|\(yes/no\)", re.I)
+# "Anything else?" after an answer or a refusal offers to end the conversation; it asks for nothing
+_CLOSING = re.compile(r"(?:\b(?:is there|was there|do you have|can i help(?: you)?(?: with)?|could i help(?: you)?(?: with)?|"
+                      r"may i help(?: you)?(?: with)?)\s+)?\banything else\b[^.!?]*\?|\bhow else can i (?:help|assist)\b[^.!?]*\?",
+                      re.I)
 _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may i have|what is your|let me know)\b", re.I)
 
 
 class ScriptedUser(UserSimulator):
     """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
     answers confirmations as the task says (user.consent), makes the gold path's user-side calls when the
-    agent names them, and stops when the agent no longer asks anything. For tests, cheap
+    agent names them, and stops when the agent no longer asks anything (a closing "Anything else?" asks
+    nothing). For tests, cheap
     debugging and CPU training; it does not change its mind or wander like an LLM user."""
 
     name = "scripted"
@@ -128,6 +133,7 @@ class ScriptedUser(UserSimulator):
         said = [m["content"] for m in ctx.messages if m["role"] == "user"]
         agent_msgs = [m for m in ctx.messages if m["role"] == "assistant" and not m.get("tool_calls")]
         last = (agent_msgs[-1].get("content") or "") if agent_msgs else ""
+        last = _CLOSING.sub("", last)
         if not said:
             return UserReply(first_person(goal.reason))
         done = await self._user_side_call(ctx, last)

@@ -21,10 +21,21 @@ def check_backend(spec: str | None, api_base: str | None, option: str) -> None:
     """Check one `--agent`/`--user`/`--tool-model` value. `option` names it in the message."""
     if not spec or spec in ("oracle", "scripted"):
         return
+    if spec.startswith("adversary:") and option == "--agent":  # built in, like the oracle: no provider to ask
+        check_adversary(spec)
+        return
     if spec.startswith(("hf:", "vllm:")):
         check_local_model(spec.split(":", 1)[1], f"{option} {spec}")
     else:
         check_litellm(spec, api_base, f"{option} {spec}")
+
+
+def check_adversary(spec: str) -> None:
+    from ..episode.agents.adversarial import ADVERSARIES
+
+    if spec.removeprefix("adversary:") not in ADVERSARIES:
+        raise UsageError(f"--agent {spec}: unknown adversary '{spec.removeprefix('adversary:')}' "
+                         f"(one of: {', '.join(ADVERSARIES)})")
 
 
 def check_local_model(ref: str, label: str) -> None:

@@ -422,6 +422,29 @@ class Expect(Strict):
     nl_assertions: list[str] = Field(
         default_factory=list, description="Statements about the conversation an LLM judge checks (--judge MODEL); "
         "they join the reward only when a judge is given, else they are reported as not judged.")
+    required_calls: list[ToolCall] = Field(
+        default_factory=list, description="Calls the agent itself must make: evidence of the work where the right "
+        "outcome changes nothing (the look-ups a policy asks for before a refusal, an answer or a transfer). Each is "
+        "met when the agent made a call of that tool that did not fail, with every argument given here equal "
+        "(numbers by value, text ignoring case and surrounding spaces); arguments left out may be anything. Each "
+        "must be one of the gold actions.")
+    refusal: str | None = Field(
+        None, description="Where the right outcome is to refuse: why, as the agent tells the user (the rule or the "
+        "value that blocks the request). The oracle says it after its look-ups; the reward does not read it: the "
+        "values it must carry go in `outputs`, and it contains each of them.")
+
+    @model_validator(mode="after")
+    def _evidence_is_reachable(self) -> "Expect":
+        gold = [call_parts(c) for c in self.actions]
+        for call in self.required_calls:
+            name, args = call_parts(call)
+            if not any(g == name and all(ga.get(k) == v for k, v in args.items()) for g, ga in gold):
+                raise ValueError(f"required call {name} {args} is not one of the gold actions (the oracle makes "
+                                 "only those)")
+        missing = [o for o in self.outputs if self.refusal is not None and o.lower() not in self.refusal.lower()]
+        if missing:
+            raise ValueError(f"the refusal does not say the output {missing[0]!r}; it must carry every output")
+        return self
 
 
 class TaskOrigin(Strict):

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 
-def turn_rewards(records: list[dict[str, Any]], turns: int, final: float) -> list[float]:
+def turn_rewards(records: list[dict[str, Any]], turns: int, final: float,
+                 evidence: list[int | None] | None = None) -> list[float]:
     """Per agent turn: progress toward the gold state minus a small penalty per tool error; the task
-    reward lands on the last turn."""
+    reward lands on the last turn. Progress is the share of gold rows a turn's writes set right, plus,
+    for the task's evidence (`evidence`: the turn each required output and required call was first met,
+    None when never; reward.evidence_turns), 1/len(evidence) on the turn each item was met. Without the
+    evidence a task whose right outcome writes nothing (a refusal, a question, a transfer) would have no
+    progress to pay, so acting there would earn only its tool-error penalties."""
     out = [0.0] * max(1, turns)
     d0 = next((r["distance_before"] for r in records if "distance_before" in r), None)
     for r in records:
@@ -16,6 +21,9 @@ def turn_rewards(records: list[dict[str, Any]], turns: int, final: float) -> lis
             out[t] += (r["distance_before"] - r["distance_after"]) / max(d0, 1)
         if r.get("error"):
             out[t] -= 0.1
+    for turn in evidence or []:
+        if turn is not None:
+            out[min(max(turn - 1, 0), len(out) - 1)] += 1 / len(evidence)
     out[-1] += final
     return out
 
@@ -49,6 +57,6 @@ def episode_reward(ep, g) -> float | None:
     if g.reward == "binary":
         return float(ep.reward)
     if g.reward == "userrl":
-        rewards = turn_rewards(ep.records, ep.turns, float(ep.reward))
+        rewards = turn_rewards(ep.records, ep.turns, float(ep.reward), ep.breakdown.get("evidence_turns"))
         return trajectory_score(turn_credit(rewards, g.turn_credit, g.gamma), g.trajectory_score)
     raise ValueError(f"unknown grpo.reward '{g.reward}' (binary | userrl)")

@@ -4,7 +4,8 @@ Used to check that tasks are sound (oracle + scripted user must score 100%), to 
 measure user simulators. It talks like a careful agent: asks for the user's details, asks for consent
 before each write and waits for it (a clear yes; a no, or no clear answer twice, means no write and
 nothing further), acts one tool call per turn, asks the user to make the gold path's user-side calls
-(dual control) in their turn, then reports the required outputs.
+(dual control) in their turn, then says why it refuses (`expect.refusal`, the rule or value that blocks the
+request) or reports the required outputs.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class OracleAgent(Agent):
             return AgentReply("", [{"name": name, "arguments": args}])
         if not st["done"]:
             st["done"] = True
+            if task.expect.refusal:  # why it cannot be done, which carries the outputs
+                return AgentReply(f"I am sorry, I cannot do that. {task.expect.refusal.strip()}")
             if task.expect.outputs:
                 return AgentReply("Here is what you asked for: " + "; ".join(task.expect.outputs) + ". Your request is complete.")
             return AgentReply("Your request is complete.")
