@@ -64,6 +64,12 @@ MAX_RESULT_ROWS = 10_000  # rows a tool's query may return
 MAX_RESULT_BYTES = 1024 * 1024  # a tool result's text
 MAX_SAMPLE_ROWS = 100_000  # rows a template's sample query may offer
 
+# ---------------------------------------------------------------- API replies
+
+# characters of one chat-completion reply (its text and tool-call arguments together); with max_tokens set a
+# real reply is a few KiB, so a bigger one is a broken or hostile server, not a turn worth storing
+MAX_REPLY_CHARS = 1024 * 1024
+
 
 def quote(value: object, limit: int = QUOTE_CHARS) -> str:
     """repr(value) cut to a short prefix: an error message never echoes a whole hostile value."""

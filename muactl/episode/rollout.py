@@ -60,9 +60,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                       on_message: Callable[[dict], Awaitable[None] | None] | None = None,
                       judge: Judge | None = None) -> Episode:
     """Run one conversation to its end and score it (the judge, when given, checks the task's
-    natural-language assertions). Never raises for agent, user, tool or judge failures."""
-    from .reward import score
-
+    natural-language assertions). Never raises for agent, user, tool, judge or scoring failures."""
     seed = episode_seed(cfg.seed, task.task.id, trial)
     env = env or new_env(domain)
     messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt}]
@@ -172,14 +170,10 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     await env.settle()  # a call cut off by the timeout is interrupted, and done with, before scoring
     ep.trace = ctx.trace
     t0 = time.perf_counter()
-    ep.final_hash = await env.off_loop(env.state_hash)
-    verdicts = None
-    if judge is not None and task.task.expect.nl_assertions and ep.counted:
-        try:
-            verdicts = await judge.verdicts(task.task.expect.nl_assertions, messages, domain)
-        except InfraError as e:  # the judge failed, not the agent: the episode cannot be scored
-            ep.termination, ep.error = "infra_error", f"judge: {e}"
-    ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
+    try:
+        await _score(ep, task, domain, env, judge)
+    finally:  # the sandbox goes back to the pool however scoring ended
+        env.close()
     timing["reward"] = time.perf_counter() - t0
     from .fidelity import interaction_metrics, user_fidelity
 
@@ -187,8 +181,32 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     ep.interaction = interaction_metrics(task, ep)
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing
-    env.close()
     return ep
+
+
+async def _score(ep: Episode, task: TaskSpec, domain: CompiledDomain, env: Environment, judge: Judge | None) -> None:
+    """The episode's final hash, the judge's verdicts and its reward. Whatever breaks here (the judge, its
+    server, a task whose gold path no longer replays) is not the agent's doing: the episode cannot be
+    scored, so it ends as infra_error, excluded and played again on resume, and the run goes on."""
+    from .reward import score
+
+    try:
+        ep.final_hash = await env.off_loop(env.state_hash)
+        verdicts = None
+        if judge is not None and task.task.expect.nl_assertions and ep.counted:
+            try:
+                verdicts = await judge.verdicts(task.task.expect.nl_assertions, ep.messages, domain)
+            except Exception as e:
+                ep.termination, ep.error = "infra_error", f"judge: {_failure(e)}"
+        ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
+    except Exception as e:
+        ep.termination, ep.error = "infra_error", f"scoring failed: {_failure(e)}"
+        ep.reward, ep.breakdown = 0.0, {"termination": ep.termination, "success": False, "error": ep.error}
+
+
+def _failure(e: Exception) -> str:
+    """InfraError's message says what failed; anything else is a bug, named by its type."""
+    return str(e) if isinstance(e, InfraError) else f"{type(e).__name__}: {e}"
 
 
 async def _user_turn(user: UserSimulator, ctx: EpisodeContext):
