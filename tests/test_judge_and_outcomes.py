@@ -212,6 +212,32 @@ def test_summary_reports_excluded_classes_and_tasks_not_scored_and_resume_retrie
     assert summary["tasks"] == 3 and summary["tasks_not_scored"] == [] and summary["excluded"] == {}
 
 
+def test_tasks_short_of_scored_trials_leave_every_pass_k_and_are_named_where_it_is_shown(bank_copy):
+    from muactl.domain.open import open_domain
+
+    opened = open_domain("bank")
+    mia, quin = opened.task("move-mia").task, opened.task("move-quin").task
+    # the agent solves move-mia only; move-quin's first user request fails (401: infra_error at once), so
+    # move-quin has one scored trial (a failure) of two
+    broken = Faulty(two_sided(gold_agent([mia])), fault=Reply(status=401), first=1,
+                    only=lambda b: is_user_request(b) and quin.user.reason in json.dumps(b))
+    with FakeOpenAI(broken) as server:
+        r = runner.invoke(app, ["eval", "bank", "--task", "move-mia", "--task", "move-quin", "--trials", "2",
+                                *api_args(server)], env=WIDE)
+    assert r.exit_code == 0, r.output
+    run_id = run_id_of(r.output)
+    summary = RunStore.open(run_id).info()["summary"]
+    assert summary["pass^1"] == summary["pass^2"] == 1.0  # both over move-mia; was 0.5 and 1.0
+    assert summary["left_out_of_pass_k"] == [{"task_id": "move-quin", "scored": 1}]
+    note = "pass^1..2 are over the 1 tasks with 2 scored trials; 1 left out for fewer scored trials"
+    assert note in r.output and "move-quin (1 of 2)" in r.output
+    shown = runner.invoke(app, ["runs", "show", run_id], env=WIDE).output
+    assert note in shown and "move-quin (1 of 2)" in shown
+    assert runner.invoke(app, ["report", run_id], env=WIDE).exit_code == 0
+    page = (RunStore.open(run_id).path / "report" / "index.html").read_text()
+    assert note in page and "move-quin (1 of 2)" in page
+
+
 def test_eval_exits_1_when_every_episode_was_excluded(bank_copy):
     with FakeOpenAI(lambda body: Reply(status=401)) as server:
         r = runner.invoke(app, ["eval", "bank", "--task", "move-mia", "--task", "move-quin", *api_args(server)], env=WIDE)
