@@ -92,6 +92,11 @@ class ModelError(MuactlError):
     """A model reference that cannot be resolved or loaded."""
 
 
+class GoldReplayFailed(MuactlError):
+    """A task's setup or gold action fails when replayed on a fresh sandbox, so its right end state is not
+    known: the task needs fixing (`muactl validate` names the same call), never a silently wrong reward."""
+
+
 # Not MuactlErrors: these end an episode with an outcome (or are turned into a ModelError), they are not
 # reported to the user as a command's failure.
 

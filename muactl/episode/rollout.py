@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..env.results import ToolResult
 from ..env.sandbox import Environment, new_env
-from ..errors import AgentError, InfraError, UserError
+from ..errors import AgentError, GoldReplayFailed, InfraError, MuactlError, UserError
 from ..spec.models import call_parts
 from .agents.base import Agent
 from .types import Episode, EpisodeContext, TokenTrace
@@ -71,10 +71,6 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         ctx.trace = TokenTrace()
     ep = Episode(task.task.id, trial, seed, messages, "agent_error")
     progress = None
-    if cfg.track_progress:
-        from ..env.gold import GoldDistance
-
-        progress = GoldDistance(task, domain)
     timing = {"agent": 0.0, "user": 0.0, "tools": 0.0}
     start = time.perf_counter()
 
@@ -92,6 +88,15 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         if any(r.error for r in setup):
             ep.error = "task setup failed: " + "; ".join(r.content for r in setup if r.error)
             return "infra_error"
+        if cfg.track_progress:
+            from ..env.gold import GoldDistance
+
+            nonlocal progress
+            try:
+                progress = GoldDistance(task, domain)
+            except GoldReplayFailed as e:  # the task is broken, not the agent: it cannot be scored
+                ep.error = str(e)
+                return "infra_error"
         greeting = domain.spec.domain.greeting
         opening = cfg.opening or ("agent" if greeting else "user")
         if opening == "agent":
@@ -200,13 +205,14 @@ async def _score(ep: Episode, task: TaskSpec, domain: CompiledDomain, env: Envir
                 ep.termination, ep.error = "infra_error", f"judge: {_failure(e)}"
         ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
     except Exception as e:
-        ep.termination, ep.error = "infra_error", f"scoring failed: {_failure(e)}"
+        if ep.counted:  # an episode excluded already keeps the error that excluded it
+            ep.termination, ep.error = "infra_error", f"scoring failed: {_failure(e)}"
         ep.reward, ep.breakdown = 0.0, {"termination": ep.termination, "success": False, "error": ep.error}
 
 
 def _failure(e: Exception) -> str:
-    """InfraError's message says what failed; anything else is a bug, named by its type."""
-    return str(e) if isinstance(e, InfraError) else f"{type(e).__name__}: {e}"
+    """InfraError's and muactl's own errors' messages say what failed; anything else is a bug, named by its type."""
+    return str(e) if isinstance(e, (InfraError, MuactlError)) else f"{type(e).__name__}: {e}"
 
 
 async def _user_turn(user: UserSimulator, ctx: EpisodeContext):
