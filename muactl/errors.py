@@ -109,6 +109,12 @@ class AgentError(Exception):
     context overflowed): ends as agent_error, a scored failure."""
 
 
+class ContextOverflow(AgentError):
+    """A prompt that, with the tokens a turn may add, does not fit a local model's context: checked per
+    prompt before a batch is generated. The agent's own conversation makes it a scored agent_error; a
+    simulator's (caught by the user turn) a user_error."""
+
+
 class InfraError(Exception):
     """Transport failed (connection, timeout, 5xx, 429 after retries; bad credentials or an unknown
     model; a local generate call that crashed): ends as infra_error, excluded from pass^k and retried
