@@ -92,6 +92,11 @@ class ModelError(MuactlError):
     """A model reference that cannot be resolved or loaded."""
 
 
+class GoldReplayFailed(MuactlError):
+    """A task's setup or gold action fails when replayed on a fresh sandbox, so its right end state is not
+    known: the task needs fixing (`muactl validate` names the same call), never a silently wrong reward."""
+
+
 # Not MuactlErrors: these end an episode with an outcome (or are turned into a ModelError), they are not
 # reported to the user as a command's failure.
 
@@ -102,6 +107,12 @@ class FormatError(Exception):
 class AgentError(Exception):
     """The agent could not produce a turn because of what it did (its API refused its own messages, its
     context overflowed): ends as agent_error, a scored failure."""
+
+
+class ContextOverflow(AgentError):
+    """A prompt that, with the tokens a turn may add, does not fit a local model's context: checked per
+    prompt before a batch is generated. The agent's own conversation makes it a scored agent_error; a
+    simulator's (caught by the user turn) a user_error."""
 
 
 class InfraError(Exception):

@@ -81,6 +81,12 @@ MAX_TAU2_RECORDS = 100_000  # database records, all tables together (airline: 2,
 MAX_TAU2_TASKS = 10_000  # tasks in tasks.json
 MAX_TAU2_CALLS = 20_000  # setup and gold calls of the imported tasks, all together (each is replayed once)
 
+# ---------------------------------------------------------------- API replies
+
+# characters of one chat-completion reply (its text and tool-call arguments together); with max_tokens set a
+# real reply is a few KiB, so a bigger one is a broken or hostile server, not a turn worth storing
+MAX_REPLY_CHARS = 1024 * 1024
+
 
 def quote(value: object, limit: int = QUOTE_CHARS) -> str:
     """repr(value) cut to a short prefix: an error message never echoes a whole hostile value."""

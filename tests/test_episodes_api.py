@@ -511,7 +511,9 @@ def test_infra_error_episode_is_stored_and_summarized_as_excluded(bank):
     store.save_episode(good)
     s = summarize(store.episodes(), 2)
     assert s["episodes"] == 2 and s["counted"] == 1 and s["infra_errors"] == 1
-    assert s["pass^1"] == 1.0 and s["pass^2"] is None  # one counted trial: pass^2 is not defined
+    # one counted trial of two: the task is left out of every pass^k (one set for all k), and named
+    assert s["pass^1"] is None and s["pass^2"] is None
+    assert s["left_out_of_pass_k"] == [{"task_id": "move-mia", "scored": 1}]
 
 
 # ---------------------------------------------------------------- Ctrl-C with API episodes in flight

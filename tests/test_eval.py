@@ -50,6 +50,29 @@ def test_pass_hat_k_against_hand_computed_values():
     assert pass_hat_k({"a": (1, 1)}, 2) is None and pass_hat_k({}, 1) is None
 
 
+def test_every_pass_k_is_over_one_task_set_naming_the_tasks_left_out():
+    def row(task, success, termination="user_stop"):
+        return {"task_id": task, "success": int(success), "reward": float(success), "termination": termination,
+                "tool_calls": 2, "tool_errors": 0, "turns": 3, "prompt_tokens": 10, "completion_tokens": 5, "cost": 0.0}
+
+    # the case: A 4/4; B 3 failures and 1 infra error. Each k over "tasks with k scored trials"
+    # gave pass^1 0.5 (A and B) but pass^4 1.0 (A alone)
+    eps = [row("A", 1)] * 4 + [row("B", 0, "max_turns")] * 3 + [row("B", 0, "infra_error")]
+    s = summarize(eps, 4)
+    assert [s[f"pass^{k}"] for k in range(1, 5)] == [1.0, 1.0, 1.0, 1.0]  # all over {A}
+    assert all(s[f"pass^{k}"] <= s["pass^1"] for k in range(2, 5))
+    assert s["tasks_in_pass_k"] == 1 and s["left_out_of_pass_k"] == [{"task_id": "B", "scored": 3}]
+    assert s["tasks"] == 2 and s["counted"] == 7  # the other figures still count B's scored trials
+    from muactl.runs.summary import pass_k_note
+
+    assert pass_k_note(s) == ("pass^1..4 are over the 1 tasks with 4 scored trials; 1 left out for fewer scored "
+                              "trials (excluded ones; --resume plays them again): B (3 of 4)")
+    # once B's fourth trial is scored, B is in every pass^k again
+    s = summarize(eps[:-1] + [row("B", 1)], 4)
+    assert s["pass^1"] == pytest.approx((1 + 1 / 4) / 2) and s["pass^4"] == pytest.approx(1 / 2)
+    assert s["left_out_of_pass_k"] == [] and pass_k_note(s) is None
+
+
 def test_summarize_excludes_infra_errors_from_pass_k():
     def row(task, success, termination="user_stop"):
         return {"task_id": task, "success": int(success), "reward": float(success), "termination": termination,

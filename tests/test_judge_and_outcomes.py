@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from muactl.cli import app
+from muactl.episode.judge import Judge
 from muactl.runs.store import RunStore
 from tests.fakes.openai_server import FakeOpenAI, Faulty, Reply, gold_agent, is_user_request, two_sided
 
@@ -110,6 +112,58 @@ def test_a_judge_that_answers_nonsense_makes_the_episode_infra_error(bank_copy):
     assert "1 infra_error (not scored): judge: openai/judge gave no usable verdicts" in r.output
 
 
+NO_CHOICES = json.dumps({"id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "judge", "choices": []})
+
+
+@pytest.mark.parametrize("reply,error", [
+    (Reply(raw=NO_CHOICES), "judge: openai/judge: malformed reply: the reply has no 'choices'"),
+    (Reply(content="x" * 2_000_000), "judge: openai/judge: malformed reply: the reply holds 2,000,000 characters, "
+                                     "over muactl's limit of 1,048,576 (limits.MAX_REPLY_CHARS)"),
+])
+def test_a_judge_reply_without_choices_or_too_big_is_infra_error_saying_so(bank_copy, reply, error):
+    with FakeOpenAI(lambda body: reply) as server:
+        r = runner.invoke(app, ["eval", "bank", "--task", "refuse-overdraft-judged", "--judge", "openai/judge",
+                                "--judge-api-base", server.base, "--retries", "1", "--backoff", "0"], env=WIDE)
+        assert len(server.requests) == 2  # retried like a 5xx, then given up
+    assert r.exit_code == 1, r.output
+    ep = last_episode(run_id_of(r.output))
+    assert ep["outcome"] == "infra_error" and ep["error"].startswith(error), ep["error"]
+    assert "IndexError" not in r.output and "Traceback" not in r.output
+
+
+class CrashingJudge(Judge):
+    """A judge whose model crashes (a local hf: judge out of memory, say): the fake LLM raises."""
+
+    def __init__(self):
+        super().__init__("hf:crashing")
+
+    async def _ask(self, messages, domain):
+        raise RuntimeError("CUDA out of memory")
+
+
+def test_a_judge_that_crashes_is_infra_error_and_the_run_goes_on(bank_copy):
+    import asyncio
+
+    from muactl.domain.open import open_domain
+    from muactl.env.sandbox import new_env
+    from muactl.episode.agents.oracle import OracleAgent
+    from muactl.episode.rollout import Job, RolloutConfig, run_episode, run_many
+    from muactl.episode.user import ScriptedUser
+
+    bank = open_domain("bank")
+    judged, plain = bank.task("refuse-overdraft-judged"), bank.task("move-mia")
+    eps = asyncio.run(run_many([Job(judged, 0), Job(plain, 0), Job(judged, 1)], bank.compiled, OracleAgent(),
+                               ScriptedUser, RolloutConfig(), concurrency=3, judge=CrashingJudge()))
+    assert [e.outcome for e in eps] == ["infra_error", "success", "infra_error"]
+    assert eps[0].error == "judge: RuntimeError: CUDA out of memory" and eps[0].reward == 0.0
+    env = new_env(bank.compiled)
+    ep = asyncio.run(run_episode(judged, bank.compiled, OracleAgent(), ScriptedUser(), RolloutConfig(), env=env,
+                                 judge=CrashingJudge()))
+    assert ep.outcome == "infra_error"
+    with pytest.raises(sqlite3.ProgrammingError):  # closed: its database went back to the pool
+        env.conn.execute("SELECT 1")
+
+
 def api_args(server) -> list[str]:
     return ["--agent", "openai/fake", "--api-base", server.base, "--user", "openai/fake", "--user-api-base", server.base]
 
@@ -156,6 +210,32 @@ def test_summary_reports_excluded_classes_and_tasks_not_scored_and_resume_retrie
     assert len(rows) == 6 and all(e["outcome"] == "success" for e in rows)
     summary = RunStore.open(run_id).info()["summary"]
     assert summary["tasks"] == 3 and summary["tasks_not_scored"] == [] and summary["excluded"] == {}
+
+
+def test_tasks_short_of_scored_trials_leave_every_pass_k_and_are_named_where_it_is_shown(bank_copy):
+    from muactl.domain.open import open_domain
+
+    opened = open_domain("bank")
+    mia, quin = opened.task("move-mia").task, opened.task("move-quin").task
+    # the agent solves move-mia only; move-quin's first user request fails (401: infra_error at once), so
+    # move-quin has one scored trial (a failure) of two
+    broken = Faulty(two_sided(gold_agent([mia])), fault=Reply(status=401), first=1,
+                    only=lambda b: is_user_request(b) and quin.user.reason in json.dumps(b))
+    with FakeOpenAI(broken) as server:
+        r = runner.invoke(app, ["eval", "bank", "--task", "move-mia", "--task", "move-quin", "--trials", "2",
+                                *api_args(server)], env=WIDE)
+    assert r.exit_code == 0, r.output
+    run_id = run_id_of(r.output)
+    summary = RunStore.open(run_id).info()["summary"]
+    assert summary["pass^1"] == summary["pass^2"] == 1.0  # both over move-mia; was 0.5 and 1.0
+    assert summary["left_out_of_pass_k"] == [{"task_id": "move-quin", "scored": 1}]
+    note = "pass^1..2 are over the 1 tasks with 2 scored trials; 1 left out for fewer scored trials"
+    assert note in r.output and "move-quin (1 of 2)" in r.output
+    shown = runner.invoke(app, ["runs", "show", run_id], env=WIDE).output
+    assert note in shown and "move-quin (1 of 2)" in shown
+    assert runner.invoke(app, ["report", run_id], env=WIDE).exit_code == 0
+    page = (RunStore.open(run_id).path / "report" / "index.html").read_text()
+    assert note in page and "move-quin (1 of 2)" in page
 
 
 def test_eval_exits_1_when_every_episode_was_excluded(bank_copy):

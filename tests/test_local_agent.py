@@ -397,3 +397,59 @@ def test_tool_format_follows_the_model_card(bank, tmp_path):
     (plain / MODEL_CARD).unlink()
     assert tool_format_of(load_tokenizer(plain)) == "json"
     assert tool_format_of(PreTrainedTokenizerFast.from_pretrained(plain)) == "json"
+
+
+# ---------------------------------------------------------------- a prompt past the model's context
+
+
+def refusing_long_prompts(lm):
+    """The real tiny model's generate, refusing a batch that holds a prompt past its context, as vLLM does
+    (transformers on a CPU would run past the positions it was built for instead)."""
+    seen, real = [], lm.generate
+
+    def generate(prompts, max_new_tokens, temperature=0.0, seed=None):
+        seen.append([len(p) for p in prompts])
+        if any(len(p) + max_new_tokens > lm.context_length for p in prompts):
+            raise ValueError("The decoder prompt is longer than the maximum model length")
+        return real(prompts, max_new_tokens, temperature, seed)
+
+    return generate, seen
+
+
+def test_one_prompt_past_the_context_fails_alone_and_the_batch_goes_on(bank):
+    from muactl.errors import ContextOverflow
+    from muactl.models.batcher import Batcher
+    from muactl.models.generation import LocalLM, load_model
+
+    tiny = load_model("tiny", bank.compiled)
+    assert tiny.context_length == 8192  # its config's max_position_embeddings
+    lm = LocalLM.from_model(tiny.model, tiny.tokenizer, prefix_cache=False)
+    lm.context_length = 200  # a model built for 200 positions
+    generate, seen = refusing_long_prompts(lm)
+    batcher = Batcher(generate, context=lm.context_length)
+    short, long = [5] * 100, [6] * 195
+
+    async def both():
+        return await asyncio.gather(batcher.submit(short, 8, 0.0, 1), batcher.submit(long, 8, 0.0, 2),
+                                    return_exceptions=True)
+
+    got_short, got_long = asyncio.run(both())
+    assert isinstance(got_long, ContextOverflow) and "195 tokens plus 8 new ones exceeds the model's context of 200" in str(got_long)
+    assert seen == [[100]]  # the batch went on without it
+    assert len(got_short[0]) == len(got_short[1]) and 1 <= len(got_short[0]) <= 8
+
+
+def test_an_episode_past_the_context_is_the_agents_scored_failure_not_an_outage(bank):
+    from muactl.models.generation import LocalLM, load_model
+
+    tiny = load_model("tiny", bank.compiled)
+    lm = LocalLM.from_model(tiny.model, tiny.tokenizer, prefix_cache=False)
+    tasks = [t for t in bank.tasks if t.split == "test"][:3]
+    lm.context_length = 1000  # bank's opening prompt alone is longer
+    generate, seen = refusing_long_prompts(lm)
+    lm.generate = generate
+    eps = run(HFAgent("tiny", lm=lm, max_new_tokens=16), bank, tasks, max_turns=2)
+    for e in eps.values():  # the agent's scored failure: not an outage, so never played again on resume
+        assert e.termination == "agent_error" and e.counted and e.outcome == "failure" and e.reward == 0.0
+        assert "context overflow: a prompt of" in e.error and "exceeds the model's context of 1000" in e.error
+    assert seen == []  # refused before generating

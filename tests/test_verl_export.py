@@ -165,6 +165,30 @@ def test_runtime_cuts_an_episode_past_the_response_budget(project, clinic, tok):
     assert len(result.response_ids) <= 120
 
 
+def test_runtime_masks_an_episode_still_excluded_after_its_replays(project, clinic, tok):
+    """The LLM user (a real HTTP server on 127.0.0.1; only the model is fake) answers the opening, then
+    fails with 503 in every play: infra_error, played again, then sent back with an all-zero mask."""
+    from muactl.share.verl_runtime import EXCLUDED_REPLAYS
+    from tests.fakes.openai_server import FakeOpenAI, Reply
+
+    def flaky_user(body):
+        said = [m for m in body["messages"][1:] if m["role"] == "assistant"]
+        return Reply(content="I want to cancel my next appointment.") if not said else Reply(status=503)
+
+    task = clinic.task("cancel-next-appointment")
+    fake = FakeServerManager(tok, oracle_turns(task, clinic.compiled) * (EXCLUDED_REPLAYS + 1))
+    with FakeOpenAI(flaky_user) as server:
+        er = EpisodeRunner(project / "domains" / "clinic", user="openai/fake", user_api_base=server.base,
+                           max_new_tokens=200, retries=0)
+        result = asyncio.run(er.run(task.task.id, fake, tok, {"temperature": 1.0}, response_length=4096))
+        user_requests = len(server.requests)
+    assert result.termination == "infra_error" and result.excluded and result.reward == 0.0
+    assert user_requests == 2 * (EXCLUDED_REPLAYS + 1)  # each play: the opening, then the failing turn
+    assert len({c["request_id"] for c in fake.calls}) == EXCLUDED_REPLAYS + 1  # a fresh episode each time
+    assert result.response_ids and len(result.response_mask) == len(result.response_ids)
+    assert set(result.response_mask) == {0}  # nothing of it reaches verl's policy loss
+
+
 def test_generated_module_subclasses_verl_base_and_runs_one_episode(exported, clinic, tok, monkeypatch):
     base = _verl_base()
     import hydra

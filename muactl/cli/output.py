@@ -26,7 +26,7 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
-    for k in keys + ["avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
+    for k in keys + ["tasks_in_pass_k", "avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
                      "user_errors", "tasks", "avg_turns", "effective_turns", "first_correct_write",
                      "correct_write_share", "user_turns", "tool_error_rate", "avg_tool_errors", "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:
@@ -57,9 +57,12 @@ def print_fidelity(rows: list[dict], title: str) -> None:
 
 
 def excluded_lines(summary: dict) -> list[str]:
-    """What was left out of pass^k and why: each excluded class with its top reasons, and the tasks
-    that have no scored trial at all."""
-    lines = []
+    """What was left out of pass^k and why: the tasks short of scored trials, each excluded class with its
+    top reasons, and the tasks that have no scored trial at all."""
+    from ..runs.summary import pass_k_note
+
+    note = pass_k_note(summary)
+    lines = [note] if note else []
     for cls, info in (summary.get("excluded") or {}).items():
         reasons = "; ".join(f"{reason} ({n})" for reason, n in info["reasons"])
         lines.append(f"{info['count']} {cls} (not scored): {reasons}")

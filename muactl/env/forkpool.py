@@ -6,7 +6,8 @@ its template instead, by undoing its change log (compile/changelog.py) newest en
 an episode added is deleted, each row it removed is inserted again under its old rowid (so queries
 without ORDER BY see rows in the same order as on a fresh copy). The next fork of that template
 takes it. The undo is checked: the state tracker must find no row differing from the template,
-else the database is dropped. Only sandboxes whose every change went through the log come back
+else the database is dropped. Its connection's counters (changes(), total_changes(), last_insert_rowid())
+are set back to a fresh copy's. Only sandboxes whose every change went through the log come back
 (not after a python tool swapped the database in, not a database muactl did not fork).
 """
 
@@ -44,6 +45,7 @@ def give_back(domain, conn: sqlite3.Connection, state: StateTracker) -> bool:
     try:
         if not _undo(conn, state):
             return False
+        _reset_counters(conn)
     except sqlite3.Error:
         return False
     key = template_key(domain)
@@ -80,6 +82,24 @@ def _undo(conn: sqlite3.Connection, state: StateTracker) -> bool:
         for s in changed:
             conn.execute(f"DELETE FROM {quote(changelog.log_table(s.name))}")
     return True
+
+
+def _reset_counters(conn: sqlite3.Connection) -> None:
+    """Make the connection's own counters read as on a fresh copy, where changes(), total_changes() and
+    last_insert_rowid() are all 0: else a tool's SQL could tell a reused sandbox from a fresh one (and
+    see how much the episodes before it wrote). last_insert_rowid() is set by inserting rowid 0 into a
+    scratch table, changes() by a statement that changes nothing; total_changes() cannot go back, so
+    the SQL function is replaced by one counting from here (muactl's own code reads the real counter,
+    Connection.total_changes)."""
+    conn.execute("PRAGMA query_only = OFF")
+    conn.execute("CREATE TEMP TABLE _muactl_counters (x)")
+    try:
+        conn.execute("INSERT INTO temp._muactl_counters (rowid) VALUES (0)")
+        conn.execute("DELETE FROM temp._muactl_counters WHERE 0")
+    finally:
+        conn.execute("DROP TABLE temp._muactl_counters")
+    base = conn.total_changes
+    conn.create_function("total_changes", 0, lambda: conn.total_changes - base)
 
 
 def _undo_table(conn: sqlite3.Connection, shape) -> None:

@@ -1,5 +1,6 @@
 """A task's right outcome on a sandbox: its SQL assertions, and the end state its gold actions leave
-(cached by content). The validator, task templates and the episode reward all judge by these."""
+(cached by content, safe to read from many threads). The validator, task templates and the episode reward
+all judge by these; a setup or gold action that fails when replayed is an error naming the task and call."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import hashlib
 import json
 import math
 import sqlite3
+import threading
 from collections import OrderedDict
 from typing import Any
 
+from ..errors import GoldReplayFailed
+from ..limits import quote
 from ..spec import models as m
-from .sandbox import new_env
+from .sandbox import OUTSIDE_KINDS, new_env
 from .statehash import distance as delta_distance
 from .statehash import template_key
 from .values import decode_json_text
@@ -59,7 +63,11 @@ def assertion_result(env, assertion: m.Assertion) -> tuple[bool, str]:
 
 
 GOLD_CACHE_SIZE = 4096  # gold end states kept; a GRPO run draws fresh template tasks for hours
+# read and filled from tool threads (episodes score off the event loop): _GOLD_LOCK guards the dict, and
+# one lock per key being computed makes a second caller wait for the first's replay instead of repeating it
 _GOLD: OrderedDict[str, tuple[str, dict]] = OrderedDict()
+_GOLD_LOCK = threading.Lock()
+_COMPUTING: dict[str, threading.Lock] = {}
 
 
 def gold_actions(task, domain) -> list:
@@ -80,22 +88,68 @@ def _gold_key(task, domain) -> str:
 
 def _gold_state(task, domain) -> tuple[str, dict]:
     """Hash and row difference to the template after the task's setup and gold actions on a fresh
-    sandbox (cached by content, least recently used dropped first)."""
+    sandbox (cached by content, least recently used dropped first, computed once per key)."""
     key = _gold_key(task, domain)
-    if key in _GOLD:
+    with _GOLD_LOCK:
+        hit = _cached(key)
+        if hit is not None:
+            return hit
+        computing = _COMPUTING.setdefault(key, threading.Lock())
+    with computing:
+        with _GOLD_LOCK:
+            hit = _cached(key)
+        if hit is not None:  # another thread replayed it while this one waited
+            return hit
+        try:
+            value = _replay_gold(task, domain)
+        finally:
+            with _GOLD_LOCK:
+                _COMPUTING.pop(key, None)
+        with _GOLD_LOCK:
+            _GOLD[key] = value
+            if len(_GOLD) > GOLD_CACHE_SIZE:
+                _GOLD.popitem(last=False)
+    return value
+
+
+def _cached(key: str) -> tuple[str, dict] | None:
+    """The cached gold state of `key`, marked recently used (the caller holds _GOLD_LOCK)."""
+    value = _GOLD.get(key)
+    if value is not None:
         _GOLD.move_to_end(key)
-        return _GOLD[key]
+    return value
+
+
+def _replay_gold(task, domain) -> tuple[str, dict]:
     env = new_env(domain)
     try:
-        env.replay(task.task.setup)
-        env.replay(gold_actions(task, domain))
-        value = (env.state_hash(), env.state_delta())
+        replay_checked(env, task, "setup", task.task.setup)
+        replay_checked(env, task, "gold action", gold_actions(task, domain))
+        return env.state_hash(), env.state_delta()
     finally:
         env.close()
-    _GOLD[key] = value
-    if len(_GOLD) > GOLD_CACHE_SIZE:
-        _GOLD.popitem(last=False)
-    return value
+
+
+def replay_checked(env, task, group: str, calls: list) -> None:
+    """Play `calls` (a task's setup or gold actions) on env; GoldReplayFailed names the task and the call
+    that failed, or that succeeded where the task expects it to fail. Simulated and MCP tools run only
+    inside episodes and change no sandbox state: they are skipped, as `muactl validate` does."""
+    for i, call in enumerate(calls, 1):
+        name, args = m.call_parts(call)
+        tool = env.domain.tools.get(name)
+        if tool is not None and tool.kind in OUTSIDE_KINDS:
+            continue
+        result = env.call(name, args)
+        expected = m.expected_error(call)
+        got = result.content.removeprefix("Error: ") if result.error else None
+        if expected is None and result.error:
+            why = f"fails with {got!r}"
+        elif expected is not None and got != expected:
+            why = f"is expected to fail with {expected!r} but {f'fails with {got!r}' if result.error else 'succeeds'}"
+        else:
+            continue
+        raise GoldReplayFailed(f"task {task.task.id}: {group} {i} ({name} {quote(args, 200)}) {why} when replayed, so "
+                               "its right end state is unknown (muactl validate names the same call)")
 
 
 def changes_nothing(task, domain) -> bool:
@@ -103,7 +157,7 @@ def changes_nothing(task, domain) -> bool:
     setup left it (refusals, questions, transfers). An agent that never writes can pass only these."""
     env = new_env(domain)
     try:
-        env.replay(task.task.setup)
+        replay_checked(env, task, "setup", task.task.setup)
         start = env.state_hash()
     finally:
         env.close()

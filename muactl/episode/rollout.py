@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..env.results import ToolResult
 from ..env.sandbox import Environment, new_env
-from ..errors import AgentError, InfraError, UserError
+from ..errors import AgentError, GoldReplayFailed, InfraError, MuactlError, UserError
 from ..spec.models import call_parts
 from .agents.base import Agent
 from .types import Episode, EpisodeContext, TokenTrace
@@ -60,9 +60,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                       on_message: Callable[[dict], Awaitable[None] | None] | None = None,
                       judge: Judge | None = None) -> Episode:
     """Run one conversation to its end and score it (the judge, when given, checks the task's
-    natural-language assertions). Never raises for agent, user, tool or judge failures."""
-    from .reward import score
-
+    natural-language assertions). Never raises for agent, user, tool, judge or scoring failures."""
     seed = episode_seed(cfg.seed, task.task.id, trial)
     env = env or new_env(domain)
     messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt}]
@@ -73,10 +71,6 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         ctx.trace = TokenTrace()
     ep = Episode(task.task.id, trial, seed, messages, "agent_error")
     progress = None
-    if cfg.track_progress:
-        from ..env.gold import GoldDistance
-
-        progress = GoldDistance(task, domain)
     timing = {"agent": 0.0, "user": 0.0, "tools": 0.0}
     start = time.perf_counter()
 
@@ -94,6 +88,15 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         if any(r.error for r in setup):
             ep.error = "task setup failed: " + "; ".join(r.content for r in setup if r.error)
             return "infra_error"
+        if cfg.track_progress:
+            from ..env.gold import GoldDistance
+
+            nonlocal progress
+            try:
+                progress = GoldDistance(task, domain)
+            except GoldReplayFailed as e:  # the task is broken, not the agent: it cannot be scored
+                ep.error = str(e)
+                return "infra_error"
         greeting = domain.spec.domain.greeting
         opening = cfg.opening or ("agent" if greeting else "user")
         if opening == "agent":
@@ -172,14 +175,10 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     await env.settle()  # a call cut off by the timeout is interrupted, and done with, before scoring
     ep.trace = ctx.trace
     t0 = time.perf_counter()
-    ep.final_hash = await env.off_loop(env.state_hash)
-    verdicts = None
-    if judge is not None and task.task.expect.nl_assertions and ep.counted:
-        try:
-            verdicts = await judge.verdicts(task.task.expect.nl_assertions, messages, domain)
-        except InfraError as e:  # the judge failed, not the agent: the episode cannot be scored
-            ep.termination, ep.error = "infra_error", f"judge: {e}"
-    ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
+    try:
+        await _score(ep, task, domain, env, judge)
+    finally:  # the sandbox goes back to the pool however scoring ended
+        env.close()
     timing["reward"] = time.perf_counter() - t0
     from .fidelity import interaction_metrics, user_fidelity
 
@@ -187,7 +186,6 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     ep.interaction = interaction_metrics(task, ep)
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing
-    env.close()
     return ep
 
 
@@ -198,6 +196,32 @@ async def _abandon(env: Environment) -> None:
         await env.settle()
     finally:
         env.close()
+
+
+async def _score(ep: Episode, task: TaskSpec, domain: CompiledDomain, env: Environment, judge: Judge | None) -> None:
+    """The episode's final hash, the judge's verdicts and its reward. Whatever breaks here (the judge, its
+    server, a task whose gold path no longer replays) is not the agent's doing: the episode cannot be
+    scored, so it ends as infra_error, excluded and played again on resume, and the run goes on."""
+    from .reward import score
+
+    try:
+        ep.final_hash = await env.off_loop(env.state_hash)
+        verdicts = None
+        if judge is not None and task.task.expect.nl_assertions and ep.counted:
+            try:
+                verdicts = await judge.verdicts(task.task.expect.nl_assertions, ep.messages, domain)
+            except Exception as e:
+                ep.termination, ep.error = "infra_error", f"judge: {_failure(e)}"
+        ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
+    except Exception as e:
+        if ep.counted:  # an episode excluded already keeps the error that excluded it
+            ep.termination, ep.error = "infra_error", f"scoring failed: {_failure(e)}"
+        ep.reward, ep.breakdown = 0.0, {"termination": ep.termination, "success": False, "error": ep.error}
+
+
+def _failure(e: Exception) -> str:
+    """InfraError's and muactl's own errors' messages say what failed; anything else is a bug, named by its type."""
+    return str(e) if isinstance(e, (InfraError, MuactlError)) else f"{type(e).__name__}: {e}"
 
 
 async def _user_turn(user: UserSimulator, ctx: EpisodeContext):

@@ -2,9 +2,10 @@
 
 pass^k is tau-bench's unbiased estimator: for a task with n scored trials of which c succeeded,
 C(c, k) / C(n, k) is the chance that k trials drawn without replacement all succeed; pass^k is its
-mean over tasks. Excluded episodes (infra_error, user_error: they measure the API or the simulator,
-not the agent) leave pass^k; the summary counts them with their top reasons, lists the tasks left with
-no scored trial, and `--resume` plays them again.
+mean over tasks, every k over the same tasks: those with --trials scored trials (runs/summary.py).
+Excluded episodes (infra_error, user_error: they measure the API or the simulator, not the agent) leave
+pass^k; the summary counts them with their top reasons, names the tasks left short of scored trials or
+with none, and `--resume` plays them again.
 """
 
 from __future__ import annotations

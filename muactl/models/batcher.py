@@ -1,6 +1,7 @@
 """One generate call for every episode waiting on the same local model: concurrent episodes put their prompts
 in a queue, which waits until no other episode can make progress (scripted users and tools answer within the
-same event-loop tick, a model answers when its own batch returns), then generates them together. Local agents
+same event-loop tick, a model answers when its own batch returns), then generates them together. A prompt that does not fit the model's context is refused on its own
+(ContextOverflow), before the batch is generated. Local agents
 (episode/agents/local.py) and local LLM users (episode/user.py) each keep one."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import asyncio
 import zlib
 from typing import Callable
 
-from ..errors import InfraError
+from ..errors import ContextOverflow, InfraError
 
 Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[int], list[float]]]]
 
@@ -17,15 +18,20 @@ Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[i
 class Batcher:
     """Collects prompts from concurrent episodes and generates them together."""
 
-    def __init__(self, generate: Generate, max_batch: int = 64):
+    def __init__(self, generate: Generate, max_batch: int = 64, context: int | None = None):
         self.generate = generate
         self.max_batch = max_batch
+        self.context = context  # tokens the model attends over (prompt and new ones); None: not checked
         self.pending: list[tuple[list[int], int, asyncio.Future]] = []  # (prompt, episode seed, result)
         self.running = False
         self.calls = 0  # generate calls made (the benchmark reports batch sizes)
         self.batch_sizes: list[int] = []
 
     async def submit(self, prompt: list[int], max_new_tokens: int, temperature: float, seed: int) -> tuple[list[int], list[float]]:
+        # checked here, per prompt: in the batch, one over-long prompt would fail every episode's generate call
+        if self.context and len(prompt) + max_new_tokens > self.context:
+            raise ContextOverflow(f"context overflow: a prompt of {len(prompt)} tokens plus {max_new_tokens} new ones "
+                                  f"exceeds the model's context of {self.context} tokens")
         fut = asyncio.get_running_loop().create_future()
         self.pending.append((prompt, seed, fut))
         self._params = (max_new_tokens, temperature)

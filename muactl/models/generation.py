@@ -32,6 +32,17 @@ def prefix_cache_default() -> bool:
     return os.environ.get("MUACTL_PREFIX_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def context_length(model) -> int | None:
+    """Positions the model was built for (its config's max_position_embeddings, or GPT-2's n_positions);
+    None when the config names none."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def _common_length(a, b, limit: int) -> int:
     n = 0
     while n < limit and a[n] == b[n]:
@@ -95,6 +106,7 @@ class LocalLM:
         # cache is not thread-safe, and two batches would only fight over the same cores)
         self._generating = threading.Lock()
         self._batchers: dict[str, tuple[Any, Batcher]] = {}
+        self.context_length = context_length(model)
 
     def batcher(self, role: str, max_batch: int = 64) -> Batcher:
         """The queue that batches one role's turns (an LLM user's) on this model in the running event loop:
@@ -102,7 +114,7 @@ class LocalLM:
         loop = asyncio.get_running_loop()
         held = self._batchers.get(role)
         if held is None or held[0] is not loop:
-            held = self._batchers[role] = (loop, Batcher(self.generate, max_batch))
+            held = self._batchers[role] = (loop, Batcher(self.generate, max_batch, self.context_length))
         return held[1]
 
     def _no_grad(self):

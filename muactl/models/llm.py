@@ -1,10 +1,10 @@
 """The one place muactl calls litellm: async chat completions with retries, backoff and a timeout.
 
 Used by API agents, LLM user simulators, simulated tools and the judge. Failures fall in three kinds:
-- transient (rate limits, 5xx, timeouts, connection errors, malformed responses): retried with
-  exponential backoff, waiting at least what the server asks for in `Retry-After` (or
-  `retry-after-ms`); when retries run out, or the wait asked is over MAX_RETRY_AFTER_S, the caller
-  gets InfraError (`infra_error`, excluded);
+- transient (rate limits, 5xx, timeouts, connection errors, malformed replies: no choices, or over
+  limits.MAX_REPLY_CHARS): retried with exponential backoff, waiting at least what the server asks
+  for in `Retry-After` (or `retry-after-ms`); when retries run out, or the wait asked is over
+  MAX_RETRY_AFTER_S, the caller gets InfraError (`infra_error`, excluded);
 - the service refuses to serve at all (bad credentials, unknown model or provider, no permission or
   credit, a parameter it does not take): InfraError at once, retrying cannot help;
 - the request itself is refused (400 bad request, context window exceeded, content policy, 422):
@@ -22,6 +22,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ..errors import InfraError, RequestRejected
+from ..limits import MAX_REPLY_CHARS
 
 
 @dataclass
@@ -90,6 +91,26 @@ def classify(exc: Exception) -> str:
     return "transient"
 
 
+class _MalformedReply(Exception):
+    """A 200 reply that is not a usable completion (no choices, or too big): retried like a 5xx."""
+
+
+def reply_parts(resp) -> tuple[Any, list[dict[str, Any]]]:
+    """The first choice's message and its tool calls; _MalformedReply says what the reply lacks."""
+    choices = getattr(resp, "choices", None)
+    if not choices:
+        raise _MalformedReply("the reply has no 'choices' (is the server OpenAI-compatible?)")
+    msg = getattr(choices[0], "message", None)
+    if msg is None:
+        raise _MalformedReply("the reply's first choice has no 'message'")
+    calls = [{"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments} for tc in msg.tool_calls or []]
+    size = len(msg.content or "") + sum(len(str(c["name"] or "")) + len(str(c["arguments"] or "")) for c in calls)
+    if size > MAX_REPLY_CHARS:
+        raise _MalformedReply(f"the reply holds {size:,} characters, over muactl's limit of {MAX_REPLY_CHARS:,} "
+                              "(limits.MAX_REPLY_CHARS)")
+    return msg, calls
+
+
 async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict] | None = None,
                    seed: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
     """One chat completion. Returns (message as a dict, usage with prompt/completion tokens and cost)."""
@@ -111,11 +132,7 @@ async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[d
     for attempt in range(cfg.retries + 1):
         try:
             resp = await asyncio.wait_for(lt.acompletion(**kwargs), timeout=cfg.timeout_s + 5)
-            choice = resp.choices[0]
-            msg = choice.message
-            calls = []
-            for tc in msg.tool_calls or []:
-                calls.append({"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments})
+            msg, calls = reply_parts(resp)
             usage = {"prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
                      "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0}
             cost = (getattr(resp, "_hidden_params", None) or {}).get("response_cost")
@@ -135,5 +152,6 @@ async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[d
                 raise InfraError(f"{cfg.model}: {type(e).__name__}: the server asks to retry after {asked:.0f} s, "
                                  f"over muactl's {MAX_RETRY_AFTER_S:.0f} s limit: {str(e)[:200]}") from None
             await asyncio.sleep(max(delay, asked or 0.0))
-    message = f"{cfg.model}: {type(last).__name__}: {str(last)[:300]}"
+    what = "malformed reply" if isinstance(last, _MalformedReply) else type(last).__name__
+    message = f"{cfg.model}: {what}: {str(last)[:300]}"
     raise (RequestRejected if kind == "rejected" else InfraError)(message)

@@ -181,7 +181,10 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
         parts += [f"<p>{html.escape(line)}</p>" for line in comparisons(state.get("eval", {}))]
     summary = {k: v for k, v in (info["summary"] or {}).items() if not isinstance(v, (dict, list))}
     if summary:
-        parts.append("<h2>Summary</h2>" + _table([summary]))
+        from .summary import pass_k_note
+
+        note = pass_k_note(info["summary"])
+        parts.append("<h2>Summary</h2>" + _table([summary]) + (f"<p>{html.escape(note)}</p>" if note else ""))
     curve = [p for p in plots if p.name == HELDOUT_PNG]
     if curve:
         g = info["config"].get("grpo") or {}

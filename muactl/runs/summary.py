@@ -1,5 +1,5 @@
-"""What a run's stored episodes add up to: pass^k, outcome classes, why episodes were excluded, per-task
-rows, interaction and user-fidelity figures. Eval prints these, the report and `runs show` read them."""
+"""What a run's stored episodes add up to: pass^k (every k over one task set), outcome classes, why
+episodes were excluded, per-task rows, interaction and user-fidelity figures. Eval prints these, the report and `runs show` read them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,27 @@ def pass_hat_k(counts: dict[str, tuple[int, int]], k: int) -> float | None:
     """Mean over tasks with at least k counted trials of C(c, k) / C(n, k)."""
     vals = [comb(c, k) / comb(n, k) for n, c in counts.values() if n >= k]
     return sum(vals) / len(vals) if vals else None
+
+
+def pass_k_tasks(counts: dict[str, tuple[int, int]], k_max: int) -> tuple[dict[str, tuple[int, int]], list[dict]]:
+    """The one task set every pass^k of a summary is over: tasks with at least k_max scored trials. Were each
+    k over the tasks with k trials, a task short of trials (an excluded one not played again yet) would
+    weigh in pass^1 and vanish from pass^k, and pass^4 could exceed pass^1. Returns that set's counts and
+    the tasks left out, each with its number of scored trials."""
+    kept = {t: nc for t, nc in counts.items() if nc[0] >= k_max}
+    left = [{"task_id": t, "scored": n} for t, (n, _) in sorted(counts.items()) if n < k_max]
+    return kept, left
+
+
+def pass_k_note(summary: dict[str, Any]) -> str | None:
+    """The sentence naming the tasks left out of pass^k, wherever pass^k is shown; None when none are."""
+    left = summary.get("left_out_of_pass_k") or []
+    if not left:
+        return None
+    k = max((int(key[5:]) for key in summary if key.startswith("pass^") and key[5:].isdigit()), default=1)
+    ids = ", ".join(f"{t['task_id']} ({t['scored']} of {k})" for t in left[:10]) + (", ..." if len(left) > 10 else "")
+    return (f"pass^1..{k} are over the {summary.get('tasks_in_pass_k', 0)} tasks with {k} scored trials; "
+            f"{len(left)} left out for fewer scored trials (excluded ones; --resume plays them again): {ids}")
 
 
 def _outcome(e: dict[str, Any]) -> str:
@@ -73,8 +94,10 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
         "completion_tokens": sum(e["completion_tokens"] or 0 for e in episodes),
         "cost": round(sum(e["cost"] or 0 for e in episodes), 6),
     }
+    full, left = pass_k_tasks(counts, k_max)
     for k in range(1, k_max + 1):
-        out[f"pass^{k}"] = pass_hat_k(counts, k)
+        out[f"pass^{k}"] = pass_hat_k(full, k)
+    out["tasks_in_pass_k"], out["left_out_of_pass_k"] = len(full), left
     for key in ("first_call_right", "gold_calls_made"):
         vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
         out[key] = sum(vals) / len(vals) if vals else None

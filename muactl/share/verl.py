@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..options import option
+from .verl_runtime import EXCLUDED_REPLAYS
 
 VERL_TESTED = "0.9.1"
 MODULE = "muactl_agent_loop"
@@ -171,7 +172,8 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     script.chmod(0o755)
     (out / "README.md").write_text(README.format(domain=name, agent_name=agent_name, verl=VERL_TESTED, module=MODULE,
                                                  cls=CLASS, train=counts["train"], test=counts["test"], model=cfg.model,
-                                                 user=cfg.user, **{k: grpo[k] for k in ("group_size", "tasks_per_step", "steps")}))
+                                                 user=cfg.user, replays=EXCLUDED_REPLAYS,
+                                                 **{k: grpo[k] for k in ("group_size", "tasks_per_step", "steps")}))
     return {"output": str(out), "agent_name": agent_name, "rows": counts, "grpo": grpo}
 
 
@@ -313,7 +315,7 @@ class MuactlAgentLoop(AgentLoopBase):
             num_turns=result.num_turns,
             metrics=AgentLoopMetrics(**result.metrics),
             extra_fields={{"muactl_termination": result.termination, "muactl_success": bool(result.reward > 0),
-                          "muactl_seed": seed}},
+                          "muactl_excluded": result.excluded, "muactl_seed": seed}},
         )
 '''
 
@@ -380,6 +382,10 @@ set `user: hosted_vllm/<model>` with `user_api_base: http://HOST:PORT/v1`.
   The episode is cut (reward 0) when it would exceed `data.max_response_length`.
 - Reward: muactl's task reward (1 only if the final database equals the gold end state, required
   outputs were said and assertions hold) is returned as `reward_score`; verl's reward function is unused.
+- Excluded episodes (`infra_error`, `user_error`: the user's API or the simulator broke, not the policy)
+  are played again with a fresh seed, up to {replays} more times; one still excluded comes back with a
+  `response_mask` of zeros (`extra_fields.muactl_excluded`), so none of its tokens is trained on. Its
+  reward (0) still enters its group's mean and spread in verl's GRPO: watch the share of excluded samples.
 - GRPO settings from muactl's config: {tasks_per_step} tasks per step (`data.train_batch_size`,
   `ppo_mini_batch_size`), {group_size} rollouts per task (`rollout.n`), {steps} steps, learning rate,
   clip epsilon, KL beta (`use_kl_loss`/`kl_loss_coef`), sampling temperature, save interval; max turns

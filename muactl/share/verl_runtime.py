@@ -6,6 +6,12 @@ exactly those of `muactl eval` and `muactl train grpo`. Only the policy differs:
 turns in the model's chat format like the local agents do (agents/formats.py), and asks verl's server
 manager for the tokens. The trajectory's ids and mask come from the TokenTrace as they grew, never re-tokenized:
 mask 1 on what the policy sampled, 0 on system, greeting, user and tool tokens.
+
+Excluded episodes (infra_error, user_error: the API or the simulator broke, not the policy) say nothing
+about the policy, as in `muactl train grpo`. Each is played again with a fresh seed, up to EXCLUDED_REPLAYS
+times, so its group gets a scored episode instead; one still excluded after that goes back with a response
+mask of zeros, so no token of it is trained on. verl's GRPO still counts its reward (0) in its group's mean
+and spread (an agent loop cannot drop a sample), which is why replaying comes first.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any
 
 from ..errors import AgentError
 from ..episode.agents.local import LocalAgent
+
+EXCLUDED_REPLAYS = 2  # plays of an excluded episode after the first, before it is sent back masked
 
 
 class VerlPolicy(LocalAgent):
@@ -74,6 +82,7 @@ class EpisodeResult:
     reward: float
     num_turns: int
     termination: str
+    excluded: bool = False  # infra_error or user_error after every replay: response_mask is all 0
     metrics: dict[str, float] = field(default_factory=dict)
     breakdown: dict[str, Any] = field(default_factory=dict)
 
@@ -110,19 +119,25 @@ class EpisodeRunner:
 
         if task_id not in self.tasks:
             raise KeyError(f"task {task_id!r} is not in the exported domain {self.opened.ref.name}")
-        policy = VerlPolicy(server_manager, tokenizer, sampling_params, self.max_new_tokens, response_length, request_id)
-        user = make_user(self.user, api_base=self.user_api_base, temperature=self.user_temperature, **self.llm)
-        cfg = RolloutConfig(max_turns=self.max_turns, max_tool_errors=self.max_tool_errors, timeout_s=self.timeout_s, seed=seed)
-        ep = await run_episode(self.tasks[task_id], self.opened.compiled, policy, user, cfg, trial=trial)
+        for replay in range(EXCLUDED_REPLAYS + 1):
+            policy = VerlPolicy(server_manager, tokenizer, sampling_params, self.max_new_tokens, response_length,
+                                request_id if replay == 0 else None)
+            user = make_user(self.user, api_base=self.user_api_base, temperature=self.user_temperature, **self.llm)
+            cfg = RolloutConfig(max_turns=self.max_turns, max_tool_errors=self.max_tool_errors, timeout_s=self.timeout_s,
+                                seed=seed + replay)
+            ep = await run_episode(self.tasks[task_id], self.opened.compiled, policy, user, cfg, trial=trial)
+            if ep.counted:
+                break
         trace = ep.trace
-        if trace is None or not trace.mask.count(1):
+        if trace is None or not trace.mask.count(1):  # no response to give verl, masked or not
             raise RuntimeError(f"episode of {task_id} ended before the policy generated anything: {ep.termination} {ep.error or ''}")
         p = trace.prompt_len
         response = trace.ids[p:][:response_length]
         return EpisodeResult(
-            prompt_ids=trace.ids[:p], response_ids=response, response_mask=trace.mask[p:][:response_length],
+            prompt_ids=trace.ids[:p], response_ids=response,
+            response_mask=trace.mask[p:][:response_length] if ep.counted else [0] * len(response),
             response_logprobs=trace.logprobs[p:][:response_length] if any(trace.logprobs) else None,
-            reward=float(ep.reward), num_turns=len(ep.messages), termination=ep.termination,
+            reward=float(ep.reward), num_turns=len(ep.messages), termination=ep.termination, excluded=not ep.counted,
             metrics={"generate_sequences": ep.timing.get("agent", 0.0), "tool_calls": ep.timing.get("tools", 0.0),
                      "compute_score": ep.timing.get("reward", 0.0)},
             breakdown=ep.breakdown)

@@ -136,3 +136,35 @@ def test_after_a_python_tool_the_hash_is_rebuilt_and_the_database_not_reused(tmp
     conn = env.conn
     env.close()
     assert forkpool.take(shop) is not conn
+
+
+COUNTERS = "SELECT changes(), total_changes(), last_insert_rowid()"
+
+
+def test_a_reused_sandbox_shows_a_fresh_copys_connection_counters(bank):
+    """SQL can read the connection's own counters: on a reused database they must read as on a fresh
+    copy, before and after the same writes (else a tool could tell, and see what earlier episodes wrote)."""
+    compiled = bank.compiled
+    task = next(t for t in bank.tasks if any("transfer_funds" in c for c in t.task.expect.actions))
+    while forkpool.take(compiled) is not None:
+        pass
+
+    def play() -> tuple[tuple, tuple, sqlite3.Connection]:
+        env = new_env(compiled)
+        before = env.select(COUNTERS)[1][0]
+        env.replay(task.task.setup)
+        assert not any(r.error for r in env.replay(task.task.expect.actions))
+        after = env.select(COUNTERS)[1][0]
+        raw(env, "PRAGMA foreign_keys = OFF")  # rows deleted: the undo inserts them again
+        raw(env, f'DELETE FROM "{table}" WHERE rowid IN (SELECT rowid FROM "{table}" LIMIT 3)')
+        conn = env.conn
+        env.close()
+        return before, after, conn
+
+    table = next(iter(compiled.tables))
+    fresh_before, fresh_after, conn = play()
+    assert fresh_before == (0, 0, 0) and fresh_after[1] > 0
+    for _ in range(2):
+        before, after, again = play()
+        assert again is conn  # the same database, reused
+        assert (before, after) == (fresh_before, fresh_after)

@@ -119,7 +119,7 @@ class HFAgent(BatchedAgent):
 
         self.tokenizer = self.lm.tokenizer
         self.format = chat_format(self.tokenizer)
-        self.batcher = Batcher(self.lm.generate, self.max_batch)
+        self.batcher = Batcher(self.lm.generate, self.max_batch, getattr(self.lm, "context_length", None))
 
 
 class VLLMAgent(BatchedAgent):
@@ -142,7 +142,9 @@ class VLLMAgent(BatchedAgent):
         if self.engine is None:
             self.engine = vllm.LLM(model=str(path), tokenizer=str(path), gpu_memory_utilization=self.gpu_memory_utilization)
         self._vllm = vllm
-        self.batcher = Batcher(self._generate, self.max_batch)
+        # vLLM refuses a prompt past max_model_len, which would fail the whole batch: checked per prompt first
+        config = getattr(getattr(self.engine, "llm_engine", None), "model_config", None)
+        self.batcher = Batcher(self._generate, self.max_batch, getattr(config, "max_model_len", None))
 
     def _generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int | None):
         params = self._vllm.SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed,
