@@ -347,7 +347,10 @@ def signal(work: Path, seeds, tasks_per_step: int) -> list[str]:
         steps = sorted(by.get("rollout/success", {}))
         if not steps:
             continue
-        with_signal = sum(1 for st in steps if groups.get(st, 0) < tasks_per_step)  # a step draws tasks_per_step groups
+        if "rollout/groups_with_signal" in by:
+            with_signal = sum(1 for st in steps if by["rollout/groups_with_signal"].get(st, 0) > 0)
+        else:  # runs from before the figure: a step draws tasks_per_step groups
+            with_signal = sum(1 for st in steps if groups.get(st, 0) < tasks_per_step)
         held = [v for _, v in sorted(by.get("heldout/success", {}).items())]
         curve_txt = f"{held[0]:.2f} -> {held[-1]:.2f}" if held else "-"
         lines.append(f"| {arm.replace('-', '+')} | {s} | {with_signal}/{len(steps)} | "
