@@ -21,6 +21,14 @@ the same way; CPU minutes per arm and seed (training and evaluation, children's 
     .venv/bin/python benchmarks/rl_gain.py --seeds 0 --heldout 60 --grpo-steps 6     # a pilot
     .venv/bin/python benchmarks/rl_gain.py --user hf:smollm2-135m           # an LLM user in the loop
     .venv/bin/python benchmarks/rl_gain.py --user hf:smollm2-135m --sft-user scripted   # ... after a scripted cold start
+    .venv/bin/python benchmarks/rl_gain.py --probe --heldout 100 --grpo-steps 20   # is the signal learnable at all?
+
+--probe (learnability): each seed's SFT checkpoint plays --probe-k sampled episodes per template (train stream, at
+--temperature); the templates whose pooled pass rate is in --band are trained on with GRPO (--grpo-steps, each
+seed from its SFT); printed: the screening table, train success over the first 5 steps against the last 5 (paired
+over seeds and the place in the window, bootstrapped), the paired held-out difference (SFT then GRPO - SFT only)
+on --heldout test-stream instances of those templates, and a mechanics line (some group with signal, train reward
+logged at every step and moving) that says BROKEN when one of them fails.
 """
 
 from __future__ import annotations
@@ -113,16 +121,17 @@ class Experiment:
                                               "synth.tasks=template:all", f"synth.n={a.sft_instances}", "synth.db=random"])
         return ckpt
 
-    def grpo(self, seed: int, start: str, arm: str) -> Path:
+    def grpo(self, seed: int, start: str, arm: str, tasks: str = "template:all") -> Path:
         a = self.a
         run_id = f"{arm.replace('+', '-')}-{seed}"
         if not (self.work / "runs" / run_id / "checkpoint-final").is_dir():
-            curve = [f"grpo.eval_every={a.eval_every}", "grpo.eval_tasks=template:all", f"grpo.eval_n={a.curve_n}"] if a.eval_every else []
+            curve = [f"grpo.eval_every={a.eval_every}", f"grpo.eval_tasks={tasks}", f"grpo.eval_n={a.curve_n}"] if a.eval_every else []
             self.timed(f"train:{arm}:{seed}", [
                 "train", "grpo", f"model={start}", f"run_id={run_id}", f"seed={seed}", *self.common(),
-                "tasks=template:all", "db=random", f"grpo.steps={a.grpo_steps}", f"grpo.group_size={a.group_size}",
+                f"tasks={tasks}", "db=random", f"grpo.steps={a.grpo_steps}", f"grpo.group_size={a.group_size}",
                 f"grpo.tasks_per_step={a.tasks_per_step}", f"grpo.lr={a.grpo_lr}", f"grpo.max_turns={a.max_turns}",
-                f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={a.grpo_steps}", *curve, *a.grpo_extra])
+                f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={a.grpo_steps}", f"grpo.temperature={a.temperature}",
+                f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra])
         return self.work / "runs" / run_id / "checkpoint-final"
 
     def evaluate(self, key: str, model: str) -> None:
@@ -184,6 +193,59 @@ class Experiment:
                     self.evaluate(f"sft+grpo:{seed}", str(self.grpo(seed, str(ckpt), "sft+grpo")))
             if "grpo" in a.arms:
                 self.evaluate(f"grpo:{seed}", str(self.grpo(seed, a.model, "grpo")))
+
+    # ------------------------------------------------------------ --probe: is the signal learnable?
+
+    def probe(self) -> None:
+        """Screen each template's sampled pass rate after SFT, keep the ones in the band, GRPO on them, and
+        evaluate SFT and SFT then GRPO on test-stream instances of those templates (greedy)."""
+        a = self.a
+        ckpts = {seed: self.sft(seed) for seed in a.seeds}
+        for seed, ckpt in ckpts.items():
+            self.screen(seed, str(ckpt))
+        chosen = probe_templates(self.results, a.seeds, a.band)
+        self.results.setdefault("probe", {})["templates"] = chosen
+        self.save()
+        if not chosen:
+            self.log(f"probe: no template's sampled pass rate is in [{a.band[0]}, {a.band[1]}]: nothing to train on")
+            return
+        spec = "template:" + ",".join(chosen)
+        for seed, ckpt in ckpts.items():
+            run = self.grpo(seed, str(ckpt), "probe", tasks=spec)
+            self.probe_eval(f"probe-sft:{seed}", str(ckpt), spec)
+            self.probe_eval(f"probe-grpo:{seed}", str(run), spec)
+
+    def screen(self, seed: int, model: str) -> None:
+        """--probe-k sampled episodes per template (train stream, at GRPO's temperature): results['screen:<seed>']
+        is template -> [successes, episodes]."""
+        a, key = self.a, f"screen:{seed}"
+        if key in self.results:
+            return
+        templates = template_ids()
+        run = run_folder(muactl(["eval", "bank", f"--agent=hf:{model}", *self.user_flag(), "--tasks=template:all",
+                                 f"--n={a.probe_k * len(templates)}", "--db=random", "--split=train", f"--seed={a.eval_seed + seed}",
+                                 f"--temperature={a.temperature}", f"--max-turns={a.max_turns}", f"--max-new-tokens={a.max_new_tokens}",
+                                 f"--concurrency={a.concurrency}"], self.work, self.log), self.work)
+        counts: dict[str, list[int]] = {}
+        for inst, ok in successes(run).items():
+            c = counts.setdefault(inst.rsplit("-", 1)[0], [0, 0])
+            c[0], c[1] = c[0] + ok, c[1] + 1
+        self.results[key] = counts
+        self.save()
+        self.log(f"screen (seed {seed}): " + ", ".join(f"{t} {k}/{n}" for t, (k, n) in sorted(counts.items())))
+
+    def probe_eval(self, key: str, model: str, spec: str) -> None:
+        a = self.a
+        if key in self.results:
+            return
+        run = run_folder(muactl(["eval", "bank", f"--agent=hf:{model}", *self.user_flag(), f"--tasks={spec}", f"--n={a.heldout}",
+                                 "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}",
+                                 f"--max-new-tokens={a.max_new_tokens}", f"--concurrency={a.concurrency}"], self.work, self.log), self.work)
+        self.results[key] = {"heldout": successes(run), "heldout_run": run.name}
+        self.save()
+
+    def user_flag(self) -> list[str]:
+        return [] if self.a.user == "scripted" else [f"--user={self.a.user}"]
 
 
 # ---------------------------------------------------------------- statistics
@@ -260,10 +322,10 @@ def by_template(results: dict, arms, seeds) -> list[str]:
     return lines + [""]
 
 
-def grpo_metrics(work: Path, seeds) -> dict[tuple[str, int], dict[str, dict[int, float]]]:
+def grpo_metrics(work: Path, seeds, arms=("sft-grpo", "grpo")) -> dict[tuple[str, int], dict[str, dict[int, float]]]:
     """(GRPO run folder's arm, seed) -> metric name -> step -> value, for the GRPO runs that exist in --out."""
     runs = {}
-    for arm in ("sft-grpo", "grpo"):
+    for arm in arms:
         for s in seeds:
             db = work / "runs" / f"{arm}-{s}" / "runs.sqlite"
             if db.is_file():
@@ -285,7 +347,10 @@ def signal(work: Path, seeds, tasks_per_step: int) -> list[str]:
         steps = sorted(by.get("rollout/success", {}))
         if not steps:
             continue
-        with_signal = sum(1 for st in steps if groups.get(st, 0) < tasks_per_step)  # a step draws tasks_per_step groups
+        if "rollout/groups_with_signal" in by:
+            with_signal = sum(1 for st in steps if by["rollout/groups_with_signal"].get(st, 0) > 0)
+        else:  # runs from before the figure: a step draws tasks_per_step groups
+            with_signal = sum(1 for st in steps if groups.get(st, 0) < tasks_per_step)
         held = [v for _, v in sorted(by.get("heldout/success", {}).items())]
         curve_txt = f"{held[0]:.2f} -> {held[-1]:.2f}" if held else "-"
         lines.append(f"| {arm.replace('-', '+')} | {s} | {with_signal}/{len(steps)} | "
@@ -294,6 +359,94 @@ def signal(work: Path, seeds, tasks_per_step: int) -> list[str]:
         return []
     return ["| GRPO run | seed | steps with a gradient | rollout success | held-out curve (first -> last) |",
             "|---|---|---|---|---|", *lines, ""]
+
+
+def template_ids() -> list[str]:
+    from muactl.domain.open import open_domain
+
+    return [ts.id for ts in open_domain("bank").templates]
+
+
+def probe_templates(results: dict, seeds, band) -> list[str]:
+    """The templates whose sampled pass rate after SFT, pooled over the seeds' screens, is in the band."""
+    pooled: dict[str, list[int]] = {}
+    for s in seeds:
+        for t, (k, n) in results.get(f"screen:{s}", {}).items():
+            c = pooled.setdefault(t, [0, 0])
+            c[0], c[1] = c[0] + k, c[1] + n
+    return sorted(t for t, (k, n) in pooled.items() if n and band[0] <= k / n <= band[1])
+
+
+def train_windows(by: dict[str, dict[int, float]], width: int = 5) -> tuple[dict[str, float], dict[str, float]]:
+    """A GRPO run's train success (rollout/success) over its first and its last `width` steps, keyed by the
+    place in the window (so that the bootstrap pairs the k-th first step with the k-th last); fewer than
+    2 x width steps: half the steps each."""
+    series = [v for _, v in sorted(by.get("rollout/success", {}).items())]
+    w = min(width, len(series) // 2)
+    if not w:
+        return {}, {}
+    return ({str(k): v for k, v in enumerate(series[:w])}, {str(k): v for k, v in enumerate(series[-w:])})
+
+
+def mechanics(runs: dict) -> list[str]:
+    """What must hold for GRPO to learn anything at all, from the runs' metrics: some group with signal,
+    train reward logged at every step, and moving."""
+    problems = []
+    for (arm, s), by in runs.items():
+        steps = sorted(by.get("rollout/success", {}))
+        signal = sum(1 for st in steps if by.get("rollout/groups_with_signal", {}).get(st, 0) > 0)
+        if not steps:
+            problems.append(f"{arm} seed {s}: no train reward logged")
+            continue
+        if len(steps) < steps[-1]:
+            problems.append(f"{arm} seed {s}: train reward logged at {len(steps)} of {max(steps)} steps")
+        if not signal:
+            problems.append(f"{arm} seed {s}: no group with signal in {len(steps)} steps")
+        if len({round(by['rollout/success'][st], 6) for st in steps}) < 2:
+            problems.append(f"{arm} seed {s}: train reward never moved ({by['rollout/success'][steps[0]]:.2f} at every step)")
+    return problems
+
+
+def probe_report(results: dict, a, work: Path) -> str:
+    lines = [f"rl_gain --probe: {a.model} on bank, user {a.user}, seeds {a.seeds}; screening {a.probe_k} sampled episodes per "
+             f"template after SFT at temperature {a.temperature:g}; band [{a.band[0]:g}, {a.band[1]:g}]; GRPO {a.grpo_steps} steps x "
+             f"{a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}; 95% bootstrap intervals", ""]
+    screens = {s: results[f"screen:{s}"] for s in a.seeds if f"screen:{s}" in results}
+    chosen = probe_templates(results, a.seeds, a.band)
+    if screens:
+        names = sorted({t for c in screens.values() for t in c})
+        lines += ["| template | " + " | ".join(f"seed {s}" for s in screens) + " | in band |", "|---|" + "---|" * (len(screens) + 1)]
+        for t in names:
+            cells = [f"{c[t][0]}/{c[t][1]}" if t in c else "-" for c in screens.values()]
+            lines.append(f"| {t} | " + " | ".join(cells) + f" | {'yes' if t in chosen else 'no'} |")
+        lines.append("")
+    if not chosen:
+        return "\n".join(lines + ["no template in the band: nothing was trained"])
+    runs = {k: v for k, v in grpo_metrics(work, a.seeds, arms=("probe",)).items()}
+    first, last = {}, {}
+    for (_, s), by in runs.items():
+        f, la = train_windows(by)
+        if f:
+            first[str(s)], last[str(s)] = f, la
+    if first:
+        p0, lo0, hi0 = bootstrap(first)
+        p1, lo1, hi1 = bootstrap(last)
+        d, lo, hi = paired(last, first)
+        lines += [f"train success (sampled), {', '.join(chosen)}: first steps {p0:.3f} [{lo0:.3f}, {hi0:.3f}], last steps "
+                  f"{p1:.3f} [{lo1:.3f}, {hi1:.3f}]; last - first {d:+.3f} [{lo:+.3f}, {hi:+.3f}] over {len(first)} seeds: {verdict(lo, hi)}"]
+    before = {s: results[f"probe-sft:{s}"]["heldout"] for s in a.seeds if f"probe-sft:{s}" in results}
+    after = {s: results[f"probe-grpo:{s}"]["heldout"] for s in a.seeds if f"probe-grpo:{s}" in results}
+    if before and after:
+        b, _, _ = bootstrap({str(k): v for k, v in before.items()})
+        g, _, _ = bootstrap({str(k): v for k, v in after.items()})
+        d, lo, hi = paired({str(k): v for k, v in after.items()}, {str(k): v for k, v in before.items()})
+        n = len(next(iter(after.values())))
+        lines.append(f"held out ({n} test-stream instances of those templates, greedy): SFT {b:.3f}, SFT then GRPO {g:.3f}; "
+                     f"paired difference {d:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict(lo, hi)}")
+    problems = mechanics(runs)
+    lines.append("mechanics: " + ("ok (a group with signal in some step, train reward logged at every step and moving)"
+                                  if runs and not problems else "BROKEN: " + "; ".join(problems or ["no GRPO run found"])))
+    return "\n".join(lines)
 
 
 def curve(work: Path, seeds, png: Path) -> bool:
@@ -352,10 +505,24 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=0, help="held-out success every K GRPO steps (grpo.eval_every), 0: off")
     ap.add_argument("--curve-n", type=int, default=40, help="held-out instances per curve point")
     ap.add_argument("--grpo-extra", nargs="*", default=[], help="more GRPO overrides, e.g. grpo.lora=true")
+    ap.add_argument("--temperature", type=float, default=1.0, help="GRPO's sampling temperature (grpo.temperature), "
+                    "also the screening's with --probe")
+    ap.add_argument("--band", type=float, nargs=2, default=[0.1, 0.9], metavar=("LOW", "HIGH"),
+                    help="pass-rate band of GRPO's curriculum (grpo.band_low/high) and of --probe's screening")
+    ap.add_argument("--probe", action="store_true", help="learnability instead of the arms: screen each template's "
+                    "sampled pass rate after SFT, GRPO on those in --band, train success first vs last steps, held out")
+    ap.add_argument("--probe-k", type=int, default=8, help="with --probe: sampled episodes per template in the screening")
     ap.add_argument("--out", default=str(ROOT / "out" / "rl_gain"))
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args()
     exp = Experiment(a)
+    if a.probe:
+        if not a.report_only:
+            exp.probe()
+        text = probe_report(exp.results, a, exp.work)
+        print(text)
+        (exp.work / "probe.md").write_text(text + "\n")
+        return
     if not a.report_only:
         exp.run()
     text = report(exp.results, a, exp.work)

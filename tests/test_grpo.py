@@ -75,7 +75,7 @@ def make_rollouts(tmp_path, user_factory=None, **grpo):
 
 
 def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
-    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=False)
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=1)
     ids = ["move-quin", "move-quin", "close-ned", "close-ned"]
     trainer = FakeTrainer(lm.model)
     out = rollouts([[{"role": "user", "content": t}] for t in ids], trainer)
@@ -120,38 +120,202 @@ def test_excluded_episodes_are_dropped_not_scored_zero(tmp_path, failure):
 
 
 def test_all_equal_groups_are_counted(tmp_path):
-    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=False)
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=1)
     trainer = FakeTrainer(lm.model)
-    # a refusal task: the untrained policy never acts, so both rollouts succeed: no signal in the group
+    # one task played by the untrained policy twice: both rollouts end alike (the tiny model never acts)
     rollouts([[{"role": "user", "content": "refuse-overdraft-fay"}]] * 2, trainer)
     assert trainer._metrics["train"]["rollout/all_equal_groups"] == [1.0]
+    assert trainer._metrics["train"]["rollout/groups_with_signal"] == [0.0]
 
 
 def test_groups_without_signal_are_rerun_on_another_training_task(tmp_path):
-    rollouts, lm = make_rollouts(tmp_path, resample_equal_groups=True)
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=2)
     trainer = FakeTrainer(lm.model)
     out = rollouts([[{"role": "user", "content": "refuse-overdraft-fay"}]] * 2, trainer)
     assert len(out["episode_reward"]) == 2
-    saved = {e["task_id"] for e in rollouts.store.episodes(step=1)}
+    saved = [e["task_id"] for e in rollouts.store.episodes(step=1)]
     train_ids = {t.task.id for t in rollouts.opened.tasks if t.split == "train"}
-    assert len(saved) == 1 and saved != {"refuse-overdraft-fay"} and saved <= train_ids  # never a test task
+    # both groups are stored (the one replaced for want of signal too); the re-draw is another training task
+    assert saved[:2] == ["refuse-overdraft-fay"] * 2 and len(saved) == 4
+    assert saved[2] == saved[3] != "refuse-overdraft-fay" and saved[2] in train_ids  # never a test task
+    assert trainer._metrics["train"]["rollout/groups_drawn"] == [2.0]
     assert trainer._metrics["train"]["rollout/equal_after_resample"][0] in (0.0, 1.0)
+
+
+# ---------------------------------------------------------------- signal: one rule, dynamic sampling, curriculum
+
+
+def fake_episode(job, success: bool, termination: str = "user_stop"):
+    """An episode as the engine returns it, without a model: what the fake policy below 'played'."""
+    from muactl.episode.types import Episode
+
+    return Episode(job.task.task.id, job.trial, 0, [], termination, reward=float(success), breakdown={"success": success},
+                   interaction={"effective_turns": 1, "user_turns": 1, "first_correct_write": None})
+
+
+def fake_policy(rollouts, play):
+    """Replace the rollouts' episode engine with `play(job, k) -> Episode` (k: the job's place in its call):
+    a fake model whose outcomes the test controls. The batching, grouping, re-drawing and logging are real."""
+    calls = []
+
+    def run(*args):
+        jobs = args[-3]  # (jobs, agent, rollout config), before issue 25 also run_many in front
+        calls.append([j.task.task.id for j in jobs])
+        return [play(j, k) for k, j in enumerate(jobs)]
+
+    rollouts._run = run
+    return calls
+
+
+def on_templates(rollouts, spec: str, window: int = 4, known: int = 2):
+    """Rollouts whose prompts name the templates of `spec` (tasks=template:...), with a short pass-rate window."""
+    from muactl.train.grpo import Curriculum, prompt_names
+
+    rollouts.cfg.tasks = spec
+    g = rollouts.cfg.grpo
+    rollouts.curriculum = Curriculum(prompt_names(rollouts.cfg, rollouts.opened), g.band_low, g.band_high, window, known)
+
+
+def test_an_excluded_episode_does_not_make_an_equal_group_a_signal(tmp_path):
+    """Issue 25 1.4: rewards [1, 1, 1, user_error] carry no signal (the excluded one has no reward): the group is
+    counted as all-equal, and re-drawn. Before the fix the user_error's 0 made it look informative."""
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=1, group_size=4)
+    fake_policy(rollouts, lambda job, k: fake_episode(job, k < 3, "user_stop" if k < 3 else "user_error"))
+    trainer = FakeTrainer(lm.model)
+    out = rollouts([[{"role": "user", "content": "move-quin"}]] * 4, trainer)
+    assert out["episode_reward"] == [1.0, 1.0, 1.0, None]
+    assert trainer._metrics["train"]["rollout/all_equal_groups"] == [1.0]
+
+
+def test_has_signal_is_judged_on_scored_episodes_only():
+    from types import SimpleNamespace as NS
+
+    from muactl.train.grpo import has_signal
+
+    g = NS(reward="binary")
+
+    def ep(r, term="user_stop"):
+        return NS(reward=r, termination=term, counted=term not in ("infra_error", "user_error"))
+
+    assert not has_signal([ep(1.0), ep(1.0), ep(1.0), ep(0.0, "user_error")], g)
+    assert not has_signal([ep(0.0), ep(1.0, "infra_error")], g)
+    assert not has_signal([ep(1.0)], g)
+    assert has_signal([ep(1.0), ep(0.0), ep(0.0, "infra_error")], g)
+
+
+def test_an_all_equal_group_is_redrawn_on_a_fresh_template_and_the_curriculum_skips_it(tmp_path):
+    """Dynamic sampling: `move` is always solved by the fake policy (no signal), `balance` half the time. The
+    all-equal group is drawn again on another template, never on `move` again; once move's pass rate (1.0) is
+    known, the next step draws an in-band template in its place. Per-template pass rates are logged."""
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=3, group_size=2)
+    on_templates(rollouts, "template:move,balance,close")
+
+    def play(job, k):
+        template = job.task.task.origin.template
+        return fake_episode(job, template == "move" or (template == "balance" and k % 2 == 0))
+
+    calls = fake_policy(rollouts, play)
+    trainer = FakeTrainer(lm.model)
+    out = rollouts([[{"role": "user", "content": "template:move"}]] * 2, trainer)
+    templates = [[tid.rsplit("-", 1)[0] for tid in call] for call in calls]
+    assert templates[0] == ["move", "move"] and "move" not in templates[1]
+    assert len(set(calls[0])) == 1  # a group plays one instance ...
+    assert set(out["episode_reward"]) == {0.0, 1.0} or templates[1][0] == "close"
+    m = trainer._metrics["train"]
+    assert m["rollout/pass_rate/move"] == [1.0] and m["rollout/groups_drawn"][0] == len(calls)
+    assert m["rollout/all_equal_groups"] == [1.0]
+    # the next step: move is out of the band, so its prompt is played on another template from the start
+    trainer.state.global_step = 1
+    calls.clear()
+    rollouts([[{"role": "user", "content": "template:move"}]] * 2, trainer)
+    assert "move" not in calls[0][0]
+
+
+def test_instance_per_rollout_plays_each_rollout_on_its_own_instance(tmp_path):
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=1, group_size=4, instance_per_rollout=True)
+    on_templates(rollouts, "template:move")
+    calls = fake_policy(rollouts, lambda job, k: fake_episode(job, False))
+    rollouts([[{"role": "user", "content": "template:move"}]] * 4, FakeTrainer(lm.model))
+    assert len(set(calls[0])) == 4 and all(t.startswith("move-") for t in calls[0])
+
+
+def test_the_curriculum_replays_stored_episodes_as_it_recorded_them(tmp_path):
+    """A resumed run rebuilds the pass rates from the run store, so it draws what the uninterrupted run drew."""
+    from muactl.train.grpo import Curriculum
+
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=1, group_size=2)
+    on_templates(rollouts, "template:all")
+    fake_policy(rollouts, lambda job, k: fake_episode(job, k == 0))
+    trainer = FakeTrainer(lm.model)
+    for step in range(3):
+        trainer.state.global_step = step
+        rollouts([[{"role": "user", "content": "template:move"}]] * 2 + [[{"role": "user", "content": "template:close"}]] * 2,
+                 trainer)
+    live = rollouts.curriculum
+    again = Curriculum(live.names, live.low, live.high, live.window, live.known)
+    again.replay(rollouts.store.episodes(), until_step=3)
+    assert again.recent == live.recent and any(live.recent.values())
+    early = Curriculum(live.names, live.low, live.high, live.window, live.known)
+    early.replay(rollouts.store.episodes(), until_step=1)  # stored as step 1: the first call's episodes only
+    assert sum(len(v) for v in early.recent.values()) == 4
+
+
+# ---------------------------------------------------------------- wall-clock timeouts in training
+
+
+def test_a_wall_clock_timeout_in_training_is_excluded_and_counted(tmp_path):
+    """A rollout cut off by the wall clock says how loaded the machine is, not how good the policy is: infra_error
+    (no reward, not in the baseline), counted as rollout/timeouts. Eval keeps scoring it (termination timeout)."""
+    import asyncio
+
+    from muactl.episode.rollout import RolloutConfig, run_episode
+    from muactl.episode.user import ScriptedUser
+    from muactl.train.grpo import rollout_config
+
+    class Slow(ScriptedUser):  # a simulated user on a loaded machine
+        async def respond(self, ctx):
+            await asyncio.sleep(5)
+            return await super().respond(ctx)
+
+    rollouts, lm = make_rollouts(tmp_path, user_factory=Slow, draw_rounds=1)
+    rollouts.cfg.episode.timeout_s = 0.3
+    assert rollout_config(rollouts.cfg, 0).timeout_excluded
+    trainer = FakeTrainer(lm.model)
+    out = rollouts([[{"role": "user", "content": "move-quin"}]] * 2, trainer)
+    assert out["episode_reward"] == [None, None] and all(sum(m) == 0 for m in out["env_mask"])
+    assert trainer._metrics["train"]["rollout/timeouts"] == [2.0]
+    stored = rollouts.store.episodes(step=1)
+    assert {e["outcome"] for e in stored} == {"infra_error"} and all("wall-clock timeout" in e["error"] for e in stored)
+    # eval: the same episode is the agent's timeout, scored
+    from muactl.episode.agents.oracle import OracleAgent
+
+    ep = asyncio.run(run_episode(rollouts.opened.task("move-quin"), rollouts.opened.compiled, OracleAgent(), Slow(),
+                                 RolloutConfig(timeout_s=0.3)))
+    assert ep.termination == "timeout" and ep.counted and ep.timed_out
 
 
 # ---------------------------------------------------------------- real runs
 
 
 def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
-    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=2", "run_id=g1"])
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=2", "grpo.save_steps=1", "grpo.loss_type=dr_grpo",
+                            "grpo.beta=0.1", "grpo.warmup_ratio=0.5", "run_id=g1"])
     assert r.exit_code == 0, r.output
     run = in_tmp / "runs" / "g1"
     assert (run / "checkpoint-final" / "config.json").is_file()
+    import torch
+
+    # the settings reach TRL's trainer: the arguments it saved with its checkpoint
+    args = torch.load(run / "grpo" / "checkpoint-1" / "training_args.bin", weights_only=False)
+    assert (args.loss_type, args.beta, args.warmup_steps, args.temperature) == ("dr_grpo", 0.1, 0.5, 1.0)  # a share of the steps
     from muactl.runs.store import RunStore
 
     store = RunStore.open("g1")
     names = {row["name"] for row in store.db["metrics"].rows}
     assert {"reward", "rollout/success", "rollout/turns", "rollout/all_equal_groups", "time/generation_s",
-            "entropy", "rollout/effective_turns", "rollout/user_turns", "rollout/tool_errors"} <= names
+            "entropy", "kl", "rollout/effective_turns", "rollout/user_turns", "rollout/tool_errors", "rollout/groups_drawn",
+            "rollout/groups_with_signal", "rollout/timeouts", "rollout/draw_rounds"} <= names
+    assert any(n.startswith("rollout/pass_rate/") for n in names)  # 4 rollouts per task: a rate is known
     assert {e["step"] for e in store.episodes()} == {1, 2}
     assert list((run / "tensorboard" / "grpo").rglob("events.out.tfevents*"))
     r = runner.invoke(app, ["report", "g1"])
@@ -430,6 +594,9 @@ def test_heldout_set_draws_from_the_test_stream_and_logs_pass1(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [("grpo.eval_tasks=template:nope", "no template 'nope'"),
+                                               ("grpo.loss_type=bnpo", "grpo.loss_type must be one of grpo, dr_grpo, dapo"),
+                                               ("grpo.band_low=0.95", "grpo.band_low and grpo.band_high"),
+                                               ("grpo.draw_rounds=0", "grpo.draw_rounds must be >= 1"),
                                                ("grpo.eval_tasks=[template:nope]", "no template 'nope'"),
                                                ("grpo.eval_tasks=[no-such-task]", "no task 'no-such-task'"),
                                                ("grpo.eval_every=-1", "grpo.eval_every must be >= 0")])

@@ -125,3 +125,115 @@ def test_a_larger_heldout_grows_the_recorded_eval_run(tmp_path):
         after = dict(db.execute("SELECT task_id, id FROM episodes").fetchall())
     assert len(after) == 5 and {t: after[t] for t in ids} == ids  # the first two were not played again
     assert len(list((tmp_path / "runs").iterdir())) == 2  # the held-out run and the fixed test tasks' run
+
+
+# ---------------------------------------------------------------- --probe
+
+
+def _metrics_db(run: Path, rows) -> None:
+    run.mkdir(parents=True)
+    with sqlite3.connect(run / "runs.sqlite") as db:
+        db.execute("CREATE TABLE metrics (step INTEGER, name TEXT, value REAL)")
+        db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", rows)
+
+
+def test_probe_report_screens_trains_and_checks_the_mechanics(tmp_path):
+    rl = _module()
+    a = _args(seeds=[0, 1], band=[0.1, 0.9], probe_k=4, temperature=1.0, grpo_steps=10)
+    results = {"screen:0": {"move": [0, 4], "balance": [2, 4], "refuse": [4, 4]},
+               "screen:1": {"move": [1, 4], "balance": [1, 4], "refuse": [4, 4]}}
+    assert rl.probe_templates(results, [0, 1], [0.1, 0.9]) == ["balance", "move"]  # move pooled: 1/8
+    for s in (0, 1):
+        results[f"probe-sft:{s}"] = {"heldout": {f"i{k}": int(k < 4) for k in range(10)}}
+        results[f"probe-grpo:{s}"] = {"heldout": {f"i{k}": int(k < 8) for k in range(10)}}
+        rising = [(st, "rollout/success", 0.2 + 0.06 * st) for st in range(1, 11)]
+        _metrics_db(tmp_path / "runs" / f"probe-{s}", rising + [(st, "rollout/groups_with_signal", 1.0) for st in range(1, 11)])
+    text = rl.probe_report(results, a, tmp_path)
+    assert "| balance | 2/4 | 1/4 | yes |" in text and "| refuse | 4/4 | 4/4 | no |" in text
+    assert "last - first +0.300" in text and "a gain: the interval excludes 0" in text
+    assert "paired difference +0.400" in text
+    assert "mechanics: ok" in text
+    # a run whose groups never had signal and whose reward sits still: the mechanics are broken
+    (tmp_path / "runs" / "probe-1" / "runs.sqlite").unlink()
+    (tmp_path / "runs" / "probe-1").rmdir()
+    _metrics_db(tmp_path / "runs" / "probe-1", [(st, "rollout/success", 0.5) for st in range(1, 11)]
+                + [(st, "rollout/groups_with_signal", 0.0) for st in range(1, 11)])
+    text = rl.probe_report(results, a, tmp_path)
+    assert "mechanics: BROKEN: probe seed 1: no group with signal in 10 steps; probe seed 1: train reward never moved" in text
+
+
+def test_probe_with_nothing_in_the_band_trains_nothing(tmp_path):
+    rl = _module()
+    a = _args(seeds=[0], band=[0.1, 0.9], probe_k=2, temperature=1.0)
+    text = rl.probe_report({"screen:0": {"move": [0, 2], "refuse": [2, 2]}}, a, tmp_path)
+    assert "| move | 0/2 | no |" in text and "no template in the band: nothing was trained" in text
+
+
+class _ParityPolicy:
+    """A fake policy over the real one (tiny): the policy samples every turn as GRPO trains on it (tokens,
+    log-probs, env_mask), but what the episode does is fixed by the parity of its first sampled token: even,
+    the oracle's replies stand in for its text (the task is solved); odd, its own text (it is not). An untrained
+    tiny model solves such a template about half the time, and raising the even first tokens' probability,
+    which GRPO's update can do, raises the train reward: a controllable setting for the probe's mechanics,
+    since the tiny model cannot solve a real template by itself."""
+
+    @staticmethod
+    def wrap(base):
+        from muactl.episode.agents.oracle import OracleAgent
+
+        class Parity(base):
+            async def act(self, ctx):
+                own = await super().act(ctx)
+                if "parity" not in ctx.state:
+                    ctx.state["parity"] = ctx.trace.ids[ctx.trace.prompt_len] % 2 == 0
+                if not ctx.state["parity"]:
+                    return own
+                ctx.state.setdefault("oracle_agent", OracleAgent())
+                return await ctx.state["oracle_agent"].act(ctx)
+
+        return Parity
+
+
+@pytest.mark.slow
+def test_probe_mechanics_hold_on_a_template_the_policy_solves_half_the_time(in_tmp, monkeypatch):
+    """GRPO as the probe runs it (template groups, dynamic sampling, curriculum in its default band) with the fake
+    parity policy above on `balance`: some group has signal, the train reward is logged at every step and moves;
+    the probe's mechanics check and train windows read the run. Breaks if the signal or its logging does."""
+    from typer.testing import CliRunner
+
+    import muactl.episode.agents.local as local
+    from muactl.cli import app
+
+    rl = _module()
+    monkeypatch.setattr(local, "HFAgent", _ParityPolicy.wrap(local.HFAgent))
+    r = CliRunner().invoke(app, ["train", "grpo", "domain=bank", "run_id=probe-0", "tasks=template:balance", "db=random",
+                                 "grpo.steps=8", "grpo.group_size=4", "grpo.tasks_per_step=1", "grpo.max_turns=8",
+                                 "grpo.max_new_tokens=4", "grpo.lr=3e-3", "grpo.save_steps=100"])
+    assert r.exit_code == 0, r.output
+    runs = rl.grpo_metrics(in_tmp, [0], arms=("probe",))
+    by = runs[("probe", 0)]
+    print({st: round(v, 2) for st, v in sorted(by["rollout/success"].items())})
+    assert rl.mechanics(runs) == []
+    assert sorted(by["rollout/success"]) == list(range(1, 9))
+    assert 0 < sum(by["rollout/success"].values()) / 8 < 1  # solved about half the time, not never or always
+    assert "rollout/pass_rate/balance" in by
+    first, last = rl.train_windows(by)
+    assert len(first) == len(last) == 4
+
+
+@pytest.mark.slow
+def test_probe_runs_end_to_end_on_tiny(tmp_path):
+    """--probe on tiny, real parts throughout (SFT, the screening eval, GRPO, held-out evals): the band 0-1 takes
+    every template, so GRPO runs, and every part of the report is printed (tiny solves next to nothing, so what
+    its mechanics line says is not asserted here: the parity test above checks that the mechanics hold)."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--probe", "--model", "tiny", "--seeds", "0",
+                          "--probe-k", "1", "--band", "0", "1", "--heldout", "2", "--sft-instances", "4", "--grpo-steps", "2",
+                          "--group-size", "2", "--tasks-per-step", "1", "--max-turns", "3", "--max-new-tokens", "8",
+                          "--grpo-extra", "grpo.draw_rounds=1", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "rl_gain --probe: tiny on bank" in out.stdout and "| in band |" in out.stdout
+    assert "train success (sampled)" in out.stdout and "held out (2 test-stream instances" in out.stdout
+    assert "mechanics: " in out.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["probe"]["templates"] and "probe-grpo:0" in results and (tmp_path / "probe.md").is_file()

@@ -66,6 +66,10 @@ def train(
         check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
     if stage is None and "synth" in cfg.stages:
         check_backend(str(cfg.synth.agent), None, "synth.agent")
+    if stage == "grpo" or (stage is None and "grpo" in cfg.stages):
+        from ..train.grpo import check_settings
+
+        check_settings(cfg)  # a bad grpo.* value: no run folder
     if (stage == "grpo" or (stage is None and "grpo" in cfg.stages)) and cfg.grpo.eval_every:
         from ..domain.open import open_domain
         from ..train.heldout import heldout_tasks

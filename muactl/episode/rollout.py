@@ -25,7 +25,7 @@ from ..env.sandbox import Environment, new_env
 from ..errors import AgentError, GoldReplayFailed, InfraError, MuactlError, UserError
 from ..spec.models import call_parts
 from .agents.base import Agent
-from .types import Episode, EpisodeContext, TokenTrace
+from .types import TIMED_OUT, Episode, EpisodeContext, TokenTrace
 
 if TYPE_CHECKING:
     from ..compile import CompiledDomain
@@ -42,6 +42,9 @@ class RolloutConfig:
     opening: str | None = None  # "agent" (the domain's greeting) or "user"; None: greeting if the domain has one
     seed: int = 0
     track_progress: bool = False  # record each write's distance to the gold end state (turn-level shaping)
+    # the wall clock measures the machine as much as the agent: in training (GRPO) a timeout is infra_error,
+    # excluded from the group baseline, and episodes are bounded by turns and tokens; eval scores it (timeout)
+    timeout_excluded: bool = False
 
 
 def episode_seed(run_seed: int, task_id: str, trial: int) -> int:
@@ -160,7 +163,10 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     try:
         ep.termination = await asyncio.wait_for(loop(), timeout=cfg.timeout_s)
     except asyncio.TimeoutError:
-        ep.termination = "timeout"
+        if cfg.timeout_excluded:
+            ep.termination, ep.error = "infra_error", f"{TIMED_OUT} ({cfg.timeout_s:g} s)"
+        else:
+            ep.termination = "timeout"
     except InfraError as e:
         ep.termination, ep.error = "infra_error", str(e)
     except UserError as e:

@@ -20,6 +20,7 @@ TERMINATIONS = ("user_stop", "transfer", "user_transfer", "out_of_scope", "max_t
 # GRPO's baselines, are reported on their own, and are run again by --resume.
 EXCLUDED = ("infra_error", "user_error")
 OUTCOMES = ("success", "failure", *EXCLUDED)
+TIMED_OUT = "wall-clock timeout"  # the error of an episode whose timeout was excluded (RolloutConfig.timeout_excluded)
 
 
 def outcome_of(termination: str, success: bool) -> str:
@@ -88,6 +89,11 @@ class Episode:
     def counted(self) -> bool:
         """Excluded episodes (infra_error, user_error) say nothing about the agent: not in pass^k."""
         return self.termination not in EXCLUDED
+
+    @property
+    def timed_out(self) -> bool:
+        """Ended by the wall clock: scored (`timeout`, eval) or excluded (training)."""
+        return self.termination == "timeout" or (self.termination == "infra_error" and (self.error or "").startswith(TIMED_OUT))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -26,8 +26,16 @@ Rewards:
 Departures from the paper: advantages are per sequence (TRL), so turn credit acts through the
 trajectory score rather than per-token advantages. Excluded episodes (infra_error, user_error) get reward None
 (TRL drops them from the group baseline, their advantage is 0) and an all-zero env_mask.
-Groups whose rewards are all equal carry no signal; they are counted, and with `resample_equal_groups`
-(the default) re-run once on another training task (`Rollouts._other_jobs`).
+A wall-clock timeout in a rollout is infra_error too (the machine's speed, not the policy's doing): episodes are
+bounded by grpo.max_turns and grpo.max_new_tokens per turn; timeouts are counted per step (rollout/timeouts).
+
+Signal (DAPO's dynamic sampling with a curriculum, `Rollouts._draw`): a group whose scored rewards are all
+equal carries no gradient (`has_signal`, the one rule). Each step draws one group per prompt, then re-draws
+every group without signal on another template (or training task) for up to grpo.draw_rounds rounds. Pass
+rates per template over recent rollouts (`Curriculum`) steer what is drawn: a template whose rate is outside
+[grpo.band_low, grpo.band_high] is replaced by one inside (or not yet measured) while there is one. Logged per
+step: groups drawn, groups with signal, each template's pass rate, timeouts; TRL's `entropy` is the mean
+per-token entropy of the policy's tokens from the update's forward pass (on the weights that sampled them).
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ import asyncio
 import math
 import os
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,137 +66,260 @@ class Rollouts:
         # rollout calls so far in the current step: seeds derive from (step, call), so a run resumed from a
         # checkpoint draws what the uninterrupted run drew
         self.step, self.calls = None, 0
+        g = cfg.grpo
+        self.curriculum = Curriculum(prompt_names(cfg, opened), g.band_low, g.band_high, window=2 * g.group_size,
+                                     known=g.group_size)
         self.judge = None
-        if cfg.grpo.judge:
+        if g.judge:
             from .recipes import api_options
             from ..episode.judge import Judge
 
-            self.judge = Judge(cfg.grpo.judge, api_base=cfg.grpo.judge_api_base, **api_options(cfg))
+            self.judge = Judge(g.judge, api_base=g.judge_api_base, **api_options(cfg))
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..episode.agents.local import HFAgent
         from ..models.generation import LocalLM
-        from ..episode.rollout import Job, run_many
 
         g = self.cfg.grpo
         t0 = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
         lm = LocalLM.from_model(model, self.tokenizer)
         lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # sample as the update computes: bf16 matmuls
-        task_ids = [_task_id(p) for p in prompts]
         step = trainer.state.global_step
         if step != self.step:
+            if self.step is None:  # a fresh or resumed run: the pass rates are those of the episodes stored so far
+                self.curriculum.replay(self.store.episodes(), until_step=step)
             self.step, self.calls = step, 0
-        rcfg = rollout_config(self.cfg, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls)
-        self.calls += 1
-        jobs = self._jobs(task_ids, step, Job)
-        agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens, max_batch=len(jobs))
+        self.store.forget_step(step + 1)  # left over from a run killed before this step's checkpoint
+        agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens,
+                        max_batch=len(prompts))
         was_training = model.training
         model.eval()
         try:
-            episodes = self._run(run_many, jobs, agent, rcfg)
-            groups = _groups(episodes, g.group_size)
-            equal = [i for i, grp in enumerate(groups) if _all_equal(grp)]
-            still_equal = len(equal)
-            if g.resample_equal_groups and equal:
-                redo = self._other_jobs([task_ids[i * g.group_size] for i in equal], set(task_ids), step, Job)
-                rcfg.seed += 7919
-                again = self._run(run_many, redo, agent, rcfg)
-                for k, i in enumerate(equal):
-                    groups[i] = again[k * g.group_size:(k + 1) * g.group_size]
-                episodes = [e for grp in groups for e in grp]
-                still_equal = sum(_all_equal(groups[i]) for i in equal)
+            drawing = self._draw([_task_id(p) for p in prompts[::g.group_size]], step, agent)
         finally:
             if was_training:
                 model.train()
         gen_s = time.perf_counter() - t0
-        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "episode_reward": []}
-        for ep in episodes:
-            tr = ep.trace
-            if tr is None or not tr.prompt_len:  # the policy never generated (setup failure): nothing to learn
-                ids, mask, lps, plen = (tr.ids if tr else [self.tokenizer.eos_token_id]), None, None, None
-            else:
-                ids, mask, lps, plen = tr.ids, tr.mask, tr.logprobs, tr.prompt_len
-            if plen is None:
-                out["prompt_ids"].append(list(ids))
-                out["completion_ids"].append([self.tokenizer.eos_token_id])
-                out["logprobs"].append([0.0])
-                out["env_mask"].append([0])
-            else:
-                out["prompt_ids"].append(list(ids[:plen]))
-                out["completion_ids"].append(list(ids[plen:]))
-                out["logprobs"].append(list(lps[plen:]))
-                out["env_mask"].append(list(mask[plen:]) if ep.counted else [0] * (len(ids) - plen))
-            out["episode_reward"].append(episode_reward(ep, g))
-        self.store.forget_step(step + 1)  # left over from a run killed before this step's checkpoint
-        for ep in episodes:
+        episodes = [e for grp in drawing.groups for e in grp]
+        out = self._batch(episodes)
+        for ep in drawing.drawn:  # every episode played, the groups replaced for want of signal too
             self.store.save_episode(ep, step=step + 1, keep_trace=False)
-        counted = [e for e in episodes if e.counted]
-        calls = sum(e.tool_calls for e in counted)
-        metrics = {
-            "rollout/success": sum(e.reward for e in counted) / max(1, len(counted)),
-            "rollout/turns": sum(e.turns for e in counted) / max(1, len(counted)),
-            "rollout/tool_errors": sum(e.tool_errors for e in counted) / max(1, len(counted)),
-            "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
-            **interaction_figures(counted),
-            "rollout/all_equal_groups": float(len(equal)),
-            "rollout/all_equal_share": len(equal) / max(1, len(groups)),  # before resampling: what the task mix gives
-            "rollout/equal_after_resample": float(still_equal),
-            "rollout/infra_errors": float(sum(e.termination == "infra_error" for e in episodes)),
-            "rollout/user_errors": float(sum(e.termination == "user_error" for e in episodes)),
-            "rollout/policy_tokens": sum(sum(m) for m in out["env_mask"]) / max(1, len(episodes)),
-            "rollout/sequence_tokens": sum(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])) / max(1, len(episodes)),
-            "time/generation_s": gen_s,
-        }
+        metrics = {**step_figures(episodes, out), **drawing.figures(g), **self.curriculum.figures(),
+                   "rollout/timeouts": float(sum(e.timed_out for e in drawing.drawn)), "time/generation_s": gen_s}
         for k, v in metrics.items():  # TRL logs these with its own (reward, kl, entropy ...)
             trainer._metrics["train"][k].append(v)
         return out
 
-    def _jobs(self, task_ids: list[str], step: int, Job) -> list:
-        """One job per prompt. A `template:<id>` prompt gets a fresh instance per group (TRL puts a group's
-        prompts next to each other), drawn from the train seed stream at a place fixed by step and call."""
+    def _draw(self, names: list[str], step: int, agent) -> Drawing:
+        """DAPO's dynamic sampling over the curriculum: one group per name (a template or a training task), the
+        names out of the pass-rate band replaced first; then, up to grpo.draw_rounds rounds, every group without
+        signal is drawn again on another name (a fresh template, not the same one) until each has signal."""
+        import random
+
+        g = self.cfg.grpo
+        size = g.group_size
+        rng = random.Random(self.cfg.seed * 7919 + step * 31)
+        used: set[str] = set()
+        names = [self.curriculum.choose(n, used, rng) for n in names]
+        drawing = Drawing(groups=[[] for _ in names])
+        pending = list(range(len(names)))
+        for round_ in range(max(1, g.draw_rounds)):
+            if round_:
+                names = [self.curriculum.other(n, used, rng) if i in pending else n for i, n in enumerate(names)]
+            rcfg = rollout_config(self.cfg, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls)
+            jobs = self._jobs([names[i] for i in pending for _ in range(size)], step)
+            played = self._run(jobs, agent, rcfg)
+            for k, i in enumerate(pending):
+                drawing.groups[i] = played[k * size:(k + 1) * size]
+                self.curriculum.record(names[i], drawing.groups[i])
+            drawing.drawn += played
+            drawing.rounds += 1
+            pending = [i for i in pending if not has_signal(drawing.groups[i], g)]
+            if round_ == 0:
+                drawing.first_equal = len(pending)
+            if not pending:
+                break
+        drawing.still_equal = len(pending)
+        return drawing
+
+    def _batch(self, episodes: list) -> dict[str, list]:
+        """TRL's rollout_func output for the episodes, in order."""
+        g = self.cfg.grpo
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "episode_reward": []}
+        for ep in episodes:
+            tr = ep.trace
+            if tr is None or not tr.prompt_len:  # the policy never generated (setup failure): nothing to learn
+                out["prompt_ids"].append(list(tr.ids if tr and tr.ids else [self.tokenizer.eos_token_id]))
+                out["completion_ids"].append([self.tokenizer.eos_token_id])
+                out["logprobs"].append([0.0])
+                out["env_mask"].append([0])
+            else:
+                ids, plen = tr.ids, tr.prompt_len
+                out["prompt_ids"].append(list(ids[:plen]))
+                out["completion_ids"].append(list(ids[plen:]))
+                out["logprobs"].append(list(tr.logprobs[plen:]))
+                out["env_mask"].append(list(tr.mask[plen:]) if ep.counted else [0] * (len(ids) - plen))
+            out["episode_reward"].append(episode_reward(ep, g))
+        return out
+
+    def _jobs(self, names: list[str], step: int) -> list:
+        """One job per name. A `template:<id>` name gets a fresh instance per group (a group's names are next to
+        each other), or per rollout with grpo.instance_per_rollout, drawn from the train seed stream at a place
+        fixed by step and call."""
+        from ..episode.rollout import Job
         from ..domain.task_templates import domain_for, draw, select_templates, stream_seed
 
-        size = self.cfg.grpo.group_size
+        g = self.cfg.grpo
         db = getattr(self.cfg, "db", "fixed")
+        call = self.calls
+        self.calls += 1  # the next call (a re-draw) draws at a new place in the seed stream
         jobs, current = [], None
-        for i, tid in enumerate(task_ids):
-            if not tid.startswith("template:"):
-                t = self.tasks[tid]
+        for i, name in enumerate(names):
+            if not name.startswith("template:"):
+                t = self.tasks[name]
                 jobs.append(Job(t, trial=i, domain=domain_for(self.opened, t)))
                 continue
-            if i % size == 0 or current is None:
-                base = step * 100_000 + (self.calls % 100) * 1000 + (i // size) * 10
+            if i % g.group_size == 0 or g.instance_per_rollout or current is None:
+                base = step * 1_000_000 + (call % 100) * 10_000 + i * 10
 
                 def seed_of(j: int, base=base) -> tuple[int, int | None]:
                     s = stream_seed("train", self.cfg.seed, base + j)
                     return s, (s if db == "random" else None)
 
-                drawn = draw(self.opened, select_templates(self.opened, tid), 1, seed_of, "train", max_tries=10)
+                drawn = draw(self.opened, select_templates(self.opened, name), 1, seed_of, "train", max_tries=10)
                 if not drawn.tasks:
-                    raise RuntimeError(f"no instance of {tid} could be drawn: {drawn.dropped[-1][3]}")
+                    raise RuntimeError(f"no instance of {name} could be drawn: {drawn.dropped[-1][3]}")
                 current = drawn.tasks[0]
             jobs.append(Job(current, trial=i, domain=domain_for(self.opened, current)))
         return jobs
 
-    def _other_jobs(self, task_ids: list[str], used: set[str], step: int, Job) -> list:
-        """Replacements for groups without signal (all rewards equal): a task the model always solves or
-        always fails teaches nothing, so each such group is re-run once on another training task not in
-        this step (a template group on a fresh instance of its template), DAPO's dynamic sampling, simplified."""
-        import random
+    def _run(self, jobs, agent, rcfg):
+        from ..episode.rollout import run_many
 
-        size = self.cfg.grpo.group_size
-        pool = sorted({t.task.id for t in _training_tasks(self.opened, self.cfg.synth.tasks)} - used)
-        random.Random(self.cfg.seed * 7919 + step * 31 + self.calls).shuffle(pool)
-        self.calls += 1  # template groups draw at a new place in the seed stream
-        chosen = []
-        for tid in task_ids:
-            chosen.append(tid if tid.startswith("template:") or not pool else pool.pop())
-        return self._jobs([tid for tid in chosen for _ in range(size)], step, Job)
-
-    def _run(self, run_many, jobs, agent, rcfg):
         return asyncio.run(run_many(jobs, self.opened.compiled, agent, self.make_user, rcfg, concurrency=len(jobs),
                                     judge=self.judge))
+
+
+@dataclass
+class Drawing:
+    """What one step's dynamic sampling drew: the groups it hands TRL (in order), every episode played."""
+
+    groups: list[list]
+    drawn: list = field(default_factory=list)
+    rounds: int = 0
+    first_equal: int = 0  # groups without signal as first drawn: what the task mix gives
+    still_equal: int = 0  # ... in the update
+
+    def figures(self, g) -> dict[str, float]:
+        n = max(1, len(self.groups))
+        return {"rollout/groups_drawn": len(self.drawn) / g.group_size,
+                "rollout/groups_with_signal": float(len(self.groups) - self.still_equal),
+                "rollout/draw_rounds": float(self.rounds),
+                "rollout/all_equal_groups": float(self.first_equal),
+                "rollout/all_equal_share": self.first_equal / n,
+                "rollout/equal_after_resample": float(self.still_equal)}
+
+
+class Curriculum:
+    """Pass rates per template (or training task) over its last `window` scored rollouts, and the choice of what
+    to draw: names whose rate is in [low, high] or not yet known (fewer than `known` scored rollouts) first.
+    Rebuilt from the run's stored episodes on resume, so a resumed run draws what the uninterrupted one drew."""
+
+    def __init__(self, names: list[str], low: float, high: float, window: int, known: int):
+        self.names, self.low, self.high, self.window, self.known = sorted(names), low, high, max(1, window), known
+        self.recent: dict[str, deque] = {n: deque(maxlen=self.window) for n in self.names}
+
+    def record(self, name: str, episodes: list) -> None:
+        for ep in episodes:
+            if ep.counted:
+                self.recent.setdefault(name, deque(maxlen=self.window)).append(float(ep.outcome == "success"))
+
+    def replay(self, stored: list[dict], until_step: int) -> None:
+        """Record the stored episodes of steps up to `until_step` (RunStore.episodes rows, in the order saved)."""
+        prefixes = sorted(((n.removeprefix("template:") + "-", n) for n in self.names if n.startswith("template:")),
+                          key=lambda p: -len(p[0]))
+        for row in stored:
+            if row["step"] > until_step or row["outcome"] not in ("success", "failure"):
+                continue
+            tid = row["task_id"]
+            name = tid if tid in self.recent else next((n for p, n in prefixes if tid.startswith(p)), None)
+            if name is not None:
+                self.recent[name].append(float(row["outcome"] == "success"))
+
+    def rate(self, name: str) -> float | None:
+        r = self.recent.get(name)
+        return sum(r) / len(r) if r and len(r) >= self.known else None
+
+    def in_band(self, name: str) -> bool:
+        rate = self.rate(name)
+        return rate is None or self.low <= rate <= self.high
+
+    def choose(self, name: str, used: set[str], rng) -> str:
+        """`name` if it is in the band, else another name in the band (one not yet drawn this step first), else `name`."""
+        if self.in_band(name):
+            used.add(name)
+            return name
+        return self.other(name, used, rng, outside_band=False)
+
+    def other(self, name: str, used: set[str], rng, outside_band: bool = True) -> str:
+        """A name other than `name`: in the band and not drawn this step, else in the band; with `outside_band`
+        (a re-draw) then one not drawn this step, else any; `name` when there is no other."""
+        pool = [n for n in self.names if n != name]
+        rng.shuffle(pool)
+        tiers = [lambda n: self.in_band(n) and n not in used, self.in_band]
+        if outside_band:
+            tiers += [lambda n: n not in used, lambda n: True]
+        for ok in tiers:
+            picked = next((n for n in pool if ok(n)), None)
+            if picked is not None:
+                used.add(picked)
+                return picked
+        used.add(name)
+        return name
+
+    def figures(self) -> dict[str, float]:
+        out = {}
+        for name in self.names:
+            rate = self.rate(name)
+            if rate is not None:
+                out[f"rollout/pass_rate/{name.removeprefix('template:')}"] = rate
+        return out
+
+
+def has_signal(group: list, g) -> bool:
+    """A group carries a gradient only if the rewards TRL sees differ among its scored episodes: the one rule for
+    a group's signal. Excluded episodes (Episode.counted false: infra_error, user_error, a training timeout)
+    have no reward, so [1, 1, 1, excluded] has none."""
+    return len({episode_reward(e, g) for e in group if e.counted}) > 1
+
+
+def step_figures(episodes: list, out: dict[str, list]) -> dict[str, float]:
+    """The per-step rollout figures of the episodes in the update (TRL averages them over logging steps)."""
+    counted = [e for e in episodes if e.counted]
+    n = max(1, len(counted))
+    calls = sum(e.tool_calls for e in counted)
+    return {
+        "rollout/success": sum(e.reward for e in counted) / n,
+        "rollout/turns": sum(e.turns for e in counted) / n,
+        "rollout/tool_errors": sum(e.tool_errors for e in counted) / n,
+        "rollout/tool_error_rate": sum(e.tool_errors for e in counted) / calls if calls else 0.0,
+        **interaction_figures(counted),
+        "rollout/infra_errors": float(sum(e.termination == "infra_error" for e in episodes)),
+        "rollout/user_errors": float(sum(e.termination == "user_error" for e in episodes)),
+        "rollout/policy_tokens": sum(sum(m) for m in out["env_mask"]) / max(1, len(episodes)),
+        "rollout/sequence_tokens": sum(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])) / max(1, len(episodes)),
+    }
+
+
+def prompt_names(cfg, opened) -> list[str]:
+    """What GRPO's prompts name: `template:<id>` per selected template (an instance is drawn per group), or the
+    training tasks' ids."""
+    from ..domain.task_templates import is_template_spec, select_templates
+
+    if is_template_spec(cfg.tasks):
+        return [f"template:{ts.id}" for ts in select_templates(opened, cfg.tasks)]
+    return [t.task.id for t in _training_tasks(opened, cfg.synth.tasks)]
 
 
 def rollout_config(cfg, seed: int):
@@ -195,7 +328,7 @@ def rollout_config(cfg, seed: int):
 
     e = cfg.episode
     return RolloutConfig(max_turns=cfg.grpo.max_turns, max_tool_errors=e.max_tool_errors, timeout_s=e.timeout_s,
-                         opening=e.opening, seed=seed, track_progress=cfg.grpo.reward == "userrl")
+                         opening=e.opening, seed=seed, track_progress=cfg.grpo.reward == "userrl", timeout_excluded=True)
 
 
 def user_factory(cfg):
@@ -225,6 +358,56 @@ def interaction_figures(episodes: list) -> dict[str, float]:
     return out
 
 
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
+
+
+def trainer_args(cfg, out_dir: Path, cuda: bool, bf16: bool):
+    """TRL's GRPOConfig from the grpo.* settings. grpo.loss_type says how the token losses of a batch add up:
+    grpo (the default) averages each episode over its policy tokens, then over episodes, so a long failure and a
+    short success weigh alike; dapo sums over every policy token of the batch (an episode weighs by its length:
+    in a refusal group the long tool-calling failures outweighed the short successes about 5:1, issue 26);
+    dr_grpo sums and divides by a constant (max_completion_length x episodes)."""
+    from trl import GRPOConfig
+
+    from ..models.precision import gradient_checkpointing
+
+    g = cfg.grpo
+    batch = g.group_size * g.tasks_per_step
+    return GRPOConfig(
+        # transformers reads a warmup_steps below 1 as a share of the steps
+        output_dir=str(out_dir), max_steps=g.steps, learning_rate=g.lr, warmup_steps=g.warmup_ratio, beta=g.beta,
+        epsilon=g.epsilon, temperature=g.temperature, num_generations=g.group_size, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=g.grad_accum, generation_batch_size=batch * g.grad_accum,
+        max_completion_length=g.max_turns * (g.max_new_tokens + 256), logging_steps=1, save_steps=g.save_steps,
+        save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed, report_to=["tensorboard"], use_cpu=not cuda,
+        bf16=bf16, gradient_checkpointing=gradient_checkpointing(cfg.model.gradient_checkpointing, "grpo"),
+        loss_type=g.loss_type, scale_rewards="group", log_completions=False,
+        disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", shuffle_dataset=True,
+    )
+
+
+def check_settings(cfg) -> None:
+    """The grpo.* values TRL or the sampler would reject late, as a UsageError naming the key."""
+    from ..errors import UsageError
+
+    g = cfg.grpo
+    problems = []
+    if g.loss_type not in LOSS_TYPES:
+        problems.append(f"grpo.loss_type must be one of {', '.join(LOSS_TYPES)}, not '{g.loss_type}'")
+    if not 0 <= g.band_low <= g.band_high <= 1:
+        problems.append(f"grpo.band_low and grpo.band_high must satisfy 0 <= low <= high <= 1, not {g.band_low} and {g.band_high}")
+    if g.draw_rounds < 1:
+        problems.append(f"grpo.draw_rounds must be >= 1 (1: no re-draw), not {g.draw_rounds}")
+    if not 0 <= g.warmup_ratio < 1:
+        problems.append(f"grpo.warmup_ratio must be in [0, 1), not {g.warmup_ratio}")
+    if g.beta < 0:
+        problems.append(f"grpo.beta must be >= 0, not {g.beta}")
+    if g.temperature <= 0:
+        problems.append(f"grpo.temperature must be > 0 (GRPO samples), not {g.temperature}")
+    if problems:
+        raise UsageError("; ".join(problems))
+
+
 def _training_tasks(opened, synth_tasks) -> list:
     """The task files GRPO draws from: the split the synth stage used (train unless it named another),
     else every task outside the test split. Never the test split by accident."""
@@ -245,14 +428,6 @@ def _task_id(prompt: Any) -> str:
     return str(prompt)
 
 
-def _all_equal(group: list) -> bool:
-    return len({e.reward for e in group if e.termination != "infra_error"}) <= 1
-
-
-def _groups(episodes: list, size: int) -> list[list]:
-    return [episodes[i:i + size] for i in range(0, len(episodes), size)]
-
-
 def reward_from_episode(prompts, completions, episode_reward, **kwargs) -> list[float | None]:
     """TRL reward function: the rollout already scored each episode."""
     return list(episode_reward)
@@ -266,7 +441,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from ..models.folder import load_tokenizer
-    from ..models.precision import gradient_checkpointing, import_torch, precision_note, training_precision
+    from ..models.precision import import_torch, precision_note, training_precision
     from ..models.registry import resolve
     from ..domain.open import open_domain
 
@@ -276,18 +451,13 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     datasets.disable_progress_bars()  # one-off map/filter bars of a few ms each only clutter the log
     from transformers import AutoModelForCausalLM, TrainerCallback
-    from trl import GRPOConfig
 
     from .policy_tokens import PolicyTokenGRPOTrainer
 
     g = cfg.grpo
+    check_settings(cfg)
     opened = open_domain(cfg.domain, trust=cfg.trust)
-    from ..domain.task_templates import is_template_spec, select_templates
-
-    if is_template_spec(cfg.tasks):  # prompts name templates; Rollouts draws an instance per group
-        names = [f"template:{ts.id}" for ts in select_templates(opened, cfg.tasks)]
-    else:
-        names = [t.task.id for t in _training_tasks(opened, cfg.synth.tasks)]
+    names = prompt_names(cfg, opened)
     path = resolve(str(model_path), opened.compiled)
     tokenizer = load_tokenizer(path)
     cuda = torch.cuda.is_available()
@@ -295,18 +465,8 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     log(f"grpo: {precision_note(cfg.model.dtype)}")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": name}]} for name in names])
-    out_dir = store.path / "grpo"
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "grpo")
-    batch = g.group_size * g.tasks_per_step
-    args = GRPOConfig(
-        output_dir=str(out_dir), max_steps=g.steps, learning_rate=g.lr, beta=g.beta, epsilon=g.epsilon,
-        temperature=g.temperature, num_generations=g.group_size, per_device_train_batch_size=batch,
-        gradient_accumulation_steps=g.grad_accum, generation_batch_size=batch * g.grad_accum,
-        max_completion_length=g.max_turns * (g.max_new_tokens + 256), logging_steps=1, save_steps=g.save_steps,
-        save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed, report_to=["tensorboard"], use_cpu=not cuda,
-        bf16=bf16, gradient_checkpointing=gradient_checkpointing(cfg.model.gradient_checkpointing, "grpo"), loss_type="dapo", scale_rewards="group", log_completions=False,
-        disable_tqdm=os.environ.get("MUACTL_NO_PROGRESS") == "1", shuffle_dataset=True,
-    )
+    args = trainer_args(cfg, store.path / "grpo", cuda=cuda, bf16=bf16)
     rollouts = Rollouts(cfg, opened, store, tokenizer, user_factory(cfg), log)
     heldout = HeldOut(cfg, opened, store, tokenizer, user_factory(cfg), rollouts.judge, log) if g.eval_every else None
     peft_config = None
@@ -338,7 +498,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
                                      callbacks=[ToRunStore(), card_on_save(tokenizer)] + ([HeldOutEvery()] if heldout else []))
 
     final = final or store.path / "checkpoint-final"
-    result, seconds = train_and_save(trainer, tokenizer, out_dir, final, g.lora, True, log, "grpo")
+    result, seconds = train_and_save(trainer, tokenizer, store.path / "grpo", final, g.lora, True, log, "grpo")
     stats = {"steps": result.global_step, "seconds": round(seconds, 1), "train_loss": result.training_loss}
     log(f"grpo: {stats}")
     return final, stats

@@ -38,6 +38,7 @@ class HeldOut:
         lim = cfg.episode
         rcfg = RolloutConfig(max_turns=cfg.eval.max_turns, max_tool_errors=lim.max_tool_errors, timeout_s=lim.timeout_s,
                              opening=lim.opening, seed=cfg.seed)  # the same users' draws at every step
+        # an evaluation: a wall-clock timeout is scored (`timeout`), as in muactl eval, not excluded as in the rollouts
         jobs = [Job(t, trial=0, domain=d) for t, d in self.tasks]
         was_training = model.training
         model.eval()
