@@ -127,14 +127,14 @@ class Watchdog:
     entry."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._open: dict[int, SqlBudget] = {}
+        self._cond = threading.Condition(threading.Lock())
+        self._open: set[SqlBudget] = set()
         self._wake_at: float | None = None  # when the thread wakes next; None: not running or idle
         self._thread: threading.Thread | None = None
 
     def watch(self, budget: SqlBudget) -> None:
         with self._cond:
-            self._open[id(budget)] = budget
+            self._open.add(budget)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="muactl-sql-watchdog", daemon=True)
                 self._thread.start()
@@ -143,20 +143,20 @@ class Watchdog:
 
     def unwatch(self, budget: SqlBudget) -> None:
         with self._cond:
-            self._open.pop(id(budget), None)
+            self._open.discard(budget)
 
     def _run(self) -> None:
         with self._cond:
             while True:
                 now = time.monotonic()
-                late = [b for b in self._open.values() if b.deadline <= now]
+                late = [b for b in self._open if b.deadline <= now]
                 for budget in late:
                     budget.late = True
                     try:
                         budget.conn.interrupt()
                     except sqlite3.ProgrammingError:  # closed under a running call; it fails on its own
                         pass
-                soonest = min((b.deadline for b in self._open.values() if b.deadline > now), default=None)
+                soonest = min((b.deadline for b in self._open if b.deadline > now), default=None)
                 if late:
                     soonest = min(now + SQL_REINTERRUPT_SECONDS, soonest or float("inf"))
                 self._wake_at = soonest
