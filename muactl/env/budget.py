@@ -25,13 +25,15 @@ How muactl uses it (and how other code should):
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..limits import DEFAULT_SQL_STEPS, MAX_SQL_STEPS, SQL_CHECK_EVERY, SQL_LIMITS, SQL_REINTERRUPT_SECONDS, sql_seconds
+from ..limits import DEFAULT_SQL_STEPS, MAX_SQL_STEPS, MAX_SQL_VALUE_BYTES, SQL_CHECK_EVERY, SQL_LIMITS, SQL_REINTERRUPT_SECONDS, sql_seconds
 
 
 STOPPED = "stopped: the episode was stopped (it ran out of time)"
@@ -59,8 +61,9 @@ class SqlBudget:
         self.deadline = 0.0  # time.monotonic() past which the open budget is spent
         self.exceeded = self.late = False
         self.stop = stop or threading.Event()
-        for limit, value in SQL_LIMITS.items():
-            conn.setlimit(getattr(sqlite3, limit), value)
+        cap_limits(conn)
+        for name in ("printf", "format"):
+            conn.create_function(name, -1, BoundedPrintf(), deterministic=True)
         conn.set_progress_handler(self._tick, SQL_CHECK_EVERY)
 
     @property
@@ -119,6 +122,72 @@ class SqlBudget:
             raise SqlLimitExceeded.of_budget(why) from None
 
 
+def cap_limits(conn: sqlite3.Connection) -> None:
+    for limit, value in SQL_LIMITS.items():
+        conn.setlimit(getattr(sqlite3, limit), value)
+
+
+# one conversion of SQLite's printf: flags, width, precision, length, type (sqlite3's printf.c)
+_CONVERSION = re.compile(r"%[-+ #!0,]*(\*|\d*)(?:\.(\*|\d*))?(?:ll|l)?(.)?", re.S)
+
+
+class BoundedPrintf:
+    """SQLite's printf()/format() without its one step that no limit bounds: `%.*c` repeats a character
+    `precision` times and keeps working for the whole count after the result has passed the value cap
+    (printf('%.*c', 2000000000, 'x') is one step of ~20 s). Such a call gets the NULL SQLite gives it at
+    the end; every other call is SQLite's own printf, run on a connection of its own."""
+
+    def __init__(self) -> None:
+        self._sqlite: sqlite3.Connection | None = None
+
+    def __call__(self, *args):
+        if args and isinstance(args[0], str) and "c" in args[0] and _repeats_past_cap(args[0], args[1:]):
+            return None
+        if self._sqlite is None:
+            self._sqlite = sqlite3.connect(":memory:", check_same_thread=False)
+            cap_limits(self._sqlite)
+        marks = ", ".join("?" * len(args))
+        return self._sqlite.execute(f"SELECT printf({marks})", args).fetchone()[0]
+
+
+def _repeats_past_cap(fmt: str, args: tuple) -> bool:
+    """Whether a %c conversion of `fmt` would repeat its character past MAX_SQL_VALUE_BYTES."""
+    rest = list(args)
+    for m in _CONVERSION.finditer(fmt):
+        width, precision, kind = m.groups()
+        if m.group(0) == "%%" or kind is None:
+            continue
+        if width == "*" and rest:
+            rest.pop(0)
+        if precision == "*":
+            precision = _c_int(rest.pop(0)) if rest else 0
+        elif precision:
+            precision = int(precision) & 0x7FFFFFFF  # SQLite keeps the low 31 bits of a long literal
+        if kind == "c" and precision and abs(int(precision)) > MAX_SQL_VALUE_BYTES:
+            return True
+        if kind != "c" and rest:  # the value it formats
+            rest.pop(0)
+        elif kind == "c" and rest:
+            rest.pop(0)
+    return False
+
+
+def _c_int(value) -> int:
+    """An SQL value as printf's `*` reads it: a 64-bit integer cast to a C int."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value) if isinstance(value, (str, bytes)) else 0
+        except ValueError:
+            value = 0
+    if isinstance(value, float):
+        value = int(value) if math.isfinite(value) else 0
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+IDLE_SECONDS = 1.0  # the watchdog's wait when no budget is open, before it sleeps until one opens
+
+
 class Watchdog:
     """One thread that interrupts the connection of every open budget past its deadline, again every
     SQL_REINTERRUPT_SECONDS while it stays open (an interrupt that lands between two statements of a tool
@@ -127,14 +196,17 @@ class Watchdog:
     entry."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly on the hot path (cheaper than through the condition)
+        self._cond = threading.Condition(self._lock)
         self._open: set[SqlBudget] = set()
+        self._opened = 0  # budgets watched so far
         self._wake_at: float | None = None  # when the thread wakes next; None: not running or idle
         self._thread: threading.Thread | None = None
 
     def watch(self, budget: SqlBudget) -> None:
-        with self._cond:
+        with self._lock:
             self._open.add(budget)
+            self._opened += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="muactl-sql-watchdog", daemon=True)
                 self._thread.start()
@@ -142,10 +214,11 @@ class Watchdog:
                 self._cond.notify()
 
     def unwatch(self, budget: SqlBudget) -> None:
-        with self._cond:
+        with self._lock:
             self._open.discard(budget)
 
     def _run(self) -> None:
+        opened = -1  # self._opened when this thread last looked
         with self._cond:
             while True:
                 now = time.monotonic()
@@ -159,6 +232,11 @@ class Watchdog:
                 soonest = min((b.deadline for b in self._open if b.deadline > now), default=None)
                 if late:
                     soonest = min(now + SQL_REINTERRUPT_SECONDS, soonest or float("inf"))
+                elif soonest is None and opened != self._opened:
+                    # budgets open and close thousands of times a second: sleeping until the next one opens
+                    # would make each of them wake this thread; it does so only after a quiet IDLE_SECONDS
+                    soonest = now + IDLE_SECONDS
+                opened = self._opened
                 self._wake_at = soonest
                 self._cond.wait(None if soonest is None else soonest - now)
 

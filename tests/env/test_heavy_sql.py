@@ -24,9 +24,13 @@ from muactl.episode.user import ScriptedUser
 runner = CliRunner()
 pytestmark = pytest.mark.timeout(120, method="thread")  # unbounded, each of these runs for minutes in C
 
-# issue 25's query: 200 rows, each an 8 MB string doubled by replace(); a few thousand steps in all
-HEAVY = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200) "
+# issue 25's query: 200 rows, each an 8 MB string doubled by replace(); a few thousand steps in all. Over
+# the value cap printf() gives NULL, so the same under the cap: 5,000 rows of 0.5 MB doubled, ~30 s of work
+# in ~60,000 steps
+ISSUE = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200) "
          "SELECT sum(length(replace(printf('%.*c', 8000000 + n, 'x'), 'x', 'yy'))) AS v FROM c")
+HEAVY = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 5000) "
+         "SELECT sum(length(replace(printf('%.*c', 500000 + n, 'x'), 'x', 'yy'))) AS v FROM c")
 
 DOMAIN = f"""\
 name: heavy
@@ -42,6 +46,10 @@ tools:
   heavy:
     description: Heavy rows.
     query: {HEAVY}
+    returns: value
+  issue:
+    description: The issue's heavy rows.
+    query: {ISSUE}
     returns: value
   twice:
     description: A text joined to itself.
@@ -114,6 +122,15 @@ def test_muactl_call_stops_heavy_rows_at_the_budgets_wall_time(project):
     assert r.exit_code == 1 and "ran past 2 seconds" in r.output and "limits.sql_steps" in r.output, r.output
     assert "Traceback" not in r.output
     assert took < 6, f"muactl call ran {took:.1f} s"
+
+
+def test_the_issues_query_ends_at_once(project):
+    """Its 8 MB strings are over the value cap: printf() gives NULL without repeating its character 8 million
+    times (it took ~25 s, 200 rows of 0.12 s, with a 16 MiB cap)."""
+    make(project)
+    r, took = _timed(lambda: runner.invoke(app, ["call", "heavy", "issue", "{}"]))
+    assert r.exit_code == 0 and r.output.strip() == "null", r.output
+    assert took < 3, f"muactl call ran {took:.1f} s"
 
 
 def test_validate_stops_a_heavy_assertion_and_a_heavy_derive(project):
@@ -228,3 +245,27 @@ def test_a_draw_of_too_many_instances_is_refused_where_it_is_made(project):
     opened = open_domain(str(make(project, templates=CHEAP_TEMPLATE)))
     with pytest.raises(UsageError, match="at most 100,000 .MAX_INSTANCES in muactl/limits.py"):
         draw_stream(opened, "template:cheap", 10**8, 0, "fixed")
+
+
+# ---------------------------------------------------------------- printf's one unbounded step
+
+FORMATS = ["printf('%.*c', 5, 'x')", "printf('%5.*c|', 3, 'x')", "printf('%.2f', 3.14159)", "printf('%d %s %%', 3, 'a')",
+           "format('%,d', 1234567)", "printf('%.3c', 'ab')", "printf('%*d', -5, 3)", "printf(NULL)", "printf('%s', NULL)",
+           "printf('%.2147483648c', 'x')", "printf('%.*c', '7', 'x')", "printf('%.*c', 2.9, 'x')", "printf('%!.20e', 0.1)",
+           "printf('%q', 'it''s')", "printf('%.1000001c', 'x')", "printf()", "printf('%.*c', -3, 'x')", "printf(5)",
+           "printf('%lld %x %o', 9223372036854775807, 255, 8)", "printf('%.*c', 2000000, 'x') IS NULL"]
+
+
+def test_printf_is_sqlites_own_except_for_a_repeat_past_the_cap():
+    """printf('%.*c', N, 'x') is one SQLite step that keeps working for all N characters after the result
+    passed the value cap (no interrupt stops it): ~20 s for N = 2,000,000,000."""
+    from muactl.env.budget import SqlBudget, cap_limits
+
+    bounded, plain = sqlite3.connect(":memory:"), sqlite3.connect(":memory:")
+    SqlBudget(bounded)
+    cap_limits(plain)
+    for sql in FORMATS:
+        assert bounded.execute(f"SELECT {sql}").fetchone() == plain.execute(f"SELECT {sql}").fetchone(), sql
+    for sql in ("printf('%.*c', 2000000000, 'x')", "format('%-3.*c', 2147483647, 'x')"):
+        got, took = _timed(lambda: bounded.execute(f"SELECT {sql}").fetchone())
+        assert got == (None,) and took < 0.5, (sql, took)
