@@ -16,7 +16,8 @@ How muactl uses it (and how other code should):
 - Outside a `limit()` block statements are not counted: those are muactl's own (state hash, row dumps),
   whose cost follows the database size, which the seed limits bound.
 - Every connection with a budget caps the size of any value SQLite makes (limits.SQL_LIMITS), which
-  bounds the memory and the time of one step.
+  bounds the memory and the time of one step, and has a printf() that does not spend a step repeating
+  a character past that cap (BoundedPrintf).
 - The environment's stop event (set by `Environment.interrupt()` from any thread, cleared by `settle()`)
   stops the running statement at its next check and every later one while it is set: an episode that
   runs out of time is stopped this way.
