@@ -131,7 +131,7 @@ class Environment:
         """Done with this sandbox: its database goes back to the template for the next fork to reuse
         (or is closed when it cannot). Using the environment afterwards raises, as on a closed connection.
         A call still running (a session closed mid-call) is interrupted, and the connection is closed once
-        that call is done with it."""
+        that call is done with it (until then a tool call answers that the episode was stopped)."""
         if self.conn is _CLOSED or self._closing:
             return
         self._closing = True
