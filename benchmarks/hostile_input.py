@@ -6,6 +6,9 @@ Cases:
   10 aliases per level and 9 levels, a 1 MB run of '[' , or a `!!python/object/apply` tag) -> `muactl validate`
 - sql-call / sql-validate: a domain whose tool query and task assertion are an endless recursive CTE ->
   `muactl call`, `muactl validate`
+- heavy-call / heavy-printf / heavy-1m-call / heavy-validate / heavy-draw / heavy-episode: few SQL steps, each building an
+  8 MB (or, under the value cap, 0.5 MB) string (issue 25) -> `muactl call`, `muactl validate`,
+  `muactl eval --tasks template:...`, an oracle episode with `--episode-timeout 5`
 - pack-pax-bomb / pack-gnu-longname: a .muapack whose tar stream holds a PAX extended header, or a GNU
   long-name header, of --bomb-mib MiB of zeros (a few hundred KB gzipped) -> `muactl install`
 - tau2-*: tests/data/tau2/checkout (an invented τ²-shaped checkout) with one file broken, linked from
@@ -190,6 +193,72 @@ def tau2_cases(tmp: Path) -> dict[str, tuple[list[str], Path, int]]:
     return out
 
 
+# issue 25: 200 rows that each build an 8 MB string and double it with replace(): a few thousand SQLite steps,
+# far under the step budget, that ran for minutes to hours before budgets had a wall time and values a cap.
+# Past the 1 MiB cap printf() gives NULL at once, so the cases that test the wall time use 5,000 rows of
+# 0.5 MB instead (~30 s of work in ~60,000 steps)
+HEAVY_ROWS = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200) "
+              "SELECT sum(length(replace(printf('%.*c', 8000000 + n, 'x'), 'x', 'yy'))) AS v FROM c")
+HEAVY_UNDER_CAP = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 5000) "
+                   "SELECT sum(length(replace(printf('%.*c', 500000 + n, 'x'), 'x', 'yy'))) AS v FROM c")
+
+
+def heavy_row_cases(project: Path) -> dict[str, tuple[list[str], Path, int]]:
+    """heavy-call: the issue's query as a tool (`muactl call`); heavy-printf: printf('%.*c', 2000000000, 'x'),
+    one step; heavy-1m-call / heavy-validate / heavy-draw /
+    heavy-episode: the one under the value cap as a tool, a task assertion and a template derive
+    (`muactl validate`), drawing instances (`muactl eval --tasks template:...`) and an oracle episode whose
+    gold action is the tool, with `--episode-timeout 5`."""
+    domain, tasks = project / "domains" / "heavy", project / "tasks" / "heavy"
+    domain.mkdir(parents=True)
+    tasks.mkdir(parents=True)
+    (domain / "domain.yaml").write_text(f"""\
+name: heavy
+description: A tool whose every row does an 8 MB string operation.
+policy: None.
+database:
+  tables:
+    n: {{columns: {{x: integer}}, primary_key: x}}
+  seed:
+    n: [{{x: 1}}]
+tools:
+  heavy:
+    description: Heavy rows.
+    query: {HEAVY_ROWS}
+    returns: value
+  heavy_1m:
+    description: Heavy rows under the value cap.
+    query: {HEAVY_UNDER_CAP}
+    returns: value
+  repeat:
+    description: One character two billion times (one SQLite step).
+    query: SELECT printf('%.*c', 2000000000, 'x') AS v
+    returns: value
+""")
+    (tasks / "train.yaml").write_text(f"""\
+- id: heavy-assertion
+  user: {{reason: Nothing.}}
+  expect:
+    assert:
+      - query: {HEAVY_UNDER_CAP}
+""")
+    (tasks / "test.yaml").write_text("- id: heavy-gold\n  user: {reason: Count.}\n  expect:\n    actions:\n      - heavy_1m: {}\n")
+    (tasks / "templates.yaml").write_text(f"""\
+- id: heavy-derive
+  sample: SELECT x FROM n
+  derive:
+    y: SELECT ({HEAVY_UNDER_CAP}) + :x
+  user: {{reason: "Nothing {{y}}."}}
+""")
+    return {"heavy-call": (["call", "heavy", "heavy", "{}"], project, 0),
+            "heavy-1m-call": (["call", "heavy", "heavy_1m", "{}"], project, 0),
+            "heavy-printf": (["call", "heavy", "repeat", "{}"], project, 0),
+            "heavy-validate": (["validate", "heavy"], project, 0),
+            "heavy-draw": (["eval", "heavy", "--tasks", "template:heavy-derive", "--n", "5"], project, 0),
+            "heavy-episode": (["eval", "heavy", "--agent", "oracle", "--split", "test", "--episode-timeout", "5"],
+                              project, 0)}
+
+
 # ---------------------------------------------------------------- running one case
 
 
@@ -366,6 +435,7 @@ def main() -> None:
             cases[name] = (["validate", "clinic"], folder, len(text.encode()))
         cases["sql-call"] = (["call", "runaway", "count_forever", "{}"], project, 0)
         cases["sql-validate"] = (["validate", "runaway"], project, 0)
+        cases.update(heavy_row_cases(project))
         for bomb in ("pax", "gnu-longname"):
             path = tmp / f"{bomb}.muapack"
             write_pack(path, project, "pax" if bomb == "pax" else "gnu", args.bomb_mib)

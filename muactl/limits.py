@@ -47,7 +47,31 @@ RESERVED_PREFIX = "sqlite_"
 DEFAULT_SQL_STEPS = 10_000_000
 MAX_SQL_STEPS = 200_000_000
 SQL_CHECK_EVERY = 1_000  # steps between two looks at the budget (the progress handler's period)
-MAX_SQL_VALUE_BYTES = 16 * 1024 * 1024  # any text or blob SQLite makes (SQLITE_LIMIT_LENGTH)
+# a budget's wall time: its steps at a slow machine's pace (the dev box runs ~25 million a second with two
+# cores shared by several jobs), so only statements whose steps are heavy (megabyte strings built per row)
+# reach it; the default budget gets 2 seconds, the biggest 40
+SLOW_SQL_STEPS_PER_SECOND = 5_000_000
+MIN_SQL_SECONDS = 1.0  # however few steps a domain allows: a thread preempted for a moment is no runaway
+SQL_REINTERRUPT_SECONDS = 0.05  # a budget past its deadline is interrupted again this often until it closes
+# any text or blob SQLite makes or reads (SQLITE_LIMIT_LENGTH): as big as a whole tool result or a seed row
+# may be. It bounds one step too: the slowest built-in functions (replace, instr) compare a needle at every
+# offset of a haystack, ~9 s for 1 MiB on the dev box; the 16 MiB this was before allowed hours
+MAX_SQL_VALUE_BYTES = 1024 * 1024
+# connection limits every sandbox sets (sqlite3 SQLITE_LIMIT_* names); ATTACH is refused by the authorizer too
+SQL_LIMITS = {"SQLITE_LIMIT_LENGTH": MAX_SQL_VALUE_BYTES, "SQLITE_LIMIT_ATTACHED": 0}
+
+
+def sql_seconds(steps: int) -> float:
+    """Wall time a budget of `steps` SQLite steps may take."""
+    return max(MIN_SQL_SECONDS, steps / SLOW_SQL_STEPS_PER_SECOND)
+
+# ---------------------------------------------------------------- counts a command asks for
+
+# a count typed on a command line (or set in a recipe) decides how long muactl works: 100000000 instances
+# is a typo that would stall for days. Drawing one instance replays its gold path (milliseconds each).
+MAX_INSTANCES = 100_000  # task instances one draw makes: eval/synth --n (also growing a run), tasks generate --n
+MAX_TRIALS = 1_000  # trials per task: eval/synth --trials
+MAX_CONCURRENCY = 1_024  # episodes in flight at once, each holding its own sandbox in memory
 
 # ---------------------------------------------------------------- tool arguments and results
 
@@ -107,7 +131,8 @@ def summary() -> str:
             f"{MAX_YAML_VALUES:,} values once aliases are expanded, {MAX_YAML_DEPTH} levels of nesting, plain tags "
             f"only; CSV seed fields up to {MAX_CSV_FIELD_BYTES:,} bytes; JSONL rows up to {MAX_JSONL_LINE_BYTES:,} "
             f"bytes, JSON nested at most {MAX_JSON_DEPTH} deep. Every SQL statement runs under limits.sql_steps "
-            f"(default {DEFAULT_SQL_STEPS:,}, at most {MAX_SQL_STEPS:,}). Tool arguments: strings up to "
+            f"(default {DEFAULT_SQL_STEPS:,}, at most {MAX_SQL_STEPS:,}) and the wall time of those steps at "
+            f"{SLOW_SQL_STEPS_PER_SECOND:,} a second; no SQL value is over {MAX_SQL_VALUE_BYTES:,} bytes. Tool arguments: strings up to "
             f"{DEFAULT_MAX_STRING:,} characters and arrays up to {DEFAULT_MAX_ITEMS:,} items unless a param sets "
             f"maxLength/maxItems; patterns have JSON Schema's (ECMA-262) meaning. Tool results: at most "
             f"{MAX_RESULT_ROWS:,} rows and {MAX_RESULT_BYTES:,} bytes, no BLOBs.")

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
+from ..limits import MAX_INSTANCES
 from .app import app, command
 
 
@@ -20,7 +21,7 @@ def tasks_generate(
     domain: str = typer.Argument(..., help="Domain name or folder."),
     template: list[str] = typer.Option([], "--template", help="Template id (repeatable)."),
     all_templates: bool = typer.Option(False, "--all-templates", help="Use every template, in turn."),
-    n: int = typer.Option(100, "--n", min=1, help="How many distinct tasks to write."),
+    n: int = typer.Option(100, "--n", min=1, max=MAX_INSTANCES, help="How many distinct tasks to write."),
     seed: int = typer.Option(0, "--seed", help="Task k is drawn with seed + k."),
     db_seed: Optional[int] = typer.Option(None, "--db-seed", help="Task k runs on random database db_seed + k "
                                           "(default: the domain's seed database)."),

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ..compile.sql import bind_value, param_names
+from ..env.budget import SqlLimitExceeded
 from ..env.sandbox import OUTSIDE_KINDS, new_env
 from ..env.values import decode_json_text
 from ..errors import Problem, SpecError, UsageError
-from ..limits import MAX_SAMPLE_ROWS
+from ..limits import MAX_INSTANCES, MAX_SAMPLE_ROWS
 from ..compile.randomdb import Drawer, instance
 from ..env.gold import assertion_result
 from ..spec import models as m
@@ -129,6 +130,16 @@ def fill(node: Any, b: dict[str, Any]) -> Any:
     return node
 
 
+class LimitStop(str):
+    """Why a try was dropped when a statement was stopped by its SQL budget: every later try of the template
+    would spend that budget again, so a draw gives the template up."""
+
+
+def _failed(what: str, e: Exception) -> str:
+    text = f"{what} failed: {e}"
+    return LimitStop(text) if isinstance(e, SqlLimitExceeded) and e.spent else text
+
+
 def instance_id(template: str, bindings: dict, db_seed: int | None) -> str:
     digest = hashlib.sha256(json.dumps([template, bindings, db_seed], sort_keys=True, default=str).encode())
     return f"{template}-{digest.hexdigest()[:10]}"
@@ -144,7 +155,7 @@ def instantiate(ts: TaskTemplateSpec, opened, seed: int, db_seed: int | None = N
         try:
             names, raw = env.select(t.sample, max_rows=MAX_SAMPLE_ROWS)
         except Exception as e:  # a driver error on real data (a bad json path, say): data for the report
-            return None, f"the sample query failed: {e}"
+            return None, _failed("the sample query", e)
         rows = [dict(zip(names, (decode_json_text(v) for v in r))) for r in raw]
         if not rows:
             return None, "the sample query returned no rows"
@@ -158,7 +169,7 @@ def instantiate(ts: TaskTemplateSpec, opened, seed: int, db_seed: int | None = N
                 try:
                     _, found = env.select(spec, {p: bind_value(b[p]) for p in param_names(spec)})
                 except Exception as e:
-                    return None, f"derive {name} failed: {e}"
+                    return None, _failed(f"derive {name}", e)
                 b[name] = decode_json_text(found[0][0]) if found else None
             else:
                 b[name] = drawer.value(spec, {}, None)
@@ -263,17 +274,25 @@ class Drawn:
 def draw(opened, templates: list[TaskTemplateSpec], n: int, seed_of, split: str | None = None,
          max_tries: int | None = None) -> Drawn:
     """n distinct instances, templates taken in turn; seed_of(k) -> (seed, db_seed) for the k-th try."""
+    if n > MAX_INSTANCES:  # a recipe's eval.n, a run grown by --n: each instance replays its gold path
+        raise UsageError(f"{n:,} task instances asked for; one draw makes at most {MAX_INSTANCES:,} "
+                         "(MAX_INSTANCES in muactl/limits.py)")
     out = Drawn()
     keys: set[tuple] = set()
     tries = max_tries if max_tries is not None else 4 * n + 20
+    given_up: set[str] = set()
     for k in range(tries):
-        if len(out.tasks) >= n:
+        if len(out.tasks) >= n or len(given_up) == len(templates):
             break
         ts = templates[k % len(templates)]
+        if ts.id in given_up:
+            continue
         seed, db_seed = seed_of(k)
         task, why = instantiate(ts, opened, seed, db_seed, split)
         if task is None:
             out.dropped.append((ts.id, seed, db_seed, why))
+            if isinstance(why, LimitStop):
+                given_up.add(ts.id)
             continue
         key = instance_key(task.task)
         if key in keys:

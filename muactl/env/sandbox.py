@@ -13,8 +13,9 @@ Guarantees (each has its own test in tests/env/test_sandbox.py):
   per environment, so a slow call never stalls the event loop that runs every other episode or MCP
   session; interrupt() stops the statement in flight and every later one until settle() (an episode
   past its timeout);
-- every domain statement runs under the SQL budget (env/budget.py): a runaway is stopped and becomes a
-  tool error;
+- every domain statement runs under the SQL budget (env/budget.py), of steps and of wall time, and no
+  SQL value is over MAX_SQL_VALUE_BYTES: a runaway is stopped and becomes a tool error;
+- close() during a call interrupts it and closes the connection once the call has ended;
 - a tool returns JSON-able values only (text, numbers, null, decoded json columns), at most
   MAX_RESULT_ROWS rows and MAX_RESULT_BYTES of text; a BLOB or a non-finite number is a tool error.
 
@@ -81,6 +82,7 @@ class Environment:
         self._busy = threading.Lock()  # one call at a time touches the connection (and the guard's mode)
         self._pending: set[concurrent.futures.Future] = set()
         self._stop = threading.Event()  # set by interrupt(): a running python handler gives up too
+        self._closing = False
         self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps, self._stop)
         conn.isolation_level = None  # transactions are explicit
         self.state = state or self._adopt()
@@ -127,20 +129,33 @@ class Environment:
 
     def close(self) -> None:
         """Done with this sandbox: its database goes back to the template for the next fork to reuse
-        (or is closed when it cannot). Using the environment afterwards raises, as on a closed connection."""
-        conn, self.conn = self.conn, _CLOSED
-        if conn is _CLOSED:
+        (or is closed when it cannot). Using the environment afterwards raises, as on a closed connection.
+        A call still running (a session closed mid-call) is interrupted, and the connection is closed once
+        that call is done with it (until then a tool call answers that the episode was stopped)."""
+        if self.conn is _CLOSED or self._closing:
             return
-        # a call still running on a tool thread (a session closed mid-call) keeps the connection from reuse
-        if self._pending or not give_back(self.domain, conn, self.state):
+        self._closing = True
+        if self._pending:
+            self.interrupt()  # the statement stops at its next step, a python handler is abandoned
+            tool_pool().submit(self._close_when_idle)
+            return
+        conn, self.conn = self.conn, _CLOSED
+        if not give_back(self.domain, conn, self.state):
             conn.close()
+
+    def _close_when_idle(self) -> None:
+        """Close the connection once no call holds it (closing it under a running statement would make that
+        call fail on a closed database); a connection cut off mid-call is not reused."""
+        with self._busy:
+            conn, self.conn = self.conn, _CLOSED
+        conn.close()
 
     def select(self, sql: str, params: dict | None = None, max_rows: int = 1) -> tuple[list[str], list[tuple]]:
         """Run one of the domain's read statements (an assertion, a template's sample or derive) under the
         SQL budget: (column names, up to max_rows rows). A statement past the budget, or one returning more
         rows, raises SqlLimitExceeded (a sqlite3.Error)."""
         if self._stop.is_set():
-            raise SqlLimitExceeded(STOPPED)
+            raise SqlLimitExceeded.of_budget(STOPPED)
         self.guard.mode = "read"
         with self.budget.limit():
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..limits import MAX_CONCURRENCY, MAX_INSTANCES, MAX_TRIALS
 from ..options import option
 
 
@@ -20,11 +21,12 @@ class EvalConfig:
     split: str | None = option("test", "--split", help="train | test | all.", recipe="eval.split")
     # explicit task ids (they override split), or ["template:<id>|all"]: set by --task and --tasks
     tasks: list[str] = option(None, "--task", "--tasks", default_factory=list, own=True, recipe="eval.tasks")
-    n: int = option(100, "--n", min=1, help="With --tasks template:...: how many instances.", recipe="eval.n")
+    n: int = option(100, "--n", min=1, max=MAX_INSTANCES, help="With --tasks template:...: how many instances.",
+                    recipe="eval.n")
     db: str = option("fixed", "--db", help="With --tasks template:...: fixed | random (a fresh database each).",
                      recipe="eval.db")
-    trials: int = option(1, "--trials", "-k", min=1, help="Trials per task; pass^1..k are reported.", recipe="eval.trials")
-    concurrency: int = option(8, "--concurrency", min=1, help="Episodes in flight at once.", recipe="eval.concurrency")
+    trials: int = option(1, "--trials", "-k", min=1, max=MAX_TRIALS, help="Trials per task; pass^1..k are reported.", recipe="eval.trials")
+    concurrency: int = option(8, "--concurrency", min=1, max=MAX_CONCURRENCY, help="Episodes in flight at once.", recipe="eval.concurrency")
     seed: int = option(0, "--seed", help="Run seed (each episode's seed derives from it).", recipe="seed")
     max_turns: int = option(24, "--max-turns", min=1, help="Agent turns before an episode is cut.", recipe="eval.max_turns")
     max_tool_errors: int = option(4, "--max-tool-errors", min=0, help="Failed tool calls (and malformed replies) an "

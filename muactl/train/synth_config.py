@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..eval.config import EvalConfig
+from ..limits import MAX_CONCURRENCY, MAX_INSTANCES, MAX_TRIALS
 from ..options import option
 
 TASKS = "Split (train | test | all), comma-separated task ids, or template:<id>|all (fresh instances from the domain's templates)."
@@ -19,12 +20,12 @@ class SynthConfig(EvalConfig):
     # both set by --tasks (synth.tasks in a recipe): a split name, or task ids / template:<id>|all
     split: str | None = option("train", "--tasks", own=True, recipe="synth.tasks")
     tasks: list[str] = option(None, "--tasks", default_factory=list, own=True, recipe="synth.tasks")
-    n: int = option(100, "--n", min=1, help="With --tasks template:...: how many instances.", recipe="synth.n")
+    n: int = option(100, "--n", min=1, max=MAX_INSTANCES, help="With --tasks template:...: how many instances.", recipe="synth.n")
     db: str = option("fixed", "--db", help="With --tasks template:...: fixed | random (a fresh database each).",
                      recipe="synth.db")
-    trials: int = option(8, "--trials", min=1, help="Episodes per task; only reward-1 ones are kept.",
+    trials: int = option(8, "--trials", min=1, max=MAX_TRIALS, help="Episodes per task; only reward-1 ones are kept.",
                          recipe="synth.trials")
-    concurrency: int = option(8, "--concurrency", min=1, recipe="synth.concurrency")
+    concurrency: int = option(8, "--concurrency", min=1, max=MAX_CONCURRENCY, recipe="synth.concurrency")
     seed: int = option(0, "--seed", recipe="seed")
     max_turns: int = option(24, "--max-turns", min=1, recipe="synth.max_turns")
     api_base: str | None = option(None, "--api-base", help="OpenAI-compatible server for the teacher.",
