@@ -47,12 +47,15 @@ def test_bank_instance_has_the_seed_databases_shape(bank):
 def test_gold_hash_is_per_instance(bank):
     from muactl.domain.task_templates import instantiate
 
+    from muactl.errors import GoldReplayFailed
+
     ts = next(t for t in bank.templates if t.id == "move")
     task, why = instantiate(ts, bank, 3, 77)
-    assert task is not None, why
-    h1 = gold_hash(task, instance(bank.compiled, 77))
-    h2 = gold_hash(task, instance(bank.compiled, 78))
-    assert h1 != h2
+    other, why2 = instantiate(ts, bank, 3, 78)
+    assert task is not None and other is not None, (why, why2)
+    assert gold_hash(task, instance(bank.compiled, 77)) != gold_hash(other, instance(bank.compiled, 78))
+    with pytest.raises(GoldReplayFailed):  # an instance's gold path names that database's customers and accounts
+        gold_hash(task, instance(bank.compiled, 78))
 
 
 def test_building_an_instance_is_cheap(bank):

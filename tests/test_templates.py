@@ -205,18 +205,18 @@ def test_train_config_takes_template_tasks():
 
 
 def test_grpo_draws_a_fresh_instance_per_group(bank):
-    from muactl.episode.rollout import Job
     from muactl.domain.task_templates import TEST_BASE
     from muactl.train.grpo import Rollouts
 
-    cfg = SimpleNamespace(seed=0, db="random", grpo=SimpleNamespace(group_size=4, judge=None))
+    grpo = SimpleNamespace(group_size=4, judge=None, band_low=0.1, band_high=0.9, instance_per_rollout=False)
+    cfg = SimpleNamespace(seed=0, db="random", tasks="template:all", grpo=grpo)
     r = Rollouts(cfg, bank, store=None, tokenizer=None, make_user=None)
-    jobs = r._jobs(["template:move"] * 4 + ["template:balance"] * 4, step=3, Job=Job)
+    jobs = r._jobs(["template:move"] * 4 + ["template:balance"] * 4, step=3)
     assert len({id(j.task) for j in jobs[:4]}) == 1 and jobs[0].task is not jobs[4].task
     seeds = {j.task.task.origin.db_seed for j in jobs}
     assert len(seeds) == 2 and all(s < TEST_BASE for s in seeds)
     assert jobs[0].domain.instance_key == f"db{jobs[0].task.task.origin.db_seed}"
-    again = r._jobs(["template:move"] * 4, step=4, Job=Job)
+    again = r._jobs(["template:move"] * 4, step=4)
     assert instance_key(again[0].task.task) != instance_key(jobs[0].task.task)
 
 

@@ -64,7 +64,10 @@ def test_export_writes_datasets_loop_config_script_and_readme(exported, clinic):
     for line in ["ray job submit", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo",
                  "actor_rollout_ref.rollout.n=4",  # the --grpo override
                  f"data.train_batch_size={grpo['tasks_per_step']}", f"actor_rollout_ref.actor.optim.lr={grpo['lr']}",
-                 f"actor_rollout_ref.actor.clip_ratio={grpo['epsilon']}", "actor_rollout_ref.actor.use_kl_loss=false",
+                 f"actor_rollout_ref.actor.clip_ratio={grpo['epsilon']}",
+                 f"actor_rollout_ref.actor.use_kl_loss={'true' if grpo['beta'] > 0 else 'false'}",
+                 f"actor_rollout_ref.actor.kl_loss_coef={grpo['beta']}",
+                 "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",  # grpo.loss_type=grpo
                  f"trainer.total_training_steps={grpo['steps']}",
                  "actor_rollout_ref.rollout.agent.agent_loop_config_path=agent_loop.yaml"]:
         assert line in script, line

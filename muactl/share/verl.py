@@ -189,6 +189,11 @@ def _yaml(data) -> str:
     return buf.getvalue()
 
 
+# grpo.loss_type -> verl's loss_agg_mode, the same aggregation of token losses: per-sequence mean, Dr. GRPO's sum
+# over a constant, DAPO's mean over every policy token of the batch
+VERL_LOSS_AGG = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm", "dapo": "token-mean"}
+
+
 def verl_overrides(name: str, cfg: VerlExport, grpo: dict[str, Any]) -> list[str]:
     """verl trainer overrides equivalent to muactl's GRPO settings (see the README's table)."""
     beta = float(grpo["beta"])
@@ -219,7 +224,7 @@ def verl_overrides(name: str, cfg: VerlExport, grpo: dict[str, Any]) -> list[str
         f"actor_rollout_ref.actor.use_kl_loss={'true' if beta > 0 else 'false'}",
         f"actor_rollout_ref.actor.kl_loss_coef={beta}",
         "actor_rollout_ref.actor.entropy_coeff=0",
-        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        f"actor_rollout_ref.actor.loss_agg_mode={VERL_LOSS_AGG[grpo.get('loss_type', 'grpo')]}",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.mode=async",
@@ -388,7 +393,8 @@ set `user: hosted_vllm/<model>` with `user_api_base: http://HOST:PORT/v1`.
   reward (0) still enters its group's mean and spread in verl's GRPO: watch the share of excluded samples.
 - GRPO settings from muactl's config: {tasks_per_step} tasks per step (`data.train_batch_size`,
   `ppo_mini_batch_size`), {group_size} rollouts per task (`rollout.n`), {steps} steps, learning rate,
-  clip epsilon, KL beta (`use_kl_loss`/`kl_loss_coef`), sampling temperature, save interval; max turns
+  clip epsilon, KL beta (`use_kl_loss`/`kl_loss_coef`), loss aggregation (`grpo.loss_type` as
+  `loss_agg_mode`), sampling temperature, save interval; max turns
   and tokens per turn are in `agent_loop.yaml`. muactl's turn-level credit (`grpo.reward=userrl`) has no
   verl equivalent here.
 """
