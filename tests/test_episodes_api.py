@@ -532,6 +532,7 @@ def test_ctrl_c_mid_flight_saves_finished_episodes_and_resume_completes(bank, tm
 
     tasks = [t for t in bank.tasks if t.split == "test"]
     fired = threading.Event()
+    handler = []
     gold = two_sided(gold_agent([t.task for t in tasks]))
 
     def respond(body):
@@ -539,6 +540,7 @@ def test_ctrl_c_mid_flight_saves_finished_episodes_and_resume_completes(bank, tm
         reply.delay = 0.01
         if len(server.requests) == 60 and not fired.is_set():
             fired.set()
+            handler.append(signal.getsignal(signal.SIGINT))  # it has failed now and then in full runs only
             signal.raise_signal(signal.SIGINT)
         return reply
 
@@ -548,7 +550,7 @@ def test_ctrl_c_mid_flight_saves_finished_episodes_and_resume_completes(bank, tm
                 "--user-api-base", server.base]
         r = runner.invoke(app, ["eval", "bank", *base, "--trials", "2", "--concurrency", "8"], env={"COLUMNS": "200"})
         assert fired.is_set()
-        assert r.exit_code == 130, r.output
+        assert r.exit_code == 130, f"SIGINT handler when raised: {handler}\n{r.output}"
         assert "interrupted; finished episodes are saved" in r.output and "Traceback" not in r.output
         run_id = re.search(r"muactl eval --resume (\S+)", r.output).group(1)
         store = RunStore.open(run_id)

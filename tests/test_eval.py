@@ -154,14 +154,22 @@ def test_ctrl_c_then_resume_finishes_the_rest_once(runs_root):
     cfg = EvalConfig("bank", split="test", trials=2, concurrency=1)
     seen = []
 
+    handler = []  # what SIGINT called when it was raised: this test has failed now and then in full runs only
+
     def ctrl_c_after_5(state):  # a real SIGINT, delivered while episodes are running
         if state["last"] is not None:
             seen.append(state["last"])
             if len(seen) == 5:
+                handler.append(signal.getsignal(signal.SIGINT))
                 signal.raise_signal(signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
+    try:
         run_eval(cfg, on_progress=ctrl_c_after_5)
+    except KeyboardInterrupt:
+        pass
+    else:
+        pytest.fail(f"the SIGINT did not stop the run (SIGINT handler when raised: {handler}, "
+                    f"episodes seen {len(seen)})")
     run = only_run(runs_root)
     store = RunStore.open(run.name)
     info = store.info()
