@@ -204,6 +204,11 @@ class Experiment:
         for seed, ckpt in ckpts.items():
             self.screen(seed, str(ckpt))
         chosen = probe_templates(self.results, a.seeds, a.band)
+        kept = self.results.get("probe", {}).get("templates")
+        if kept is not None and kept != chosen and any(k.startswith("probe-") for k in self.results):
+            # more seeds' screens moved the pooled band: the finished GRPO runs trained on another template set
+            raise SystemExit(f"{self.results_path}: the screens now choose {chosen}, but the finished probe runs "
+                             f"trained on {kept}; use a new --out (or the seeds they were chosen with)")
         self.results.setdefault("probe", {})["templates"] = chosen
         self.save()
         if not chosen:
