@@ -203,7 +203,7 @@ class Experiment:
         ckpts = {seed: self.sft(seed) for seed in a.seeds}
         for seed, ckpt in ckpts.items():
             self.screen(seed, str(ckpt))
-        chosen = probe_templates(self.results, a.seeds, a.band)
+        chosen = trained_templates(self.results, a)
         kept = self.results.get("probe", {}).get("templates")
         if kept is not None and kept != chosen and any(k.startswith("probe-") for k in self.results):
             # more seeds' screens moved the pooled band: the finished GRPO runs trained on another template set
@@ -382,6 +382,12 @@ def probe_templates(results: dict, seeds, band) -> list[str]:
     return sorted(t for t, (k, n) in pooled.items() if n and band[0] <= k / n <= band[1])
 
 
+def trained_templates(results: dict, a) -> list[str]:
+    """What the probe trains on: --templates when given (e.g. the set an earlier seed's screen chose, so that
+    seeds added later train on the same templates), else the pooled band."""
+    return sorted(a.templates) if getattr(a, "templates", None) else probe_templates(results, a.seeds, a.band)
+
+
 def train_windows(by: dict[str, dict[int, float]], width: int = 5) -> tuple[dict[str, float], dict[str, float]]:
     """A GRPO run's train success (rollout/success) over its first and its last `width` steps, keyed by the
     place in the window (so that the bootstrap pairs the k-th first step with the k-th last); fewer than
@@ -417,10 +423,13 @@ def probe_report(results: dict, a, work: Path) -> str:
              f"template after SFT at temperature {a.temperature:g}; band [{a.band[0]:g}, {a.band[1]:g}]; GRPO {a.grpo_steps} steps x "
              f"{a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}; 95% bootstrap intervals", ""]
     screens = {s: results[f"screen:{s}"] for s in a.seeds if f"screen:{s}" in results}
-    chosen = probe_templates(results, a.seeds, a.band)
+    chosen = trained_templates(results, a)
+    if getattr(a, "templates", None):
+        lines += [f"trained on --templates {','.join(chosen)} (the pooled band would choose "
+                  f"{', '.join(probe_templates(results, a.seeds, a.band)) or 'none'})", ""]
     if screens:
         names = sorted({t for c in screens.values() for t in c})
-        lines += ["| template | " + " | ".join(f"seed {s}" for s in screens) + " | in band |", "|---|" + "---|" * (len(screens) + 1)]
+        lines += ["| template | " + " | ".join(f"seed {s}" for s in screens) + " | trained |", "|---|" + "---|" * (len(screens) + 1)]
         for t in names:
             cells = [f"{c[t][0]}/{c[t][1]}" if t in c else "-" for c in screens.values()]
             lines.append(f"| {t} | " + " | ".join(cells) + f" | {'yes' if t in chosen else 'no'} |")
@@ -516,6 +525,8 @@ def main() -> None:
                     help="pass-rate band of GRPO's curriculum (grpo.band_low/high) and of --probe's screening")
     ap.add_argument("--probe", action="store_true", help="learnability instead of the arms: screen each template's "
                     "sampled pass rate after SFT, GRPO on those in --band, train success first vs last steps, held out")
+    ap.add_argument("--templates", type=lambda v: v.split(","), default=None,
+                    help="with --probe: train on these templates (comma-separated) instead of the pooled band's")
     ap.add_argument("--probe-k", type=int, default=8, help="with --probe: sampled episodes per template in the screening")
     ap.add_argument("--out", default=str(ROOT / "out" / "rl_gain"))
     ap.add_argument("--report-only", action="store_true")

@@ -237,3 +237,16 @@ def test_probe_runs_end_to_end_on_tiny(tmp_path):
     assert "mechanics: " in out.stdout
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["probe"]["templates"] and "probe-grpo:0" in results and (tmp_path / "probe.md").is_file()
+
+
+def test_probe_trains_on_the_templates_named_when_given(tmp_path):
+    """--templates fixes the trained set (an earlier seed's choice), and the report says what the pooled band
+    would have chosen instead."""
+    rl = _module()
+    a = _args(seeds=[0, 1], band=[0.1, 0.9], probe_k=4, temperature=1.0, templates=["refuse", "balance"])
+    results = {"screen:0": {"move": [1, 4], "balance": [2, 4], "refuse": [4, 4]},
+               "screen:1": {"move": [1, 4], "balance": [1, 4], "refuse": [4, 4]}}
+    assert rl.trained_templates(results, a) == ["balance", "refuse"]
+    text = rl.probe_report(results, a, tmp_path)
+    assert "trained on --templates balance,refuse (the pooled band would choose balance, move)" in text
+    assert "| refuse | 4/4 | 4/4 | yes |" in text and "| move | 1/4 | 1/4 | no |" in text
