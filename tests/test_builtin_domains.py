@@ -13,7 +13,7 @@ from muactl.cli import app
 from muactl.spec.library import builtin_root, list_domains
 from muactl.spec.models import call_parts
 from muactl.domain.open import open_domain
-from muactl.domain.validate import validate_domain
+from muactl.domain.validate import domain_warnings, validate_domain
 from muactl.env.sandbox import new_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,7 @@ def test_builtin_domain_validates(name, min_tools, min_tasks):
     assert len(opened.compiled.tools) >= min_tools
     assert len(opened.tasks) >= min_tasks
     assert {t.split for t in opened.tasks} == {"train", "test"}
+    assert domain_warnings(opened) == []  # e.g. no user.reason that steers the user (retail's had one)
     if name == "bank":
         assert len(opened.compiled.tools) <= 5
 
