@@ -221,7 +221,7 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
     if any(u[:2] == ("database", "tables") for u in dropped):
         # a table left out would make every statement and task that uses it a second, false problem:
         # only the task checks that need no schema run
-        tasks, _ = load_tasks_partial(ref.tasks_dir)
+        tasks, _ = load_tasks_partial(*ref.task_dirs)
         return check_tasks(Opened(ref, spec, None, tasks), replay=False, dropped=dropped)
     problems = check_domain(spec)
     broken = {p.key.split(".")[1] for p in problems if p.key.startswith("tools.")}
@@ -236,6 +236,6 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
             compiled.trust = trust
         except SpecError as e:  # seed rows that do not fit the schema
             problems += e.problems
-    tasks, _ = load_tasks_partial(ref.tasks_dir)  # their own parse problems were reported by open_domain
+    tasks, _ = load_tasks_partial(*ref.task_dirs)  # their own parse problems were reported by open_domain
     problems += check_tasks(Opened(ref, spec, compiled, tasks), replay=compiled is not None, dropped=dropped)
     return problems
