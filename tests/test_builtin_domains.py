@@ -109,6 +109,16 @@ def test_local_domain_shadows_builtin(project):
     assert open_domain("bank").ref.origin == "local"
 
 
+def test_init_says_when_it_shadows_a_builtin(in_tmp):
+    r = runner.invoke(app, ["init", "bank"])
+    assert r.exit_code == 0, r.output
+    note = next(ln for ln in r.output.splitlines() if ln.startswith("note:"))
+    assert "shadows the built-in domain 'bank'" in note and str(ROOT / "domains" / "bank") in note
+    assert open_domain("bank").ref.origin == "local"  # what the note says happened
+    r = runner.invoke(app, ["init", "desk"])
+    assert r.exit_code == 0 and "shadows" not in r.output
+
+
 def test_call_prints_a_tool_result_from_a_fresh_sandbox():
     opened = open_domain("retail", with_tasks=False)
     email = new_env(opened.compiled).rows("users")[0]["email"]

@@ -31,6 +31,13 @@ def init(
     written = scaffold(name, directory, force)
     for path in written:
         typer.echo(f"wrote {path}")
+    from ..spec.library import hidden_by_project
+
+    for other in hidden_by_project(name):
+        origin = "built-in" if other.origin == "builtin" else other.origin
+        typer.echo(f"note: this {name} shadows the {origin} domain '{name}' ({other.root}): in this project "
+                   f"`muactl ... {name}` now means the new one, with its tasks; the {origin} one stays reachable by "
+                   f"its path. Run `muactl init` with another name to keep both.")
     typer.echo(f"\nNext: muactl validate {name}")
 
 

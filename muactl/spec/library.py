@@ -168,3 +168,12 @@ def list_domains() -> list[DomainRef]:
             if (root / "domain.yaml").is_file():
                 out.append(_ref(root.name, root, project, origin))
     return out
+
+
+def hidden_by_project(name: str) -> list[DomainRef]:
+    """The installed and built-in domains a project's domains/NAME shadows: the ones that name meant before."""
+    out = []
+    for origin, folder, project in _roots():
+        if origin != "local" and (folder / name / "domain.yaml").is_file():
+            out.append(_ref(name, folder / name, project, origin))
+    return out
