@@ -85,14 +85,19 @@ def with_progress(kind: str, label: str, run, on_interrupt: str):
                   TextColumn(label + " {task.fields[succ]}"), TimeElapsedColumn()) as progress:
         def on_progress(state: dict) -> None:
             if "bar" not in holder:
-                holder["run_id"] = state["run_id"]
+                holder["run_id"], holder["first"] = state["run_id"], dict(state)
                 holder["bar"] = progress.add_task(f"{kind} {state['run_id']}", total=state["total"], succ=0)
             progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
 
         try:
-            return run(on_progress)
+            out = run(on_progress)
         except KeyboardInterrupt:
             fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
+    first = holder.get("first")
+    if first and first["total"] and first["done"] == first["total"]:
+        typer.echo(f"nothing left to play: {first['run_id']} had finished all {first['total']} episodes "
+                   f"({label} {first['successes']}); its results as stored:")
+    return out
 
 
 
