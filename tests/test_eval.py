@@ -230,6 +230,19 @@ def test_resuming_counts_the_successes_already_stored(runs_root):
 # ---------------------------------------------------------------- muactl runs
 
 
+def test_piped_tables_are_not_cut_at_80_columns(runs_root):
+    """Piped (CliRunner's output is no terminal) and with no COLUMNS, a table keeps every cell whole: run ids
+    were cut with "…" at 80 columns."""
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    for args in (["runs"], ["runs", "show", store.id], ["domains"]):
+        r = runner.invoke(app, args, env={"COLUMNS": None})
+        assert r.exit_code == 0, r.output
+        assert "…" not in r.output, (args, r.output)
+    assert store.id in runner.invoke(app, ["runs"], env={"COLUMNS": None}).output
+    r = runner.invoke(app, ["runs"], env={"COLUMNS": "60"})  # a width that is set is still obeyed
+    assert max(len(line) for line in r.output.splitlines()) <= 60
+
+
 def test_runs_list_show_and_episode(runs_root):
     r = runner.invoke(app, ["runs"], env=WIDE)
     assert r.exit_code == 0 and "no runs" in r.output

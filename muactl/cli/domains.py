@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
+from .output import command_console
 from .app import app, command
 
 
@@ -105,7 +106,6 @@ def domains_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("name", "version", "origin", "tables", "tools", "tasks (train/test)", "path")
@@ -117,7 +117,7 @@ def domains_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
             continue
         table.add_row(name, r["version"], origin, str(r["tables"]), str(r["tools"]),
                       f"{r['tasks']} ({r['train']}/{r['test']})", r["path"])
-    Console().print(table)
+    command_console().print(table)
 
 
 @command()
