@@ -143,7 +143,8 @@ def first_person(text: str) -> str:
         out = re.sub(pattern, lambda m, r=repl: _cased(m.group(0), r), out, flags=re.I)
 
     def you(m: re.Match) -> str:
-        subject = _you_is_subject(m.string[: m.start()], m.string[m.end():])
+        # a few words either side decide it (a bounded look, however long the goal)
+        subject = _you_is_subject(m.string[max(0, m.start() - 60): m.start()], m.string[m.end(): m.end() + 60])
         return "I" if subject else _cased(m.group(0), "me")
 
     out = re.sub(r"(?<!\bthank )\byou\b", you, out, flags=re.I)  # "thank you" is a set phrase
