@@ -29,7 +29,8 @@ def tasks_generate(
     output: Path = typer.Option(..., "-o", "--output", help="Task file to write (YAML)."),
 ) -> None:
     """Write concrete tasks drawn from templates; every task's gold path is replayed, failures are dropped
-    and reported, duplicate bindings are written once.
+    and reported, duplicate bindings are written once. A file in ./tasks/DOMAIN/ is read with the domain's
+    tasks (for a built-in or installed domain, beside its own); anywhere else, nothing reads it.
 
     Examples:
       [bold]muactl tasks generate retail --template cancel-pending --n 100 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
