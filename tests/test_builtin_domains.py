@@ -13,7 +13,7 @@ from muactl.cli import app
 from muactl.spec.library import builtin_root, list_domains
 from muactl.spec.models import call_parts
 from muactl.domain.open import open_domain
-from muactl.domain.validate import validate_domain
+from muactl.domain.validate import domain_warnings, validate_domain
 from muactl.env.sandbox import new_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,7 @@ def test_builtin_domain_validates(name, min_tools, min_tasks):
     assert len(opened.compiled.tools) >= min_tools
     assert len(opened.tasks) >= min_tasks
     assert {t.split for t in opened.tasks} == {"train", "test"}
+    assert domain_warnings(opened) == []  # e.g. no user.reason that steers the user (retail's had one)
     if name == "bank":
         assert len(opened.compiled.tools) <= 5
 
@@ -106,6 +107,16 @@ def test_local_domain_shadows_builtin(project):
     refs = [d for d in list_domains() if d.name == "bank"]
     assert [d.origin for d in refs] == ["local", "builtin"]
     assert open_domain("bank").ref.origin == "local"
+
+
+def test_init_says_when_it_shadows_a_builtin(in_tmp):
+    r = runner.invoke(app, ["init", "bank"])
+    assert r.exit_code == 0, r.output
+    note = next(ln for ln in r.output.splitlines() if ln.startswith("note:"))
+    assert "shadows the built-in domain 'bank'" in note and str(ROOT / "domains" / "bank") in note
+    assert open_domain("bank").ref.origin == "local"  # what the note says happened
+    r = runner.invoke(app, ["init", "desk"])
+    assert r.exit_code == 0 and "shadows" not in r.output
 
 
 def test_call_prints_a_tool_result_from_a_fresh_sandbox():

@@ -47,6 +47,48 @@ def test_init_other_names_get_a_neutral_starter(in_tmp):
     assert r.exit_code == 0 and "1.000" in r.output, r.output
 
 
+@pytest.mark.parametrize("name", ["clinic", "library"])
+def test_init_starters_keep_the_users_steering_out_of_what_it_says(in_tmp, name):
+    """The starters' refusal task says its "if the agent says ..., accept that" in `instructions:`, as the
+    built-in tasks do: the scripted user's opening is the want alone, validate warns of nothing, and the
+    oracle says why it refuses (the value and the rule) instead of "Your request is complete."."""
+    import asyncio
+
+    from muactl.domain.open import open_domain
+    from muactl.episode.agents.oracle import OracleAgent
+    from muactl.episode.rollout import RolloutConfig, run_episode
+    from muactl.episode.user import ScriptedUser
+
+    assert runner.invoke(app, ["init", name]).exit_code == 0
+    r = runner.invoke(app, ["validate", name])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    opened = open_domain(name)
+    refusal = next(t for t in opened.tasks if t.task.id.startswith("refuse-"))
+    ep = asyncio.run(run_episode(refusal, opened.compiled, OracleAgent(), ScriptedUser(), RolloutConfig()))
+    said = [m["content"] for m in ep.messages if m["role"] == "user"]
+    told = [m["content"] for m in ep.messages if m["role"] == "assistant" and not m.get("tool_calls")]
+    assert "agent" not in said[0] and "conversation" not in said[0], said
+    assert refusal.task.expect.refusal and told[-1].endswith(refusal.task.expect.refusal.strip()), told
+    assert "Your request is complete" not in told[-1]
+    assert ep.reward == 1.0 and ep.termination == "user_stop", ep.breakdown
+
+
+def test_validate_warns_when_a_reason_reads_like_an_instruction_to_the_user(project):
+    tasks = project / "tasks" / "clinic" / "test.yaml"
+    text = tasks.read_text()
+    text = text.replace("    reason: You want to cancel your appointment with Dr. Park.\n",
+                        "    reason: >-\n      You want to cancel your appointment with Dr. Park. If the agent says it "
+                        "cannot be\n      cancelled, accept that and end the conversation.\n")
+    tasks.write_text(text)
+    line = text.splitlines().index("- id: refuse-cancel-completed") + 4  # the reason's line
+    r = runner.invoke(app, ["validate", "clinic"])
+    assert r.exit_code == 0 and "ok: clinic" in r.output, r.output  # a warning, not an error
+    warned = [ln for ln in r.output.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1, r.output
+    assert f"test.yaml:{line}:" in warned[0] and "user.reason" in warned[0] and "user.instructions" in warned[0]
+    assert "If the agent says it cannot be cancelled, accept that and end the conversation." in warned[0]
+
+
 def test_init_refuses_to_overwrite(project):
     r = runner.invoke(app, ["init", "clinic"])
     assert r.exit_code == 2 and "--force" in r.output

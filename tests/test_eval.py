@@ -210,7 +210,37 @@ def test_cli_resume_uses_the_saved_config(runs_root):
                                                                   ("move-quin", 0), ("move-quin", 1)]
 
 
+def test_resuming_counts_the_successes_already_stored(runs_root):
+    """A resumed run's progress starts from what it had (it showed `16/16 success 0`), and resuming a finished
+    run says there was nothing left to play before showing its stored results."""
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia", "move-quin", "human-quin"], trials=2))
+    with store.db.conn:  # as if the run had stopped before move-mia's second trial
+        store.db.execute("DELETE FROM messages WHERE episode_id IN (SELECT id FROM episodes WHERE trial = 1 "
+                         "AND task_id = 'move-mia')")
+        store.db.execute("DELETE FROM episodes WHERE trial = 1 AND task_id = 'move-mia'")
+    seen: list[dict] = []
+    run_eval(EvalConfig("bank"), resume=store.id, on_progress=seen.append)
+    assert (seen[0]["done"], seen[0]["successes"]) == (5, 5) and (seen[-1]["done"], seen[-1]["successes"]) == (6, 6)
+    r = runner.invoke(app, ["eval", "--resume", store.id], env=WIDE)
+    assert r.exit_code == 0, r.output
+    assert f"nothing left to play: {store.id} had finished all 6 episodes (success 6)" in r.output
+    assert "pass^1" in r.output  # the stored results follow
+
+
 # ---------------------------------------------------------------- muactl runs
+
+
+def test_piped_tables_are_not_cut_at_80_columns(runs_root):
+    """Piped (CliRunner's output is no terminal) and with no COLUMNS, a table keeps every cell whole: run ids
+    were cut with "…" at 80 columns."""
+    store, _ = run_eval(EvalConfig("bank", split="test", tasks=["move-mia"]))
+    for args in (["runs"], ["runs", "show", store.id], ["domains"]):
+        r = runner.invoke(app, args, env={"COLUMNS": None})
+        assert r.exit_code == 0, r.output
+        assert "…" not in r.output, (args, r.output)
+    assert store.id in runner.invoke(app, ["runs"], env={"COLUMNS": None}).output
+    r = runner.invoke(app, ["runs"], env={"COLUMNS": "60"})  # a width that is set is still obeyed
+    assert max(len(line) for line in r.output.splitlines()) <= 60
 
 
 def test_runs_list_show_and_episode(runs_root):

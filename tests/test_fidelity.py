@@ -5,6 +5,7 @@ real SQLite; LLM users talk through the real local OpenAI-compatible server, onl
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -243,3 +244,53 @@ def test_the_scripted_user_takes_a_closing_question_as_a_closing(bank):
         assert said[1] == "My name is Ned.", (closing, said)  # the question before it was answered
         assert "I don't know that, sorry." not in said and ep.termination == "user_stop", (closing, said)
         assert ep.reward == 1.0, (closing, ep.breakdown)
+
+
+# a user sentence that the pronoun rewriting broke: "me" as a subject, "I" as an object, a be-verb that does not agree
+BROKEN_PERSON = r"(?<!let )(?<!help )(?<!make )\bme (?:have|want|need|will|would|can|do|did|am|are|is|was|were|think|know|keep|\w{2,}ed)\b|" \
+                r"\b(?:to|for|with|at|from|about|help|tell|told|give|gave|thank|let|ask|asked) I\b(?!')|" \
+                r"\bI (?:are|were|is|has)\b|\b(?:are|is|were) I\b"
+
+
+@pytest.mark.parametrize("said, says", [
+    ("You are checking how much you have in your checking account.", "I am checking how much I have in my checking account."),
+    ("You want to know how much you will get back.", "I want to know how much I will get back."),
+    ("For your order #W1 you want two changes.", "For my order #W1 I want two changes."),
+    ("You see a payment you do not recognise.", "I see a payment I do not recognise."),
+    ("You want to return the shirt you received; if that is impossible you keep it.",
+     "I want to return the shirt I received; if that is impossible I keep it."),
+    ("Earlier today you already changed an item.", "Earlier today I already changed an item."),
+    ("You want to cancel because you {reason}.", "I want to cancel because I {reason}."),
+    ("The agent told you the price.", "The agent told me the price."),
+    ("The bank charged you twice and owes you 20.", "The bank charged me twice and owes me 20."),
+    ("You want them to help you and let you know.", "I want them to help me and let me know."),
+    ("A letter was sent to you. Thank you.", "A letter was sent to me. Thank you."),
+    ("The card is yours, not your friend's; you did it yourself.", "The card is mine, not my friend's; I did it myself."),
+    ("Are you sure? You were told you aren't allowed.", "Am I sure? I was told I'm not allowed."),
+    ("You're moving and you've paid; you'll call and you'd like a refund.",
+     "I'm moving and I've paid; I'll call and I'd like a refund."),
+    ("Do you have more than you need? What can you do?", "Do I have more than I need? What can I do?"),
+    ("Your name is Ned. Yours is the savings account.", "My name is Ned. Mine is the savings account."),
+    ("The agent wants you to wait; it suits you.", "The agent wants me to wait; it suits me."),
+])
+def test_the_scripted_user_says_its_goal_in_the_first_person(said, says):
+    from muactl.episode.user import first_person
+
+    assert first_person(said) == says
+    assert not re.search(BROKEN_PERSON, says, re.I)  # the table's own answers pass the check used below
+
+
+def test_the_demos_sft_conversations_have_no_broken_sentence():
+    """`muactl synth` as the quickstart runs it (bank, oracle agent, scripted user, train split): every user
+    sentence keeps its subject, object and verb agreement. Before the rewrite, 3 of 43 said "how much me have";
+    the bank's template instances are checked too."""
+    for extra in ([], ["--tasks", "template:all", "--n", "48"]):
+        out = Path(f"sft{len(extra)}.jsonl")
+        r = runner.invoke(app, ["synth", "bank", "--agent", "oracle", "--user", "scripted", "--trials", "1",
+                                "-o", str(out), *extra])
+        assert r.exit_code == 0, r.output
+        convs = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(convs) >= 43
+        said = [m["content"] for c in convs for m in c["messages"] if m["role"] == "user"]
+        assert [s for s in said if re.search(BROKEN_PERSON, s, re.I)] == []
+        assert "I am checking how much I have in my checking account." in said or extra

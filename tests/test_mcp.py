@@ -97,6 +97,44 @@ def test_http_server_gives_each_session_its_own_sandbox(project):
         proc.wait(10)
 
 
+@pytest.mark.slow  # two processes start: ~25 s on a loaded 2-core machine
+def test_the_readmes_client_snippet_runs_against_muactls_http_server(in_tmp):
+    """README "MCP, both ways": its Python client (the installed SDK's streamable_http_client and is_error),
+    run as it is printed but for the port, against `muactl mcp serve retail --http`."""
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### MCP, both ways", 1)[1].split("\n### ", 1)[0]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    port = free_port()
+    (in_tmp / "client.py").write_text(snippet.replace("127.0.0.1:8765", f"127.0.0.1:{port}"))
+    proc = subprocess.Popen(_serve_cmd("retail") + ["--http", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        _wait_for(port, proc)
+        out = subprocess.run([sys.executable, "client.py"], capture_output=True, text=True, timeout=120)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert out.returncode == 0, out.stderr
+    listed, found, wrong, digest = out.stdout.splitlines()
+    assert "find_user_id_by_email" in listed and STATE_TOOL in listed
+    assert found == "False maya_novak_5934"
+    assert wrong.startswith("True Error: invalid arguments for get_order_details")
+    assert digest == new_env(open_domain("retail", with_tasks=False).compiled).state_hash()  # a fresh sandbox's
+
+
+def _wait_for(port: int, proc) -> None:
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
 def test_in_process_sessions_are_isolated(clinic):
     server = build_server(clinic)
 

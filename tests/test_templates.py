@@ -14,7 +14,7 @@ from muactl.cli import app
 from muactl.errors import SpecError, UsageError
 from muactl.eval.config import EvalConfig
 from muactl.eval.evaluate import run_eval
-from muactl.spec.tasks import load_task_file
+from muactl.spec.tasks import load_task_file, load_tasks
 from muactl.domain.task_templates import draw_stream, generate, instance_key, write_tasks
 from muactl.domain.validate import validate_domain
 
@@ -104,6 +104,26 @@ def test_generated_files_validate_beside_hand_written_ones(in_tmp):
     assert len(gen) == 14 and all(t.split == "test" for t in gen)
     store, summary = run_eval(EvalConfig(domain="bank", split="test", tasks=[t.task.id for t in gen]))
     assert summary["pass^1"] == 1.0
+
+
+@pytest.mark.slow  # ~8 s of CPU: three validations of bank, templates included
+def test_generated_tasks_for_a_builtin_domain_are_read_from_the_project(in_tmp):
+    """`tasks generate bank ... -o tasks/bank/gen-train.yaml` (as the README does for retail), in a project
+    without a bank of its own: validate counts the new tasks beside the built-in ones and eval plays them; a
+    file written anywhere else is said to be read by nothing, with the folder it must go to."""
+    builtin = len(load_tasks(ROOT / "tasks" / "bank"))
+    res = runner.invoke(app, ["tasks", "generate", "bank", "--all-templates", "--n", "5", "--seed", "1",
+                              "-o", "tasks/bank/gen-train.yaml"])
+    assert res.exit_code == 0 and "read them with bank's other tasks" in res.output, res.output
+    res = runner.invoke(app, ["validate", "bank"])
+    assert res.exit_code == 0 and f"{builtin + 5} tasks" in res.output, res.output
+    gen = [t.task.id for t in load_tasks(in_tmp / "tasks" / "bank")]
+    _, summary = run_eval(EvalConfig(domain="bank", split="train", tasks=gen))
+    assert summary["episodes"] == 5 and summary["pass^1"] == 1.0
+    res = runner.invoke(app, ["tasks", "generate", "bank", "--all-templates", "--n", "3", "--seed", "50", "-o", "gen/x.yaml"])
+    assert res.exit_code == 0 and "note: nothing reads gen/x.yaml where it is: move it into tasks/bank/" in res.output
+    shutil.move("gen/x.yaml", "tasks/bank/x.yaml")
+    assert f"{builtin + 8} tasks" in runner.invoke(app, ["validate", "bank"]).output
 
 
 # ---------------------------------------------------------------- validation errors

@@ -188,6 +188,23 @@ def test_oracle_asks_the_scripted_user_for_user_side_calls_and_env_tools_stay_cl
     assert ep.reward == 0.0 and not all(a["ok"] for a in ep.breakdown["assertions"])
 
 
+def test_partial_metrics_count_the_agents_gold_calls_only(tmp_path, monkeypatch):
+    """first_call_right and gold_calls_made measure the agent: the gold path's user-side call (toggle_data,
+    made by the scripted user) is in neither, so the oracle scores 1.0 on both, whichever comes first (τ²
+    telecom's oracle scored 0.193 and 0.352 while the user's calls counted as calls the agent missed)."""
+    from muactl.eval.config import EvalConfig
+    from muactl.eval.evaluate import run_eval
+
+    monkeypatch.chdir(tmp_path)
+    user_first = PHONE_TASKS.replace("offline", "offline-user-first").replace(
+        "[{resume_line: {line_id: L1}}, {toggle_data: {}}]", "[{toggle_data: {}}, {resume_line: {line_id: L1}}]")
+    write_domain(tmp_path, "carrier", PHONE, PHONE_TASKS + user_first)
+    opened = validate_domain("carrier")
+    store, summary = run_eval(EvalConfig(domain="carrier", split="all"), opened=opened)
+    assert summary["episodes"] == 2 and summary["avg_reward"] == 1.0
+    assert summary["first_call_right"] == 1.0 and summary["gold_calls_made"] == 1.0
+
+
 @pytest.mark.parametrize("old, new, file, line, key, message", [
     ("UPDATE phone SET service = (SELECT status = 'Active' FROM lines WHERE line_id = 'L1')",
      "UPDATE phone SET service = (SELECT status = 'Active' FROM lines WHERE line_id = :line_id)", "domain.yaml", 15,

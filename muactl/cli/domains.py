@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
+from .output import command_console
 from .app import app, command
 
 
@@ -31,6 +32,13 @@ def init(
     written = scaffold(name, directory, force)
     for path in written:
         typer.echo(f"wrote {path}")
+    from ..spec.library import hidden_by_project
+
+    for other in hidden_by_project(name):
+        origin = "built-in" if other.origin == "builtin" else other.origin
+        typer.echo(f"note: this {name} shadows the {origin} domain '{name}' ({other.root}): in this project "
+                   f"`muactl ... {name}` now means the new one, with its tasks; the {origin} one stays reachable by "
+                   f"its path. Run `muactl init` with another name to keep both.")
     typer.echo(f"\nNext: muactl validate {name}")
 
 
@@ -98,7 +106,6 @@ def domains_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("name", "version", "origin", "tables", "tools", "tasks (train/test)", "path")
@@ -110,7 +117,7 @@ def domains_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
             continue
         table.add_row(name, r["version"], origin, str(r["tables"]), str(r["tools"]),
                       f"{r['tasks']} ({r['train']}/{r['test']})", r["path"])
-    Console().print(table)
+    command_console().print(table)
 
 
 @command()

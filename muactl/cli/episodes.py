@@ -13,7 +13,7 @@ from ..eval.config import EvalConfig
 from ..train.synth_config import TASKS, SynthConfig
 from .app import app, command, fail
 from .options import config_options
-from .output import print_summary, with_progress
+from .output import command_console, print_summary, with_progress
 
 
 @command("eval")
@@ -128,7 +128,6 @@ def data_show(
 
     Example: [bold]muactl data show data/bank-sft.jsonl --index 3[/bold]
     """
-    from rich.console import Console
     from rich.markup import escape
 
     from ..train.synth import read_jsonl
@@ -137,7 +136,7 @@ def data_show(
     if not 0 <= index < len(rows):
         raise UsageError(f"{path} has conversations 0..{len(rows) - 1}")
     row = rows[index]
-    console = Console()
+    console = command_console()
     console.print(f"[bold]{path}[/bold] #{index}: task {row.get('task_id', '?')}, {len(row['messages'])} messages, "
                   f"{len(row.get('tools') or [])} tools")
     for m in row["messages"]:

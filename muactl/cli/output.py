@@ -10,6 +10,23 @@ import typer
 from .app import fail
 
 
+# Piped, with no COLUMNS set, rich would lay tables out for 80 columns and cut cells (run ids among them) with
+# "…": a pipe or a file has no width, so nothing is cut there.
+PIPED_WIDTH = 1000
+
+
+def command_console():
+    """The console a command prints to: the terminal's width, or as wide as the content when piped."""
+    import os
+    import sys
+
+    from rich.console import Console
+
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return Console(width=PIPED_WIDTH)
+    return Console()
+
+
 def fmt_value(v) -> str:
     if v is None:
         return "-"
@@ -19,7 +36,6 @@ def fmt_value(v) -> str:
 
 
 def print_summary(summary: dict, title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title, show_header=True)
@@ -34,7 +50,7 @@ def print_summary(summary: dict, title: str) -> None:
     if "outcomes" in summary:
         table.add_row("outcomes", ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()))
     table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
-    console = Console()
+    console = command_console()
     console.print(table)
     for line in excluded_lines(summary):
         console.print(line, markup=False, highlight=False)
@@ -44,7 +60,6 @@ def print_summary(summary: dict, title: str) -> None:
 
 def print_fidelity(rows: list[dict], title: str) -> None:
     """Each fidelity check as the share of episodes where it held (of those it applies to)."""
-    from rich.console import Console
     from rich.table import Table
 
     from ..episode.fidelity import CHECKS
@@ -53,7 +68,7 @@ def print_fidelity(rows: list[dict], title: str) -> None:
     for r in rows:
         cells = [f"{fmt_value(r[c])} ({r[c + '_n']})" if r.get(c) is not None else "-" for c in CHECKS]
         table.add_row(r["task_id"], *cells, fmt_value(r.get("faithful")))
-    Console().print(table)
+    command_console().print(table)
 
 
 def excluded_lines(summary: dict) -> list[str]:
@@ -82,23 +97,27 @@ def with_progress(kind: str, label: str, run, on_interrupt: str):
 
     holder: dict = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn(label + " {task.fields[succ]}"), TimeElapsedColumn()) as progress:
+                  TextColumn(label + " {task.fields[succ]}"), TimeElapsedColumn(), console=command_console()) as progress:
         def on_progress(state: dict) -> None:
             if "bar" not in holder:
-                holder["run_id"] = state["run_id"]
+                holder["run_id"], holder["first"] = state["run_id"], dict(state)
                 holder["bar"] = progress.add_task(f"{kind} {state['run_id']}", total=state["total"], succ=0)
             progress.update(holder["bar"], completed=state["done"], succ=state["successes"])
 
         try:
-            return run(on_progress)
+            out = run(on_progress)
         except KeyboardInterrupt:
             fail("interrupted; " + on_interrupt.format(run_id=holder.get("run_id", "?")), 130)
+    first = holder.get("first")
+    if first and first["total"] and first["done"] == first["total"]:
+        typer.echo(f"nothing left to play: {first['run_id']} had finished all {first['total']} episodes "
+                   f"({label} {first['successes']}); its results as stored:")
+    return out
 
 
 
 
 def print_before_after(state: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     rows = state.get("eval", {})
@@ -111,6 +130,6 @@ def print_before_after(state: dict) -> None:
     for r in before_after_table(state):
         table.add_row(r["stage"], " ".join(filter(None, [fmt_value(r.get("pass^1")), r.get("95% interval")])),
                       fmt_value(r.get("first_call_right")), fmt_value(r.get("gold_calls_made")), fmt_value(r.get("avg_turns")))
-    Console().print(table)
+    command_console().print(table)
     for line in comparisons(rows):  # paired over the same tasks: the honest test of a gain
         typer.echo(line)

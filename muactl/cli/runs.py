@@ -9,7 +9,7 @@ import typer
 
 from ..errors import UsageError
 from .app import app, command, guarded
-from .output import fmt_value, print_fidelity, print_summary
+from .output import command_console, fmt_value, print_fidelity, print_summary
 
 
 runs_app = typer.Typer(help="List runs and show their episodes.", no_args_is_help=False, invoke_without_command=True)
@@ -25,7 +25,6 @@ def runs_main(ctx: typer.Context) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from rich.console import Console
     from rich.table import Table
 
     from ..runs.store import list_runs, runs_dir
@@ -39,7 +38,7 @@ def runs_main(ctx: typer.Context) -> None:
         s, c = r.get("summary") or {}, r.get("config") or {}
         table.add_row(r["id"], r["kind"], r["domain"], r["status"], str(c.get("agent", "-")),
                       fmt_value(s.get("episodes")), fmt_value(s.get("pass^1")), fmt_value(s.get("avg_reward")))
-    Console().print(table)
+    command_console().print(table)
     for r in rows:
         if r.get("resume"):
             typer.echo(f"{r['status']}: {r['id']}; continue with: {r['resume']}")
@@ -54,14 +53,13 @@ def runs_show(
 
     Example: [bold]muactl runs show RUN_ID --episode 3[/bold]
     """
-    from rich.console import Console
     from rich.table import Table
 
     from ..runs.summary import fidelity_per_task, per_task
     from ..runs.store import RunStore
 
     store = RunStore.open(run_id)
-    console = Console()
+    console = command_console()
     eps = store.episodes()
     if episode is None:
         info = store.info()

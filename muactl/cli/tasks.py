@@ -29,7 +29,8 @@ def tasks_generate(
     output: Path = typer.Option(..., "-o", "--output", help="Task file to write (YAML)."),
 ) -> None:
     """Write concrete tasks drawn from templates; every task's gold path is replayed, failures are dropped
-    and reported, duplicate bindings are written once.
+    and reported, duplicate bindings are written once. A file in ./tasks/DOMAIN/ is read with the domain's
+    tasks (for a built-in or installed domain, beside its own); anywhere else, nothing reads it.
 
     Examples:
       [bold]muactl tasks generate retail --template cancel-pending --n 100 --seed 1 -o tasks/retail/gen-train.yaml[/bold]
@@ -58,6 +59,7 @@ def tasks_generate(
         counts[t.task.origin.template] = counts.get(t.task.origin.template, 0) + 1
     typer.echo(f"wrote {len(drawn.tasks)} tasks to {output} ("
                + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")")
+    typer.echo(where_read(opened.ref.name, domain, output))
     if drawn.duplicates:
         typer.echo(f"skipped {drawn.duplicates} duplicate bindings")
     if drawn.dropped:
@@ -69,3 +71,15 @@ def tasks_generate(
             typer.echo(f"  {tid}: {why} (x{k})")
     if len(drawn.tasks) < n:
         typer.echo(f"warning: only {len(drawn.tasks)} of {n} distinct tasks could be drawn", err=True)
+
+
+def where_read(name: str, domain: str, output: Path) -> str:
+    """Whether the domain's commands will read the file just written, and if not, where it must go."""
+    from ..spec.library import find_domain
+
+    ref = find_domain(domain)  # looked up again: the write may have made the project's folder
+    if output.resolve().parent in [d.resolve() for d in ref.task_dirs]:
+        return f"validate, eval, synth and train read them with {name}'s other tasks ({output.parent}/)"
+    # a built-in's or an installed pack's own folder is not the user's: their tasks for it go in the project
+    target = ref.tasks_dir if ref.origin not in ("builtin", "installed") else Path("tasks") / name
+    return f"note: nothing reads {output} where it is: move it into {target}/ to use its tasks with {name}'s"

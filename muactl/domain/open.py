@@ -55,7 +55,7 @@ def open_domain(name: str | DomainRef, with_tasks: bool = True, trust: bool = Fa
         problems += e.problems
     if with_tasks:  # task files are checked even when the domain is broken: report everything at once
         try:
-            tasks = load_tasks(ref.tasks_dir)
+            tasks = load_tasks(*ref.task_dirs)
         except SpecError as e:
             problems += e.problems
         try:

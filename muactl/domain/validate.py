@@ -3,6 +3,8 @@ references, arguments, assertions and gold path replayed on a fresh sandbox; tas
 
 from __future__ import annotations
 
+import re
+
 from ..compile import compile_domain
 from ..compile.sql import Guard, explain, param_names
 from ..env.sandbox import OUTSIDE_KINDS, new_env
@@ -125,11 +127,33 @@ def domain_warnings(opened: Opened) -> list[Problem]:
         out.append(opened.spec.doc.problem(("name",), f"name '{d.name}' differs from the folder '{root.name}'; "
                                            f"`muactl ... {root.name}` finds this domain, runs record '{d.name}'"))
     out += version_warnings(opened)
+    out += reason_warnings(opened)
     held = untrusted_mcp_tools(opened)
     if held:
         out.append(opened.spec.doc.problem(("tools", held[0], "mcp", "command"),
                                            f"not started, so not checked: mcp tools {', '.join(held)}; "
                                            f"{opened.ref.trust_hint()}"))
+    return out
+
+
+# A sentence that steers the simulated user rather than saying what it wants: the scripted user and the small
+# local users say `reason` aloud, so these belong in `instructions`.
+_STEERING = re.compile(r"\b(?:if|when|once|unless|after|should|whatever) the agent\b|\bif (?:asked|they ask)\b|"
+                       r"\b(?:end|close|finish|leave) the (?:conversation|chat|call)\b|\baccept (?:that|it|this)\b|"
+                       r"\b(?:say|answer|reply) (?:yes|no)\b", re.I)
+
+
+def reason_warnings(opened: Opened) -> list[Problem]:
+    """A task's or template's `user.reason` that reads like an instruction to the user ("If the agent says
+    ..., accept that and end the conversation"): it is the user's first message, said to the agent."""
+    out = []
+    for t in [*opened.tasks, *opened.templates]:
+        goal = t.task.user if isinstance(t, TaskSpec) else t.template.user
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(goal.reason.split())):
+            if _STEERING.search(sentence):
+                out.append(t.problem(("user", "reason"), f"reads like an instruction to the user, which the scripted "
+                                     f"user would say to the agent: {sentence!r}; move it to `user.instructions`"))
+                break
     return out
 
 
@@ -197,7 +221,7 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
     if any(u[:2] == ("database", "tables") for u in dropped):
         # a table left out would make every statement and task that uses it a second, false problem:
         # only the task checks that need no schema run
-        tasks, _ = load_tasks_partial(ref.tasks_dir)
+        tasks, _ = load_tasks_partial(*ref.task_dirs)
         return check_tasks(Opened(ref, spec, None, tasks), replay=False, dropped=dropped)
     problems = check_domain(spec)
     broken = {p.key.split(".")[1] for p in problems if p.key.startswith("tools.")}
@@ -212,6 +236,6 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
             compiled.trust = trust
         except SpecError as e:  # seed rows that do not fit the schema
             problems += e.problems
-    tasks, _ = load_tasks_partial(ref.tasks_dir)  # their own parse problems were reported by open_domain
+    tasks, _ = load_tasks_partial(*ref.task_dirs)  # their own parse problems were reported by open_domain
     problems += check_tasks(Opened(ref, spec, compiled, tasks), replay=compiled is not None, dropped=dropped)
     return problems

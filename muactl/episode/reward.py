@@ -154,7 +154,7 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
     breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match, "db_compared": expect.compare_db,
                  "outputs": outputs, "required_calls": calls, "assertions": asserts,
                  "evidence_turns": evidence_turns(task, episode, call_turns), "nl_assertions": nl, "nl_judged": judged,
-                 "success": success, "partial": partial_credit(task, episode)}
+                 "success": success, "partial": partial_credit(task, episode, domain)}
     return (1.0 if success else 0.0), breakdown
 
 
@@ -164,13 +164,18 @@ def evidence_turns(task, episode, call_turns: list[int | None]) -> list[int | No
     return [output_turn(o, episode.messages) for o in task.task.expect.outputs] + call_turns
 
 
-def partial_credit(task, episode) -> dict[str, float | None]:
-    """Signals that move long before full success does (docs/contracts.md, "Reward"):
-    whether the agent's first tool call is the gold path's first (same tool, same arguments), and the
-    share of gold calls it made. Not part of the reward."""
+def partial_credit(task, episode, domain) -> dict[str, float | None]:
+    """Signals that move long before full success does (docs/contracts.md, "Reward"), of the agent's calls
+    only: whether its first tool call is the gold path's first agent call (same tool, same arguments), and
+    the share of the gold path's agent calls it made. The gold path's user-side calls (dual control) are the
+    user's to make, so they count in neither. Not part of the reward."""
     from ..spec.models import call_parts
 
-    gold = [call_parts(c) for c in task.task.expect.actions]
+    def agents(name: str) -> bool:
+        tool = domain.tools.get(name)
+        return tool is None or tool.side not in ("user", "env")
+
+    gold = [(name, args) for name, args in map(call_parts, task.task.expect.actions) if agents(name)]
     made = [(c["name"], c["arguments"]) for m in episode.messages if m["role"] == "assistant"
             for c in m.get("tool_calls") or []]
     if not gold:

@@ -86,28 +86,68 @@ class UserSimulator(ABC):
 # ---------------------------------------------------------------- scripted
 
 
-_SWAPS = [(r"\byou are\b", "I am"), (r"\byou were\b", "I was"), (r"\byou're\b", "I'm"), (r"\byou've\b", "I've"),
-          (r"\byou'll\b", "I'll"), (r"\byourself\b", "myself"), (r"\byours\b", "mine"), (r"\byour\b", "my")]
-# after these words a bare "you" is a subject ("because you ..."), elsewhere an object ("told you")
-_SUBJECT_AFTER = {"", "and", "but", "because", "if", "that", "so", "when", "as", "since", "until", "or", "then", "now"}
+# The task speaks to the user ("You want to cancel your order"); the user says it as "I want to cancel my
+# order". "you" is "I" as a subject and "me" as an object, told apart by the words around it; the be-verbs
+# agree ("you are" -> "I am", "are you" -> "am I").
+_BE = [(r"\byou are\b", "I am"), (r"\byou were\b", "I was"), (r"\byou aren't\b", "I'm not"),
+       (r"\byou weren't\b", "I wasn't"), (r"\baren't you\b", "aren't I"), (r"\bweren't you\b", "wasn't I"),
+       (r"\bare you\b", "am I"), (r"\bwere you\b", "was I")]
+_FORMS = [(r"\byou're\b", "I'm"), (r"\byou've\b", "I've"), (r"\byou'll\b", "I'll"), (r"\byou'd\b", "I'd"),
+          (r"\byourselves\b", "ourselves"), (r"\byourself\b", "myself"), (r"\byours\b", "mine"), (r"\byour\b", "my")]
+_AUX = set("do does did don't doesn't didn't can could can't couldn't will would won't wouldn't shall should "
+           "shouldn't may might must have has had haven't hasn't hadn't".split())
+# a verb before "you" that takes it as its object ("told you", "help you wait")
+_TAKES_OBJECT = set("tell tells told give gives gave send sends sent ask asks asked call calls thank thanks show shows "
+                    "offer offers pay pays owe owes let lets make makes made help helps get gets got see sees saw meet "
+                    "meets met hear hears heard want wants need needs expect expects remind reminds bill bills charge "
+                    "charges refund refunds contact contacts email emails text texts allow allows advise advises "
+                    "inform informs notify notifies assure assures promise promises suit suits keep keeps put puts "
+                    "transfer transfers pass passes connect connects sell sells sold bring brings brought "
+                    "cost costs".split())
+_PREPOSITIONS = set("to for with at from about of by on in into onto upon without within behind toward towards "
+                    "against between among around near beside past via than like unlike except".split())
+# after "you", a word that makes it the subject ("you want", "you already ...", "you no longer ...")
+_FOLLOWS_SUBJECT = _AUX | set("want wanted wants need needed know knew think thought feel felt see saw hope wish "
+                              "like liked prefer preferred remember forgot forget ask insist insisted agree "
+                              "decline accept refuse mean meant go went get got buy bought pay paid spend spent "
+                              "send sent give gave take took keep kept leave left lose lost find found sell sold "
+                              "say said tell told come came become became make made put set hold held hear heard "
+                              "use own live moved order plan expect am cannot also already only still just never "
+                              "always no not now then really recently once usually often".split())
+_OBJECT_BEFORE = set("the a an my his her its our their this these those some any every each that back".split())
 
 
 def _cased(word: str, repl: str) -> str:
-    return repl if repl.startswith("I") or not word[0].isupper() else repl.capitalize()
+    return repl if repl.startswith("I") or not word[0].isupper() else repl[0].upper() + repl[1:]
+
+
+def _you_is_subject(before: str, after: str) -> bool:
+    prev = re.findall(r"[\w'#]+|[^\w\s]", before)
+    nxt = re.findall(r"[\w'#]+|[^\w\s]", after)
+    p = prev[-1].lower() if prev and (prev[-1][0].isalnum() or prev[-1][0] == "#") else ""
+    n = nxt[0].lower() if nxt else ""
+    if p in _AUX:  # "do you", "can you"
+        return True
+    if p in _TAKES_OBJECT:  # "help you", "let you know"
+        return False
+    if n in _FOLLOWS_SUBJECT or (n.endswith("ed") and len(n) > 3):  # "than you have", "the item you ordered"
+        return True
+    # "to you", "charged you twice", "sent you the", "with you."
+    return not (p in _PREPOSITIONS or p.endswith("ed") or n in _OBJECT_BEFORE or n in {"", *".,!?;:)\"'"})
 
 
 def first_person(text: str) -> str:
     """Turn a task's second-person goal ("You want to cancel your order") into the user's words."""
     out = " ".join(text.split())
-    for pattern, repl in _SWAPS:
+    for pattern, repl in _BE + _FORMS:
         out = re.sub(pattern, lambda m, r=repl: _cased(m.group(0), r), out, flags=re.I)
 
     def you(m: re.Match) -> str:
-        before = re.findall(r"[A-Za-z']+|[.!?;:,]", out[: m.start()])
-        prev = before[-1].lower() if before and before[-1][0].isalpha() else ""
-        return "I" if prev in _SUBJECT_AFTER else "me"
+        # a few words either side decide it (a bounded look, however long the goal)
+        subject = _you_is_subject(m.string[max(0, m.start() - 60): m.start()], m.string[m.end(): m.end() + 60])
+        return "I" if subject else _cased(m.group(0), "me")
 
-    out = re.sub(r"\byou\b", you, out, flags=re.I)
+    out = re.sub(r"(?<!\bthank )\byou\b", you, out, flags=re.I)  # "thank you" is a set phrase
     return out[:1].upper() + out[1:]
 
 

@@ -161,7 +161,8 @@ def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progre
     rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
                          opening=cfg.opening, seed=cfg.seed)
     total = len(tasks) * cfg.trials
-    state = {"done": total - len(jobs), "total": total, "successes": 0, "run_id": store.id}
+    state = {"done": total - len(jobs), "total": total, "successes": _successes_so_far(store, tasks, cfg.trials, done),
+             "run_id": store.id}
 
     def on_done(ep) -> None:
         store.save_episode(ep)
@@ -184,6 +185,14 @@ def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progre
     summary["agent"], summary["user"], summary["split"] = cfg.agent, cfg.user, cfg.split
     store.update(status="finished", summary=summary)
     return store, summary
+
+
+def _successes_so_far(store, tasks, trials: int, done: set) -> int:
+    """The successes among the episodes a resumed run had finished, so that its progress counts them too."""
+    wanted = {(t.task.id, trial) for t in tasks for trial in range(trials)} & done
+    if not wanted:
+        return 0
+    return sum(int(e["success"]) for e in store.episodes(step=0) if (e["task_id"], e["trial"]) in wanted)
 
 
 async def _run(jobs, compiled, agent, user_factory, rcfg, concurrency, on_done, judge=None):

