@@ -88,16 +88,26 @@ class EpisodeEnv(gymnasium.Env):
     """What AgentEnv and UserEnv share: the served tasks, an event loop of its own, one episode at a time."""
 
     metadata = {"render_modes": []}
-    observation_space = spaces.Text(MAX_OBSERVATION_CHARS, min_length=2, charset=JSON_CHARS)
 
-    def __init__(self, cfg: ServeConfig):
+    def __init__(self, cfg: ServeConfig, render_mode: str | None = None):
+        # spaces per env, not per class: each has its own generator (action_space.seed)
+        self.observation_space = spaces.Text(MAX_OBSERVATION_CHARS, min_length=2, charset=JSON_CHARS)
+        self.action_space = self.new_action_space()
+        self.render_mode = render_mode
         self.cfg, self.rollout = cfg, cfg.rollout()
         self.source = TaskSource(cfg, opened_domain(cfg.domain, cfg.trust))
+        self.check()  # a bad setting fails here, before anything is held that close() would have to free
         self.loop = asyncio.new_event_loop()
         self.episode: StepwiseEpisode | None = None
         self._seed = 0
 
     # what the subclasses say: who plays the other party, and what the caller's action means
+    def new_action_space(self) -> spaces.Space:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        return None
+
     def new_episode(self, task, domain, trial: int) -> StepwiseEpisode:
         raise NotImplementedError
 
@@ -141,6 +151,7 @@ class EpisodeEnv(gymnasium.Env):
         self._stop()
         self.loop.run_until_complete(self.close_party())
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
         self.loop.close()
         super().close()
 
@@ -182,13 +193,15 @@ def observation(turn: Turn) -> str:
 class AgentEnv(EpisodeEnv):
     """You play the agent against the domain's simulated user (`user=`: scripted, hf:<model> or a litellm id)."""
 
-    action_space = spaces.Dict({"content": spaces.Text(MAX_ACTION_CHARS, min_length=0, charset=TEXT_CHARS),
-                                "tool_calls": spaces.Text(MAX_ACTION_CHARS, min_length=0, charset=JSON_CHARS)})
-
     def __init__(self, render_mode: str | None = None, **kwargs: Any):
-        super().__init__(serve_config(kwargs))
-        self.render_mode = render_mode
+        super().__init__(serve_config(kwargs), render_mode)
+
+    def check(self) -> None:
         check_user(self.cfg, self.source.opened)
+
+    def new_action_space(self) -> spaces.Space:
+        return spaces.Dict({"content": spaces.Text(MAX_ACTION_CHARS, min_length=0, charset=TEXT_CHARS),
+                            "tool_calls": spaces.Text(MAX_ACTION_CHARS, min_length=0, charset=JSON_CHARS)})
 
     def new_episode(self, task, domain, trial: int) -> StepwiseEpisode:
         from .episode.user import make_user
@@ -252,18 +265,19 @@ def agent_reply(act: Any) -> AgentReply:
 
 class UserEnv(EpisodeEnv):
     """You play the user against a muactl agent (`agent=`: oracle, hf:<model>, a litellm id ...; `agent_api_base`,
-    `agent_temperature`). Actions are the user's messages. User-side tools (dual control) are not offered:
-    in such domains the caller can only ask the agent."""
-
-    action_space = spaces.Text(MAX_ACTION_CHARS, min_length=1, charset=TEXT_CHARS)
+    `agent_temperature`, `agent_max_new_tokens` for local models). Actions are the user's messages.
+    User-side tools (dual control) are not offered: in such domains the caller can only ask the agent."""
 
     def __init__(self, render_mode: str | None = None, agent: str = "oracle", agent_api_base: str | None = None,
-                 agent_temperature: float = 0.0, **kwargs: Any):
+                 agent_temperature: float = 0.0, agent_max_new_tokens: int = 256, **kwargs: Any):
         from .episode.agents import make_agent
 
-        super().__init__(serve_config(kwargs))
-        self.render_mode = render_mode
-        self.agent = make_agent(agent, api_base=agent_api_base, temperature=agent_temperature)
+        self.agent = make_agent(agent, api_base=agent_api_base, temperature=agent_temperature,
+                                max_new_tokens=agent_max_new_tokens)  # a bad agent fails before the env holds anything
+        super().__init__(serve_config(kwargs), render_mode)
+
+    def new_action_space(self) -> spaces.Space:
+        return spaces.Text(MAX_ACTION_CHARS, min_length=1, charset=TEXT_CHARS)
 
     def new_episode(self, task, domain, trial: int) -> StepwiseEpisode:
         return StepwiseEpisode(task, domain, ExternalUser(), self.rollout, trial=trial, trust=self.cfg.trust,

@@ -151,6 +151,10 @@ def test_the_callers_mistakes_are_usage_errors_naming_what_is_wrong(agent_env):
         gymnasium.make("muactl/Agent-v0", domain="bank", max_turn=3)
     with pytest.raises(UsageError, match="needs domain"):
         gymnasium.make("muactl/Agent-v0")
+    with pytest.raises(UsageError, match="unknown adversary 'nope'"):
+        gymnasium.make("muactl/User-v0", domain="bank", agent="adversary:nope")
+    with pytest.raises(UsageError, match="--db must be"):
+        gymnasium.make("muactl/Agent-v0", domain="bank", tasks="template:all", db="sometimes")
 
 
 def test_reset_and_close_cancel_the_unfinished_episode_and_free_its_sandbox(agent_env):
@@ -195,6 +199,21 @@ def test_a_user_action_is_text(user_env):
     user_env.reset(seed=0)
     with pytest.raises(UsageError, match="a UserEnv action is the user's message"):
         user_env.unwrapped.step({"content": "hi"})
+
+
+@pytest.mark.slow
+def test_the_user_env_plays_against_a_local_model():
+    """hf:tiny (random weights) as the agent, on the env's own event loop, over two episodes."""
+    env = gymnasium.make("muactl/User-v0", domain="bank", agent="hf:tiny", agent_max_new_tokens=4)
+    try:
+        for seed in (0, 1):
+            env.reset(seed=seed)
+            obs, reward, terminated, truncated, _ = env.step("I want to know my balance.")
+            assert not terminated and [m["role"] for m in json.loads(obs)] == ["assistant"]
+            obs, reward, terminated, truncated, info = env.step(STOP)
+            assert terminated and info["termination"] == "user_stop" and reward == 0.0
+    finally:
+        env.close()
 
 
 def test_the_example_runs_both_loops(capsys):
