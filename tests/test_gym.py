@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import warnings
 
 import pytest
 
@@ -64,9 +65,12 @@ def play(env, policy, **reset):
 def test_gymnasiums_env_checker_passes(env_id, kwargs):
     env = gymnasium.make(env_id, domain="bank", **kwargs)
     try:
-        check_env(env.unwrapped)  # seeded resets and steps repeat, observations in the space, close twice
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_env(env.unwrapped)  # seeded resets and steps repeat, observations in the space, close twice
     finally:
         env.close()
+    assert [str(w.message) for w in caught] == []  # not even a warning
 
 
 def test_oracle_actions_play_and_score_as_the_engine_plays_the_oracle(agent_env, opened_bank):
@@ -193,6 +197,8 @@ def test_a_user_who_gives_no_facts_fails_the_task(user_env):
     user_env.step("I want to know the balance of my checking account.")
     obs, reward, terminated, truncated, info = user_env.step(STOP)
     assert terminated and reward == 0.0 and not info["breakdown"]["success"]
+    with pytest.raises(UsageError, match="the episode is over"):
+        user_env.step("Hello?")
 
 
 def test_a_user_action_is_text(user_env):
