@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,mcp,openenv]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,mcp,openenv,gym]'
 	$(PY) -m pip install -q -c constraints.txt --no-deps openenv  # why --no-deps: see the openenv extra in pyproject.toml
 	touch $(STAMP)
 
@@ -40,7 +40,7 @@ lock:
 	$(PYTHON) -m venv $(LOCKVENV)
 	$(LOCKVENV)/bin/python -m pip install -q --upgrade pip
 	$(LOCKVENV)/bin/python -m pip install -q torch==2.13.0
-	$(LOCKVENV)/bin/python -m pip install -q '.[dev,mcp,openenv]'
+	$(LOCKVENV)/bin/python -m pip install -q '.[dev,mcp,openenv,gym]'
 	$(LOCKVENV)/bin/python -m pip install -q --no-deps 'openenv==0.10.0'
 	head -n 3 constraints.txt > constraints.new
 	$(LOCKVENV)/bin/python -m pip freeze --all --exclude-editable | grep -iv '^muactl' >> constraints.new

@@ -28,6 +28,7 @@ LAYERS = [
     ["eval"],
     ["train"],
     ["share"],
+    ["gym"],
     ["chat"],
     ["cli"],
     ["__main__"],

@@ -40,6 +40,7 @@ SKIPPED = {
     "muactl synth --from-chats": "needs a chat run (tests/test_chat.py)",
     "muactl mcp serve": "runs in the slow test_readme_mcp",
     "muactl serve openenv": "a server that runs until stopped (tests/test_openenv.py drives it with OpenEnv's client)",
+    "python examples/gym_loop.py": "tests/test_gym.py runs the example's main()",
     "cd out/verl-retail && MODEL=Qwen/Qwen3-8B ./launch.sh": "submits to a Ray cluster",
 }
 

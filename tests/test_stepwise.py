@@ -82,3 +82,10 @@ def test_a_step_after_the_timeout_answers_with_the_ended_episode(bank):
 
     turn = asyncio.run(main())
     assert turn.done and turn.episode.termination == "timeout"
+
+
+def test_a_stepwise_episode_needs_one_party_played_from_outside(bank):
+    from muactl.episode.agents.oracle import OracleAgent
+
+    with pytest.raises(UsageError, match="one party played from outside"):
+        StepwiseEpisode(bank.task("move-mia"), bank.compiled, ScriptedUser(), RolloutConfig(), agent=OracleAgent())

@@ -1,10 +1,11 @@
 """One episode driven turn by turn from outside: the reset()/step() shape RL frameworks expect.
 
 The episode engine (rollout.run_episode) owns the conversation: it asks the agent for a turn, runs
-tool calls on the sandbox, hands text to the simulated user and scores the end. Here the agent is
-`ExternalAgent`, whose `act` publishes the episode so far and waits until the caller supplies the
-turn. So there is no second state machine: `start()` runs the engine up to the agent's first turn,
-`step(reply)` up to its next one (or the end), and each returns what the agent has not seen yet.
+tool calls on the sandbox, hands text to the simulated user and scores the end. Here one party is
+played from outside: `ExternalAgent` (OpenEnv's server, the Gymnasium AgentEnv) or `ExternalUser`
+(the Gymnasium UserEnv), whose turn publishes the episode so far and waits until the caller supplies
+it. So there is no second state machine: `start()` runs the engine up to the outside party's first
+turn, `step(turn)` up to its next one (or the end), and each returns what that party has not seen yet.
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ from typing import Any
 from .agents.base import Agent, AgentReply
 from .rollout import RolloutConfig, run_episode
 from .types import Episode
+from .user import UserReply, UserSimulator, shown_to_user, split_stop
 from ..env.sandbox import new_env
 from ..errors import UsageError
+
+
+async def _ask(asks: asyncio.Queue, ctx) -> Any:
+    reply: asyncio.Future = asyncio.get_running_loop().create_future()
+    await asks.put((ctx, reply))
+    return await reply
 
 
 class ExternalAgent(Agent):
@@ -29,15 +37,44 @@ class ExternalAgent(Agent):
         self.asks: asyncio.Queue = asyncio.Queue()
 
     async def act(self, ctx) -> AgentReply:
-        reply: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self.asks.put((ctx, reply))
-        return await reply
+        return await _ask(self.asks, ctx)
+
+    @staticmethod
+    def sees(m: dict[str, Any]) -> bool:
+        """Everything but its own turns (a greeting the domain wrote is not its own)."""
+        return m["role"] != "assistant" or bool(m.get("fixed"))
+
+
+class ExternalUser(UserSimulator):
+    """A user whose turns come from outside: `respond` hands the episode out and waits for the text.
+    The stop tokens end the conversation as they do for simulators."""
+
+    name = "external"
+
+    def __init__(self):
+        self.asks: asyncio.Queue = asyncio.Queue()
+
+    async def respond(self, ctx) -> UserReply:
+        return split_stop(await _ask(self.asks, ctx))
+
+    @staticmethod
+    def sees(m: dict[str, Any]) -> bool:
+        """What any simulated user sees: the agent's text turns, never tools."""
+        return shown_to_user(m)
+
+
+def public_message(m: dict[str, Any]) -> dict[str, Any]:
+    """A message as OpenAI's chat format has it (muactl's internal keys left out)."""
+    out = {"role": m["role"], "content": m.get("content") or ""}
+    if m["role"] == "tool" and m.get("tool_call_id"):
+        out.update(tool_call_id=m["tool_call_id"], name=m.get("name"))
+    return out
 
 
 @dataclass
 class Turn:
-    """What the agent sees before its next turn: the messages it has not seen (never its own), and,
-    once the episode is over, the scored Episode."""
+    """What the outside party sees before its next turn: the messages it has not seen (never its own;
+    for a user, only the agent's text), and, once the episode is over, the scored Episode."""
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     episode: Episode | None = None
@@ -48,12 +85,18 @@ class Turn:
 
 
 class StepwiseEpisode:
-    """run_episode with the agent's turns supplied one `step` at a time (on one event loop)."""
+    """run_episode with one party's turns supplied one `step` at a time (on one event loop): the
+    agent's (no `agent` given: an ExternalAgent plays it) or the user's (`user` an ExternalUser,
+    against `agent`)."""
 
-    def __init__(self, task, domain, user, cfg: RolloutConfig, trial: int = 0, trust: bool = False):
+    def __init__(self, task, domain, user, cfg: RolloutConfig, trial: int = 0, trust: bool = False,
+                 agent: Agent | None = None):
+        if agent is not None and not isinstance(user, ExternalUser):
+            raise UsageError("a stepwise episode needs one party played from outside: no agent, or an ExternalUser")
         self.task, self.domain, self.user, self.cfg, self.trial = task, domain, user, cfg, trial
         self.sandbox = new_env(domain, trust=trust)
-        self.agent = ExternalAgent()
+        self.agent = agent or ExternalAgent()
+        self.outside = self.agent if agent is None else user
         self.ctx = None
         self._reply: asyncio.Future | None = None
         self._run: asyncio.Task | None = None
@@ -73,9 +116,10 @@ class StepwiseEpisode:
                                                       trial=self.trial, env=self.sandbox))
         return await self._next()
 
-    async def step(self, reply: AgentReply) -> Turn:
-        """The agent's turn, and what follows it up to the agent's next turn or the end. An episode that
-        ended while the caller was thinking (its timeout counts that time) answers with its end."""
+    async def step(self, reply: AgentReply | str) -> Turn:
+        """The outside party's turn (an AgentReply, or the user's text), and what follows it up to that
+        party's next turn or the end. An episode that ended while the caller was thinking (its timeout
+        counts that time) answers with its end."""
         if self._reply is None:
             raise UsageError("the episode is over; reset to start another" if self.done else
                              "the episode has not started: reset first")
@@ -85,15 +129,15 @@ class StepwiseEpisode:
         return await self._next()
 
     async def _next(self) -> Turn:
-        ask = asyncio.ensure_future(self.agent.asks.get())
+        ask = asyncio.ensure_future(self.outside.asks.get())
         await asyncio.wait({ask, self._run}, return_when=asyncio.FIRST_COMPLETED)
-        if ask.done():  # the engine waits for the agent's turn
+        if ask.done():  # the engine waits for the outside party's turn
             self.ctx, self._reply = ask.result()
             messages = self.ctx.messages
         else:
             ask.cancel()
             messages = self._run.result().messages
-        new = [m for m in messages[self._seen:] if m["role"] != "assistant" or m.get("fixed")]
+        new = [m for m in messages[self._seen:] if self.outside.sees(m)]
         self._seen = len(messages)
         return Turn(new, self._run.result() if self._run.done() else None)
 
@@ -108,3 +152,8 @@ class StepwiseEpisode:
             self._run.add_done_callback(lambda _run: self.sandbox.close())
         else:
             self.sandbox.close()
+
+    async def settled(self) -> None:
+        """Wait until a cancelled or finished run is over (its sandbox closed); never raises."""
+        if self._run is not None:
+            await asyncio.gather(self._run, return_exceptions=True)

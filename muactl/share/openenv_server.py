@@ -61,6 +61,21 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000
 
+    def rollout(self):
+        """The episode engine's settings for every episode served."""
+        from ..episode.rollout import RolloutConfig
+
+        return RolloutConfig(max_turns=self.max_turns, max_tool_errors=self.max_tool_errors, timeout_s=self.timeout_s,
+                             opening=self.opening, seed=self.seed)
+
+
+def check_user(cfg: ServeConfig, opened) -> None:
+    """A bad local user model fails now, not in the first episode."""
+    if cfg.user.startswith("hf:"):
+        from ..models.registry import resolve
+
+        resolve(cfg.user[3:], opened.compiled)
+
 
 class TaskSource:
     """Where reset() gets its tasks: the served task files in turn, or template instances."""
@@ -125,15 +140,10 @@ def build_app(cfg: ServeConfig, opened=None):
     from ..episode.agents.base import AgentReply
     from ..models.chatml import decode_arguments
     from ..episode.user import make_user
-    from ..episode.rollout import RolloutConfig
-    from ..episode.stepwise import StepwiseEpisode
+    from ..episode.stepwise import StepwiseEpisode, public_message
 
-    rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
-                         opening=cfg.opening, seed=cfg.seed)
-    if cfg.user.startswith("hf:"):  # a bad local user model fails now, not in the first session
-        from ..models.registry import resolve
-
-        resolve(cfg.user[3:], opened.compiled)
+    rcfg = cfg.rollout()
+    check_user(cfg, opened)
 
     class ToolCall(BaseModel):
         name: str = Field(description="The tool to call.")
@@ -184,7 +194,7 @@ def build_app(cfg: ServeConfig, opened=None):
             self._state.done = turn.done
             if ep is not None:
                 self._state.termination, self._state.reward, self._state.state_hash = ep.termination, ep.reward, ep.final_hash
-            return MuactlObservation(messages=[_public(m) for m in turn.messages],
+            return MuactlObservation(messages=[public_message(m) for m in turn.messages],
                                      tools=self.episode.tools if tools else [], task_id=self.episode.task.task.id,
                                      done=turn.done, reward=ep.reward if ep else None,
                                      termination=ep.termination if ep else None,
@@ -294,14 +304,6 @@ def _frame_problem(message: dict[str, Any]) -> str | None:
     except (ValueError, RecursionError):
         return None
     return None if isinstance(value, dict) else f"a message must be a JSON object, not {type(value).__name__}"
-
-
-def _public(m: dict[str, Any]) -> dict[str, Any]:
-    """A message as OpenAI's chat format has it (muactl's internal keys left out)."""
-    out = {"role": m["role"], "content": m.get("content") or ""}
-    if m["role"] == "tool" and m.get("tool_call_id"):
-        out.update(tool_call_id=m["tool_call_id"], name=m.get("name"))
-    return out
 
 
 def serve(cfg: ServeConfig, log=None) -> None:
