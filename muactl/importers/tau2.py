@@ -52,6 +52,9 @@ USER_DEFAULTS = {
 }
 # τ² dumps datetimes with str(): a space, not 'T', between date and time (dates are plain ISO)
 DATETIMES = {"devices": ("activation_date", "last_esim_transfer_date"), "customers": ("created_at",)}
+# nested records whose keys τ²'s model dumps in another order than its db.json holds them: (table, json
+# column) -> the model's field order (an LLM reads the text, so the order is part of the output)
+FIELD_ORDER = {"airline": {("reservations", "flights"): ("flight_number", "origin", "destination", "date", "price")}}
 
 
 def domain_name(domain: str) -> str:
@@ -155,6 +158,7 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
         db = read_json(root, src / "db.json")
         if not isinstance(db, dict):
             raise SpecError.single(src / "db.json", f"expected an object of tables at the top level, found {kind(db)}")
+        in_field_order(db, FIELD_ORDER.get(domain, {}))
         return db, {}
     db = read_toml(root, src / "db.toml")
     user = read_toml(root, src / "user_db.toml")
@@ -175,6 +179,18 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
                 if isinstance(record.get(col), str):
                     record[col] = record[col].replace("T", " ")
     return db, dict.fromkeys(USER_DEFAULTS, src / "user_db.toml")
+
+
+def in_field_order(db: dict, orders: dict[tuple[str, str], tuple[str, ...]]) -> None:
+    """Reorder the keys of nested records (a list of objects in a column) as τ²'s model dumps them; keys the
+    model lacks stay after its own (seed_rows and the tables' checks judge the values)."""
+    for (table, column), order in orders.items():
+        records = db.get(table)
+        for record in records.values() if isinstance(records, dict) else ():
+            items = record.get(column) if isinstance(record, dict) else None
+            if isinstance(items, list):
+                record[column] = [{**{k: x[k] for k in order if k in x}, **x} if isinstance(x, dict) else x
+                                  for x in items]
 
 
 def policy_text(root: Path, src: Path, domain: str) -> str:

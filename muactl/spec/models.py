@@ -336,6 +336,14 @@ class Domain(Strict):
     user_guidelines: str | None = Field(
         None, description="Replaces muactl's default instructions for the user simulator (file name or text)."
     )
+    agent_prompt: str | None = Field(
+        None, description="The agent's whole system prompt, in place of muactl's (its conventions, the description "
+        "and the policy): a file name beside domain.yaml (.md/.txt) or inline text, in which `{policy}` stands for "
+        "the policy. `muactl import tau2` writes τ²-bench's, so the agent reads what τ²'s LLM agent reads.")
+    user_prompt: str | None = Field(
+        None, description="The user simulator's whole system prompt, in place of user_guidelines and muactl's goal "
+        "sections: a file name or inline text, in which `{scenario}` stands for the task's `user.scenario` (a task "
+        "without one: its goal's sections). `muactl import tau2` writes τ²-bench's.")
     greeting: str | None = Field(
         "Hi! How can I help you today?",
         description="The agent's fixed first message; null lets the user open the conversation.",
@@ -360,6 +368,9 @@ class UserGoal(Strict):
     known: str | None = Field(None, description="Facts the user knows and gives when asked.")
     unknown: str | None = Field(None, description="Facts the user does not know.")
     instructions: str | None = Field(None, description="Extra behaviour for this task (e.g. change mind after X).")
+    scenario: str | None = Field(None, description="The whole goal as one text, worded as the benchmark the task "
+                                 "came from words it for its user simulator; the domain's `user_prompt` puts it "
+                                 "where it says {scenario} (`muactl import tau2` writes τ²'s).")
     consent: bool = Field(True, description="Whether the user says yes when the agent asks to confirm a change. "
                           "false: the user declines, so the gold path's writes are proposals that must not happen "
                           "(the right end state is the one after its reads only).")
