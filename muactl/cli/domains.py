@@ -143,7 +143,8 @@ def tools(
         for pname, p in params["properties"].items():
             req = "" if pname in params["required"] else " (optional)"
             extra = {k: v for k, v in p.items() if k not in ("type", "description")}
-            typer.echo(f"    {pname}: {p['type']}{req}  {p.get('description', '')}" + (f"  {json.dumps(extra)}" if extra else ""))
+            kind = p.get("type", "schema")  # a shown schema (`schema:`) may give anyOf or $ref instead of a type
+            typer.echo(f"    {pname}: {kind}{req}  {p.get('description', '')}" + (f"  {json.dumps(extra)}" if extra else ""))
         typer.echo("")
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import Problem, ScaffoldExists, SpecError, UsageError
 from ..env.sandbox import new_env
 from ..limits import MAX_POLICY_BYTES, MAX_TAU2_CALLS, MAX_TAU2_RECORDS, MAX_YAML_BYTES
+from .tau2_schema import tau2_tool_schemas
 from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
@@ -144,6 +145,38 @@ def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
             if args.get(pname):  # a copy: a param shared with an anchor may read differently per tool in τ²
                 params[pname] = CommentedMap(params[pname])
                 params[pname]["description"] = args[pname]
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
+
+
+def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
+    """Give each tool τ²'s description and parameters' schema, exactly as τ²'s LLM is shown them, and order
+    the tools as τ² does (agent's, then user's, then muactl's env tools). A tool whose τ² schema could not
+    be rebuilt, or names other parameters, keeps muactl's (tau2_verify.py counts it as different)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()
+    yaml.width = 4096  # as use_tau2_descriptions
+    data = yaml.load(domain_yaml.read_text())
+    tools = data["tools"]
+    order = [s["function"]["name"] for side in ("agent", "user") for s in schemas.get(side, [])]
+    for schema in (s["function"] for side in ("agent", "user") for s in schemas.get(side, [])):
+        tool = tools.get(schema["name"])
+        if tool is None or "parameters" not in schema:
+            continue
+        shown = schema["parameters"]
+        params = tool.get("params") or {}
+        if "builtin" in tool:
+            params = {"transfer": {"summary": None}, "think": {"thought": None}}.get(tool["builtin"], {})
+        if set(shown.get("properties", {})) != set(params):
+            continue
+        tool["description"] = schema["description"]
+        if params and "builtin" not in tool:
+            tool["params"] = CommentedMap((name, tool["params"][name]) for name in shown["properties"])
+        tool["schema"] = shown
+    ranked = sorted(tools, key=lambda name: order.index(name) if name in order else len(order))
+    data["tools"] = CommentedMap((name, tools[name]) for name in ranked)
     with open(domain_yaml, "w") as f:
         yaml.dump(data, f)
 
@@ -360,13 +393,15 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     policy = policy_text(root, src, domain)
     code = checkout / "src" / "tau2" / "domains" / domain
     docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root)}
+    schemas = tau2_tool_schemas(root, code)
     tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
         origin = {"domain.yaml": code / "tools.py", "policy.md": src / FILES[domain][-1],
                   **{f"data/{t}.jsonl": sources.get(t, src / FILES[domain][0]) for t in db}}
         try:
-            compiled = stage_domain(stage / "domain", yaml_path, policy, docs, db, src / FILES[domain][0], sources)
+            compiled = stage_domain(stage / "domain", yaml_path, policy, docs, schemas, db, src / FILES[domain][0],
+                                    sources)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
         mark_failing_calls(compiled, tasks, src / "tasks.json")
@@ -381,7 +416,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     return dest_domain, dest_tasks, counts
 
 
-def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, db: dict, db_file: Path,
+def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, db: dict, db_file: Path,
                  sources: dict[str, Path]):
     """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions, its
     policy, its database as seed files."""
@@ -393,6 +428,7 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, db: dict, db
     shutil.copyfile(yaml_path, d / "domain.yaml")
     (d / "policy.md").write_text(policy)
     use_tau2_descriptions(d / "domain.yaml", docs)
+    use_tau2_schemas(d / "domain.yaml", schemas)
     spec = load_domain(d)
     for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
         with open(d / "data" / f"{table}.jsonl", "w") as f:

@@ -209,6 +209,30 @@ class Check(Strict):
         "element's error is the tool's error.")
 
 
+SHOWN_SCHEMA = Field(
+    None, alias="schema",
+    description="The parameters' JSON Schema exactly as the model is shown it, in place of the one muactl "
+    "builds from `params` (`muactl import tau2` writes τ²-bench's, with its $defs, anyOf and titles). It names "
+    "the same parameters as `params`; arguments are still checked against `params`.")
+
+
+def _shown_schema(schema: dict[str, Any] | None, names: list[str] | None) -> None:
+    if schema is None:
+        return
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ValueError(f"schema is not a valid JSON Schema: {e.message}") from None
+    props = schema.get("properties", {})
+    if schema.get("type") != "object" or not isinstance(props, dict):
+        raise ValueError("schema must be an object schema (type: object) whose properties are the parameters")
+    if names is not None and list(props) != names:
+        raise ValueError(f"schema's properties ({', '.join(props) or 'none'}) must be the params "
+                         f"({', '.join(names) or 'none'}), in the same order")
+
+
 class ToolBase(Strict):
     description: str = Field(description="What the tool does; becomes the LLM schema's description and the docs.")
     params: dict[str, Param] = Field(default_factory=dict, description="Parameter name -> JSON-schema-like spec.")
@@ -216,6 +240,12 @@ class ToolBase(Strict):
         "agent", description="Who may call it: the agent, the user simulator (dual control, as in tau2 telecom), or "
         "env: neither, only a task's setup and `assert: [{call: ...}]` (e.g. putting the user's phone in a state)."
     )
+    shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
+
+    @model_validator(mode="after")
+    def _schema_names_params(self):
+        _shown_schema(self.shown_schema, list(self.params))
+        return self
 
 
 class SqlTool(ToolBase):
@@ -247,6 +277,12 @@ class BuiltinTool(Strict):
     description: str | None = Field(None, description="Overrides the built-in description.")
     message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.').")
     side: Side = "agent"
+    shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
+
+    @model_validator(mode="after")
+    def _schema_is_an_object(self):
+        _shown_schema(self.shown_schema, [{"transfer": "summary", "think": "thought"}[self.builtin]])
+        return self
 
 
 class PythonTool(ToolBase):
