@@ -8,7 +8,7 @@ model (`$defs` for its data models and enums, `anyOf` for unions, titles). Here 
 on τ²'s tools.py and data models parsed with `ast`: the annotations and defaults are read as data (names
 of a fixed set of types, literals, `Field(default, description=...)`), the models are rebuilt with
 pydantic's `create_model`, and pydantic writes the schema. A construct outside that set leaves the tool
-to muactl's own schema (`Unsupported`), which benchmarks/tau2_verify.py then counts as different.
+to muactl's own schema (`Tau2Unsupported`), which benchmarks/tau2_verify.py then counts as different.
 
 τ²'s tool order is the order its toolkit class defines the `@is_tool` methods in.
 """
@@ -21,16 +21,13 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from ..errors import Tau2Unsupported
 from .tau2_input import read_python
 
 BUILTIN_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "dict": dict, "list": list, "Any": Any,
                  "Dict": dict, "List": list, "None": type(None)}
 GENERICS = {"List": list, "list": list, "Dict": dict, "dict": dict, "Tuple": tuple, "tuple": tuple}
 NO_EXTRA = "BaseModelNoExtra"  # τ²'s pydantic base with extra="forbid" (tau2/utils/pydantic_utils.py)
-
-
-class Unsupported(Exception):
-    """A construct of τ²'s source this reader does not rebuild."""
 
 
 def tau2_tool_schemas(root: Path, code: Path) -> dict[str, list[dict]]:
@@ -44,7 +41,7 @@ def tau2_tool_schemas(root: Path, code: Path) -> dict[str, list[dict]]:
         for node in tool_methods(read_python(root, code / file)):
             try:
                 out[side].append(function_schema(node, names))
-            except Unsupported:
+            except Tau2Unsupported:
                 out[side].append({"type": "function", "function": {"name": node.name}})  # the order still counts
     return out
 
@@ -73,7 +70,7 @@ def function_schema(node: ast.FunctionDef, names: Namespace) -> dict:
     described = {p.arg_name: p.description for p in doc.params}
     args = node.args
     if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-        raise Unsupported(f"{node.name}: *args, **kwargs or keyword-only parameters")
+        raise Tau2Unsupported(f"{node.name}: *args, **kwargs or keyword-only parameters")
     params = args.args[1:]  # self
     defaults = [None] * (len(params) - len(args.defaults)) + list(args.defaults)
     fields = {}
@@ -116,7 +113,7 @@ class Namespace:
                 return type(None)
             if isinstance(node.value, str):  # a forward reference
                 return self.named(node.value)
-            raise Unsupported(f"annotation {ast.dump(node)}")
+            raise Tau2Unsupported(f"annotation {ast.dump(node)}")
         if isinstance(node, ast.Name):
             return self.named(node.id)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "typing":
@@ -125,14 +122,14 @@ class Namespace:
             return typing.Union[self.type(node.left), self.type(node.right)]
         if isinstance(node, ast.Subscript):
             return self.subscripted(node)
-        raise Unsupported(f"annotation {ast.dump(node)}")
+        raise Tau2Unsupported(f"annotation {ast.dump(node)}")
 
     def subscripted(self, node: ast.Subscript) -> Any:
         head = node.value.id if isinstance(node.value, ast.Name) else None
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if head == "Literal":
             if not all(isinstance(x, ast.Constant) for x in items):
-                raise Unsupported("Literal of something other than constants")
+                raise Tau2Unsupported("Literal of something other than constants")
             return typing.Literal[tuple(x.value for x in items)]
         if head == "Optional":
             return typing.Optional[self.type(items[0])]
@@ -141,7 +138,7 @@ class Namespace:
         if head in GENERICS:
             args = tuple(self.type(x) for x in items)
             return GENERICS[head][args if len(args) > 1 else args[0]]
-        raise Unsupported(f"annotation {head or ast.dump(node.value)}[...]")
+        raise Tau2Unsupported(f"annotation {head or ast.dump(node.value)}[...]")
 
     def named(self, name: str) -> Any:
         if name in self.built:
@@ -150,7 +147,7 @@ class Namespace:
             return BUILTIN_TYPES[name]
         node = self.defs.get(name)
         if node is None or name in self.building:
-            raise Unsupported(f"type {name}")
+            raise Tau2Unsupported(f"type {name}")
         self.building.add(name)
         try:
             if isinstance(node, ast.ClassDef):
@@ -190,13 +187,13 @@ class Namespace:
                 continue
             parent = self.named(b)  # a model of the domain: its fields come first, as in pydantic
             if not (isinstance(parent, type) and issubclass(parent, BaseModel)):
-                raise Unsupported(f"class {node.name} derives from {b}")
+                raise Tau2Unsupported(f"class {node.name} derives from {b}")
         for stmt in node.body:
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 fields[stmt.target.id] = (self.type(stmt.annotation),
                                           ... if stmt.value is None else self.field(stmt.value))
             elif isinstance(stmt, (ast.Assign, ast.AugAssign)) and not self.is_private(stmt):
-                raise Unsupported(f"class {node.name}: an assignment in the class body")
+                raise Tau2Unsupported(f"class {node.name}: an assignment in the class body")
         config = ConfigDict(extra="forbid") if NO_EXTRA in bases else None
         kwargs: dict[str, Any] = {"__doc__": ast.get_docstring(node, clean=True)}
         if parent is not None:
@@ -227,9 +224,9 @@ class Namespace:
             elif kw.arg == "default_factory" and isinstance(kw.value, ast.Name) and kw.value.id in ("dict", "list"):
                 kwargs["default_factory"] = {"dict": dict, "list": list}[kw.value.id]
             else:
-                raise Unsupported(f"Field({kw.arg}=...)")
+                raise Tau2Unsupported(f"Field({kw.arg}=...)")
         if len(node.args) > 1:
-            raise Unsupported("Field with more than one positional argument")
+            raise Tau2Unsupported("Field with more than one positional argument")
         if node.args:
             return Field(self.value(node.args[0]), **kwargs)
         return Field(**kwargs)
@@ -240,8 +237,8 @@ class Namespace:
             cls = self.named(node.value.id)
             if isinstance(cls, type) and issubclass(cls, enum.Enum) and node.attr in cls.__members__:
                 return cls[node.attr]
-            raise Unsupported(f"default {node.value.id}.{node.attr}")
+            raise Tau2Unsupported(f"default {node.value.id}.{node.attr}")
         try:
             return ast.literal_eval(node)
         except ValueError:
-            raise Unsupported(f"default {ast.dump(node)[:80]}") from None
+            raise Tau2Unsupported(f"default {ast.dump(node)[:80]}") from None
