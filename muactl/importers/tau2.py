@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import Problem, ScaffoldExists, SpecError, UsageError
 from ..env.sandbox import new_env
 from ..limits import MAX_POLICY_BYTES, MAX_TAU2_CALLS, MAX_TAU2_RECORDS, MAX_YAML_BYTES
+from .tau2_prompts import read_prompts, scenario_text
 from .tau2_schema import tau2_tool_schemas
 from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
 
@@ -181,6 +182,23 @@ def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
         yaml.dump(data, f)
 
 
+def use_tau2_prompts(d: Path, prompts) -> None:
+    """τ²'s agent and user prompts beside domain.yaml, named by it, and τ²'s greeting."""
+    from ruamel.yaml import YAML
+
+    (d / "agent_prompt.md").write_text(prompts.agent)
+    (d / "user_prompt.md").write_text(prompts.user)
+    yaml = YAML()
+    yaml.width = 4096  # as use_tau2_descriptions
+    data = yaml.load((d / "domain.yaml").read_text())
+    at = list(data).index("greeting") if "greeting" in data else len(data)
+    data.insert(at, "agent_prompt", "agent_prompt.md", comment="τ²'s LLM agent's system prompt ({policy}: policy.md)")
+    data.insert(at + 1, "user_prompt", "user_prompt.md", comment="τ²'s user simulator's ({scenario}: each task's user.scenario)")
+    data["greeting"] = prompts.greeting
+    with open(d / "domain.yaml", "w") as f:
+        yaml.dump(data, f)
+
+
 # ---------------------------------------------------------------- database
 
 
@@ -313,7 +331,7 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     ins = scenario["instructions"]
     extra = [scenario.get("persona"), ins.get("task_instructions")]
     user = {"reason": ins["reason_for_call"], "known": ins.get("known_info"), "unknown": ins.get("unknown_info"),
-            "instructions": "\n".join(x for x in extra if x) or None}
+            "instructions": "\n".join(x for x in extra if x) or None, "scenario": scenario_text(scenario)}
     crit = task.get("evaluation_criteria") or {}
     actions = [{a["name"]: a.get("arguments") or {}} for a in crit.get("actions") or []]
     init = task.get("initial_state") or {}
@@ -394,14 +412,15 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     code = checkout / "src" / "tau2" / "domains" / domain
     docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root)}
     schemas = tau2_tool_schemas(root, code)
+    prompts = read_prompts(root, checkout, user_has_tools=bool(schemas["user"]))
     tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
         origin = {"domain.yaml": code / "tools.py", "policy.md": src / FILES[domain][-1],
                   **{f"data/{t}.jsonl": sources.get(t, src / FILES[domain][0]) for t in db}}
         try:
-            compiled = stage_domain(stage / "domain", yaml_path, policy, docs, schemas, db, src / FILES[domain][0],
-                                    sources)
+            compiled = stage_domain(stage / "domain", yaml_path, policy, docs, schemas, prompts, db,
+                                    src / FILES[domain][0], sources)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
         mark_failing_calls(compiled, tasks, src / "tasks.json")
@@ -416,10 +435,10 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     return dest_domain, dest_tasks, counts
 
 
-def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, db: dict, db_file: Path,
-                 sources: dict[str, Path]):
-    """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions, its
-    policy, its database as seed files."""
+def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, prompts, db: dict,
+                 db_file: Path, sources: dict[str, Path]):
+    """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions and
+    schemas, its prompts (when the checkout has them), its policy, its database as seed files."""
     from ..compile import compile_domain
     from ..domain.checks import check_domain
     from ..spec.load import load_domain
@@ -429,6 +448,8 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dic
     (d / "policy.md").write_text(policy)
     use_tau2_descriptions(d / "domain.yaml", docs)
     use_tau2_schemas(d / "domain.yaml", schemas)
+    if prompts is not None:
+        use_tau2_prompts(d, prompts)
     spec = load_domain(d)
     for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
         with open(d / "data" / f"{table}.jsonl", "w") as f:
@@ -502,7 +523,7 @@ def stage_tasks(tdir: Path, tasks: list[dict], header: str, tasks_json: Path) ->
             except ValidationError as e:
                 raise SpecError.single(tasks_json, f"task {doc['id']!r} does not make a muactl task: "
                                                    f"{e.errors()[0]['msg']} at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
-        write_tasks(specs, file, header)
+        write_tasks(specs, file, header, width=MAX_YAML_BYTES)  # never folded: τ²'s texts hold tabs
         if file.stat().st_size > MAX_YAML_BYTES:
             raise SpecError.single(tasks_json, f"its {split or 'other'} tasks make a task file of "
                                                f"{file.stat().st_size:,} bytes, more than muactl reads "
