@@ -37,11 +37,14 @@ from .tau2_schema import tau2_tool_schemas
 from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
-DOMAINS = ("retail", "airline", "telecom")
+DOMAINS = ("retail", "airline", "telecom", "mock")
 TRANSFER = "transfer_to_human_agents"
 # τ² data files per domain (db and policy differ for telecom)
 FILES = {"retail": ["db.json", "policy.md"], "airline": ["db.json", "policy.md"],
-         "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"]}
+         "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"],
+         "mock": ["db.json", "user_db.json", "policy.md"]}
+# tables of the user's database kept by record key (telecom's phone is one-row tables without a key)
+USER_TABLES = {"mock": ("notifications",)}
 # telecom's user database: τ²'s model defaults for what user_db.toml leaves out (user_data_model.py)
 USER_DEFAULTS = {
     "device": {"wifi_ssid": None, "vpn_details": None,
@@ -210,7 +213,14 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
         if not isinstance(db, dict):
             raise SpecError.single(src / "db.json", f"expected an object of tables at the top level, found {kind(db)}")
         in_field_order(db, FIELD_ORDER.get(domain, {}))
-        return db, {}
+        if domain not in USER_TABLES:
+            return db, {}
+        user = read_json(root, src / "user_db.json")
+        if not isinstance(user, dict):
+            raise SpecError.single(src / "user_db.json", f"expected an object of tables at the top level, found "
+                                                         f"{kind(user)}")
+        db.update({t: user.get(t) for t in USER_TABLES[domain]})  # seed_rows says what is missing
+        return db, dict.fromkeys(USER_TABLES[domain], src / "user_db.json")
     db = read_toml(root, src / "db.toml")
     user = read_toml(root, src / "user_db.toml")
     for table, defaults in USER_DEFAULTS.items():
@@ -315,6 +325,8 @@ def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
             records.append(rec)
         if not spec.pk_columns():
             user[table] = records[0] if records else None
+        elif table in USER_TABLES.get(domain, ()):
+            user[table] = {rec[spec.pk_columns()[0]]: rec for rec in records}
         elif domain == "telecom":
             agent[table] = records
         else:
@@ -335,7 +347,9 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     crit = task.get("evaluation_criteria") or {}
     actions = [{a["name"]: a.get("arguments") or {}} for a in crit.get("actions") or []]
     init = task.get("initial_state") or {}
-    setup = [{c["func_name"]: c.get("arguments") or {}} for c in init.get("initialization_actions") or []]
+    setup = [*initialization_data_calls(init.get("initialization_data")),
+             *({c["func_name"]: c.get("arguments") or {}} for c in init.get("initialization_actions") or []),
+             *history_calls(init.get("message_history"))]
     asserts = [{"call": {a["func_name"]: a.get("arguments") or {}}, "equals": a.get("assert_value", True)}
                for a in crit.get("env_assertions") or []]
     expect = {"actions": actions, "outputs": [str(x) for x in crit.get("communicate_info") or []],
@@ -349,10 +363,31 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v not in (None, [], {})}
 
 
-def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> None:
+def initialization_data_calls(data: dict | None) -> list[dict]:
+    """τ²'s initialization_data (agent_data / user_data: table -> records merged into the database) as
+    calls of the domain's update_<table> env tools, in τ²'s order: the agent's data, then the user's."""
+    return [{f"update_{table}": {"records": records}} for part in ("agent_data", "user_data")
+            for table, records in ((data or {}).get(part) or {}).items()]
+
+
+def history_calls(history: list[dict] | None) -> list[dict]:
+    """The tool calls of a task's message_history, which τ² replays before the conversation (the state they
+    leave is the task's; the agent is not shown the earlier messages in muactl)."""
+    return [{call["name"]: call.get("arguments") or {}} for message in history or []
+            for call in message.get("tool_calls") or []]
+
+
+def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[str]:
     """Gold calls that fail (τ²'s tasks include some: a lookup of a wrong id) get `error: TEXT`, so
     validate replays them as expected failures. benchmarks/tau2_verify.py checks the texts are τ²'s.
-    A call of a tool the domain lacks, or a setup call that fails, is τ² data muactl cannot use: refused."""
+    A call of a tool the domain lacks, or a setup call that fails, is τ² data muactl cannot use: refused.
+    An env assertion that τ²'s own gold actions leave false (mock: the gold path lacks the call that would
+    make it true) cannot be a muactl assertion, which the gold path must satisfy: it is left out, and the
+    returned notes say which."""
+    from ..env.gold import assertion_result
+    from ..spec.models import Assertion
+
+    notes = []
     for t in tasks:
         refuse_unknown_tools(compiled, t, tasks_json)
         env = new_env(compiled)
@@ -369,8 +404,19 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> None:
                 result = env.call(name, args)
                 if result.error:
                     call["error"] = result.content.removeprefix("Error: ")
+            expect = t.get("expect", {})
+            kept = [a for a in expect.get("assert", []) if assertion_result(env, Assertion.model_validate(a))[0]]
+            for a in expect.get("assert", []):
+                if a not in kept:
+                    notes.append(f"task {t['id']!r}: left out the env assertion {next(iter(a['call']))} = {a['equals']}, "
+                                 "which τ²'s own gold actions leave false")
+            if "assert" in expect and len(kept) < len(expect["assert"]):
+                expect["assert"] = kept
+                if not kept:
+                    del expect["assert"]
         finally:
             env.close()
+    return notes
 
 
 def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
@@ -388,9 +434,10 @@ def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
 # ---------------------------------------------------------------- import
 
 
-def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False) -> tuple[Path, Path, dict[str, int]]:
-    """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders and
-    the number of tasks per split. Every file of the checkout is read and checked first; nothing is
+def import_tau2(checkout: Path, domain: str, project: Path,
+                force: bool = False) -> tuple[Path, Path, dict[str, int], list[str]]:
+    """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders, the
+    number of tasks per split and notes on what of τ²'s tasks was left out (mark_failing_calls). Every file of the checkout is read and checked first; nothing is
     left half-written: both folders are built aside, then moved."""
     from ..spec.library import refuse_builtin_write
 
@@ -423,7 +470,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
                                     src / FILES[domain][0], sources)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
-        mark_failing_calls(compiled, tasks, src / "tasks.json")
+        notes = mark_failing_calls(compiled, tasks, src / "tasks.json")
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
         counts = stage_tasks(stage / "tasks", tasks, header, src / "tasks.json")
         for path in existing:
@@ -432,7 +479,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
         dest_tasks.parent.mkdir(parents=True, exist_ok=True)
         (stage / "domain").rename(dest_domain)
         (stage / "tasks").rename(dest_tasks)
-    return dest_domain, dest_tasks, counts
+    return dest_domain, dest_tasks, counts, notes
 
 
 def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, prompts, db: dict,
@@ -489,7 +536,8 @@ def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json
     test, or None when in neither list); at most MAX_TAU2_CALLS setup and gold calls in all."""
     split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
     base = set(splits.get("base", [t["id"] for t in raw_tasks]))
-    tasks = [convert_task(t, split_of.get(t["id"])) for t in raw_tasks if t["id"] in base]
+    unsplit = "test" if not split_of else None  # no train/test lists (mock): the base set is what is evaluated
+    tasks = [convert_task(t, split_of.get(t["id"], unsplit)) for t in raw_tasks if t["id"] in base]
     calls = sum(len(t.get("setup", [])) + len(t.get("expect", {}).get("actions", [])) for t in tasks)
     if calls > MAX_TAU2_CALLS:
         raise SpecError.single(tasks_json, f"the imported tasks make {calls:,} setup and gold calls, over the limit "

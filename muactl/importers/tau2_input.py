@@ -165,8 +165,24 @@ class Tau2EnvCall(Tau2Shape):
     assert_value: bool = True
 
 
+class Tau2Call(Tau2Shape):
+    name: str
+    arguments: dict[str, Any] | None = None
+
+
+class Tau2Message(Tau2Shape):
+    tool_calls: list[Tau2Call] | None = None
+
+
+class Tau2InitData(Tau2Shape):
+    agent_data: dict[str, dict[str, Any]] | None = None  # table -> record key -> fields
+    user_data: dict[str, dict[str, Any]] | None = None
+
+
 class Tau2State(Tau2Shape):
+    initialization_data: Tau2InitData | None = None
     initialization_actions: list[Tau2EnvCall] | None = None
+    message_history: list[Tau2Message] | None = None
 
 
 class Tau2Criteria(Tau2Shape):
