@@ -266,3 +266,16 @@ def test_everything_shown_is_tau2s_bytes(domain, tmp_path, monkeypatch):
     agent, user, tasks, calls = SHAPES[domain]
     assert (got["outputs_bytes_same"], got["agent_schemas_same"], got["user_schemas_same"]) == (calls, agent, user)
     assert got["user_prompts_same"] == tasks and got["agent_prompt_same"] and got["greeting_same"]
+
+
+def test_airline_reservation_flights_are_in_tau2s_field_order():
+    """τ²'s db.json holds a reservation's flights as origin, destination, flight_number...; its model dumps
+    flight_number first, and that text is what its agent reads."""
+    from muactl.importers.tau2 import FIELD_ORDER, in_field_order
+
+    db = {"reservations": {"R1": {"flights": [{"origin": "A", "destination": "B", "flight_number": "F1",
+                                               "date": "d", "price": 1, "extra": 0}, "odd"]}}}
+    in_field_order(db, FIELD_ORDER["airline"])
+    assert list(db["reservations"]["R1"]["flights"][0]) == ["flight_number", "origin", "destination", "date",
+                                                            "price", "extra"]
+    assert db["reservations"]["R1"]["flights"][1] == "odd"
