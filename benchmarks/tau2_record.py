@@ -1,13 +1,18 @@
 """Record τ²-bench's ground truth: run τ²'s own tools on every gold action of every task.
 
 Writes tests/data/tau2/<domain>.json (digests only; see muactl/importers/tau2_truth.py), which
-tests/test_tau2_import.py and benchmarks/tau2_verify.py compare muactl's import against.
+tests/test_tau2_import.py and benchmarks/tau2_verify.py compare muactl's import against, and
+tests/data/tau2/seen/<domain>.json: digests of what τ²'s LLM agent and user are shown, as bytes: each
+gold call's output text, each tool's `Tool.openai_schema` (in τ²'s order), the agent's system prompt
+(τ²'s LLMAgent), the user simulator's system prompt per task (τ²'s UserSimulator) and the greeting
+(τ²'s orchestrator). τ²'s LLM client is replaced by a stub that refuses to be called: building
+prompts and schemas never calls it.
 
 τ²'s package top level imports litellm; this script imports only its domain modules (a bare `tau2`
 package object over the source folder), so it needs τ²'s few small dependencies and not muactl's:
 
     python -m venv /tmp/tau2venv && /tmp/tau2venv/bin/pip install pydantic docstring_parser loguru \
-        addict toml pyyaml deepdiff python-dotenv
+        addict toml pyyaml deepdiff python-dotenv numpy pandas
     /tmp/tau2venv/bin/python benchmarks/tau2_record.py PATH/TO/tau2-bench [--domain retail]
 
 PATH is a τ²-bench checkout at commit a2c0247 (with airline's db.json and telecom's tasks.json of
@@ -24,15 +29,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from muactl.importers.tau2_truth import PROBE_EVERY, PROBES, changed_records, output_digest, tau2_hash  # noqa: E402
+from muactl.importers.tau2_truth import (PROBE_EVERY, PROBES, changed_records, output_digest,  # noqa: E402
+                                        schema_digest, tau2_hash, text_digest)
 
-DOMAINS = ("retail", "airline", "telecom")
+DOMAINS = ("retail", "airline", "telecom", "mock")
 
 
 def load_tau2(checkout: Path) -> None:
     pkg = types.ModuleType("tau2")  # skip tau2/__init__.py (it imports the litellm-based runner)
     pkg.__path__ = [str(checkout / "src" / "tau2")]
     sys.modules["tau2"] = pkg
+    llm = types.ModuleType("tau2.utils.llm_utils")  # the prompts' modules import the LLM client: a stub
+
+    def no_llm(*args, **kwargs):
+        raise RuntimeError("tau2_record.py runs no LLM")
+
+    llm.generate = llm.get_cost = no_llm
+    sys.modules["tau2.utils.llm_utils"] = llm
     import os
 
     os.environ.setdefault("TAU2_DATA_DIR", str(checkout / "data"))
@@ -55,13 +68,13 @@ def record(domain: str) -> dict:
         env = mod.get_environment()
         init = task.initial_state
         env.set_state(init.initialization_data if init else None,
-                      init.initialization_actions if init else None, [])
+                      init.initialization_actions if init else None, (init.message_history or []) if init else [])
         return env
 
     def result(env, i, name, args, requestor) -> dict:
         msg = env.get_response(ToolCall(id=str(i), name=name, arguments=args, requestor=requestor))
         return {"name": name, "error": msg.content if msg.error else None,
-                "output": None if msg.error else output_digest(msg.content)}
+                "output": None if msg.error else output_digest(msg.content), "text": text_digest(msg.content)}
 
     for n, task in enumerate(tasks):
         env = prepared(task)
@@ -85,6 +98,34 @@ def record(domain: str) -> dict:
     return out
 
 
+def record_seen(domain: str) -> dict:
+    """Digests of what τ²'s LLM agent and user simulator are shown (the module docstring)."""
+    import importlib
+
+    from tau2.agent.llm_agent import LLMAgent
+    from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE
+    from tau2.user.user_simulator import UserSimulator
+
+    mod = importlib.import_module(f"tau2.domains.{domain}.environment")
+    env = mod.get_environment()
+    agent = LLMAgent(tools=env.get_tools(), domain_policy=env.get_policy(), llm="none")
+
+    def user_tools(include=None):
+        try:  # as τ²'s runner builds its user (runner/build.py)
+            return env.get_user_tools(include=include) or None
+        except ValueError:
+            return None
+
+    users = {}
+    for task in mod.get_tasks(task_split_name="base"):
+        user = UserSimulator(llm="none", instructions=str(task.user_scenario), tools=user_tools(task.user_tools))
+        users[task.id] = text_digest(user.system_prompt)
+    return {"agent_prompt": text_digest(agent.system_prompt), "greeting": text_digest(DEFAULT_FIRST_AGENT_MESSAGE.content),
+            "agent_tools": [[t.name, schema_digest(t.openai_schema)] for t in env.get_tools()],
+            "user_tools": [[t.name, schema_digest(t.openai_schema)] for t in user_tools() or []],
+            "user_prompts": users}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkout", type=Path)
@@ -98,8 +139,13 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for domain in args.domain or DOMAINS:
         tasks = record(domain)
+        outputs = {tid: [a.pop("text") for a in t["actions"]] for tid, t in tasks.items()}
         path = args.out / f"{domain}.json"
         path.write_text(json.dumps({"domain": domain, "tau2_commit": "a2c0247", "tasks": tasks}, indent=1) + "\n")
+        seen = args.out / "seen" / f"{domain}.json"
+        seen.parent.mkdir(exist_ok=True)
+        seen.write_text(json.dumps({"domain": domain, "tau2_commit": "a2c0247", **record_seen(domain),
+                                    "outputs": outputs}, indent=1) + "\n")
         n_err = sum(a["error"] is not None for t in tasks.values() for a in t["actions"])
         print(f"{domain}: {len(tasks)} tasks, {sum(len(t['actions']) for t in tasks.values())} gold actions "
               f"({n_err} fail in τ²) -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")

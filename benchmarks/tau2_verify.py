@@ -1,10 +1,12 @@
 """muactl's τ²-bench import checked against τ²'s own tools, per domain: tasks whose final database
 equals τ²'s (τ²'s hash recipe), gold calls with the same error/no-error outcome and text, outputs equal
 as parsed JSON; plus the oracle's score and the lines of muactl's YAML against τ²'s tools.py (telecom:
-with user_tools.py).
+with user_tools.py). A second table compares what the model is shown, as bytes: gold outputs' text,
+tool schemas (agent's and user's, in τ²'s order, `title`s left out), the agent's system prompt, the
+user simulator's system prompt per task and the greeting.
 
-The ground truth is tests/data/tau2/<domain>.json (written by benchmarks/tau2_record.py). Needs a
-τ²-bench checkout for the data (README, "τ²-bench"):
+The ground truth is tests/data/tau2/<domain>.json and tests/data/tau2/seen/<domain>.json (written by
+benchmarks/tau2_record.py). Needs a τ²-bench checkout for the data (README, "τ²-bench"):
 
     .venv/bin/python benchmarks/tau2_verify.py PATH/TO/tau2-bench [--domain retail]
 """
@@ -23,12 +25,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+DOMAINS = ["retail", "airline", "telecom", "mock"]
+
+
 def code_lines(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#"))
 
 
 def run(checkout: Path, domain: str) -> dict:
     from muactl.importers.tau2 import HERE, import_tau2, verify
+    from muactl.importers.tau2_seen import verify_seen
     from muactl.domain.validate import validate_domain
 
     truth = json.loads((ROOT / "tests" / "data" / "tau2" / f"{domain}.json").read_text())
@@ -43,6 +49,8 @@ def run(checkout: Path, domain: str) -> dict:
             opened = validate_domain(f"tau2-{domain}")
             t_validate = time.perf_counter() - t0
             row = verify(opened, truth)
+            row.update(verify_seen(opened, json.loads((ROOT / "tests" / "data" / "tau2" / "seen" / f"{domain}.json")
+                                                      .read_text())))
             row["oracle"] = oracle_score(opened)
         finally:
             os.chdir(old)
@@ -67,7 +75,7 @@ def oracle_score(opened) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkout", type=Path, nargs="?", default=os.environ.get("TAU2_BENCH"))
-    ap.add_argument("--domain", action="append", choices=["retail", "airline", "telecom"])
+    ap.add_argument("--domain", action="append", choices=DOMAINS)
     args = ap.parse_args()
     if not args.checkout:
         ap.error("give a τ²-bench checkout (or set TAU2_BENCH)")
@@ -75,7 +83,8 @@ def main() -> None:
           f"{'same output':>11} {'oracle':>6} {'YAML lines':>10} {'τ² tools':>11}")
     from muactl.importers.tau2 import HERE
 
-    for domain in args.domain or ["retail", "airline", "telecom"]:
+    rows = []
+    for domain in args.domain or DOMAINS:
         if not (HERE / f"{domain}.yaml").is_file():
             print(f"{domain:8} not importable yet (no muactl tools for it)")
             continue
@@ -88,6 +97,22 @@ def main() -> None:
             print(f"{'':8} + {r['probes']} calls off the gold paths (τ²'s tools probed after the setup): "
                   f"{pct(r['probe_same'], r['probes'])} same error/output")
         for line in r["mismatches"][:10]:
+            print("   ", line)
+        rows.append(r)
+    print_seen(rows)
+
+
+def print_seen(rows: list[dict]) -> None:
+    """What the model is shown, byte for byte against τ²'s record."""
+    frac = lambda a, b: f"{a}/{b}"  # noqa: E731
+    print(f"\n{'domain':8} {'outputs (bytes)':>15} {'agent schemas':>13} {'user schemas':>12} {'agent prompt':>12} "
+          f"{'user prompts':>12} {'greeting':>8}")
+    for r in rows:
+        print(f"{r['domain']:8} {frac(r['outputs_bytes_same'], r['outputs_bytes']):>15} "
+              f"{frac(r['agent_schemas_same'], r['agent_schemas']):>13} {frac(r['user_schemas_same'], r['user_schemas']):>12} "
+              f"{'same' if r['agent_prompt_same'] else 'differs':>12} {frac(r['user_prompts_same'], r['user_prompts']):>12} "
+              f"{'same' if r['greeting_same'] else 'differs':>8}")
+        for line in r["seen_mismatches"][:12]:
             print("   ", line)
 
 

@@ -100,6 +100,11 @@ class GoldReplayFailed(MuactlError):
 # Not MuactlErrors: these end an episode with an outcome (or are turned into a ModelError), they are not
 # reported to the user as a command's failure.
 
+class Tau2Unsupported(Exception):
+    """A construct of τ²-bench's source that `muactl import tau2` does not rebuild (a tool schema): the tool
+    keeps muactl's own schema, and benchmarks/tau2_verify.py counts it as different. Never reaches the CLI."""
+
+
 class FormatError(Exception):
     """A tokenizer whose chat template muactl cannot prompt with tools (models.py makes it a ModelError)."""
 

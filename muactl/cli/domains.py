@@ -77,7 +77,7 @@ app.add_typer(import_app, name="import")
 @command("tau2", group=import_app)
 def import_tau2_cmd(
     checkout: Path = typer.Argument(..., help="A τ²-bench checkout (sierra-research/tau2-bench)."),
-    domain: str = typer.Option(..., "--domain", help="retail | airline | telecom."),
+    domain: str = typer.Option(..., "--domain", help="retail | airline | telecom | mock."),
     directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
 ) -> None:
@@ -89,8 +89,10 @@ def import_tau2_cmd(
     """
     from ..importers.tau2 import import_tau2
 
-    d, t, counts = import_tau2(checkout, domain, directory, force)
+    d, t, counts, notes = import_tau2(checkout, domain, directory, force)
     shown = ", ".join(f"{n} {s}" for s, n in counts.items())
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
 
 
@@ -150,7 +152,8 @@ def tools(
         for pname, p in params["properties"].items():
             req = "" if pname in params["required"] else " (optional)"
             extra = {k: v for k, v in p.items() if k not in ("type", "description")}
-            typer.echo(f"    {pname}: {p['type']}{req}  {p.get('description', '')}" + (f"  {json.dumps(extra)}" if extra else ""))
+            kind = p.get("type", "schema")  # a shown schema (`schema:`) may give anyOf or $ref instead of a type
+            typer.echo(f"    {pname}: {kind}{req}  {p.get('description', '')}" + (f"  {json.dumps(extra)}" if extra else ""))
         typer.echo("")
 
 

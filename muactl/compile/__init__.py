@@ -85,7 +85,7 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
         tools = {name: compile_tool(name, t, spec.domain, conn) for name, t in spec.domain.tools.items()}
     finally:
         conn.close()
-    prompt = agent_system_prompt(spec.domain.description, spec.policy_text)
+    prompt = agent_system_prompt(spec.domain.description, spec.policy_text, spec.agent_prompt_text)
     return CompiledDomain(spec, tools, path, prompt, digest)
 
 

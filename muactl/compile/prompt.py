@@ -10,7 +10,11 @@ You are a customer service agent. Help the user with their request while followi
 - If the request cannot be handled within the policy, say so, or transfer to a human agent when the policy allows."""
 
 
-def agent_system_prompt(domain_description: str, policy: str) -> str:
+def agent_system_prompt(domain_description: str, policy: str, template: str | None = None) -> str:
+    """muactl's prompt, or the domain's own `agent_prompt` with the policy where it says {policy} (as is: a
+    benchmark's prompt is reproduced byte for byte)."""
+    if template is not None:
+        return template.replace("{policy}", policy)
     return f"{AGENT_CONVENTIONS}\n\n# Domain\n{domain_description.strip()}\n\n# Policy\n{policy.strip()}\n"
 
 
@@ -23,3 +27,31 @@ You play a customer who contacts a company's support agent. Stay in character fo
 - When your goal is fully met, or cannot be met and you accept that, end with ###STOP### on its own.
 - If the agent hands you over to a human, end with ###TRANSFER###.
 - If the agent keeps asking for something your goal gives no way to answer, end with ###OUT-OF-SCOPE###."""
+
+
+def user_system_prompt(spec, task) -> str:
+    """The user simulator's system prompt for a task (a TaskSpec's model) of a domain (a DomainSpec): the
+    domain's `user_prompt` with the task's scenario, or muactl's guidelines and the goal's sections."""
+    domain, goal = spec.domain, task.user
+    if spec.user_prompt_text is not None:
+        return spec.user_prompt_text.replace("{scenario}", goal.scenario if goal.scenario is not None
+                                             else goal_sections(goal))
+    persona = domain.personas.get(task.persona or "", "")
+    parts = [spec.guidelines_text or DEFAULT_GUIDELINES, f"\n# Company\n{domain.description.strip()}"]
+    if persona:
+        parts.append(f"\n# Your personality\n{persona.strip()}")
+    parts.append(goal_sections(goal))
+    parts.append("\n# When the agent asks you to confirm a change\n" + (
+        "Say yes." if goal.consent else "Say no: you do not want that change made. Then end the conversation."))
+    return "\n".join(parts)
+
+
+def goal_sections(goal) -> str:
+    parts = [f"\n# Your goal\n{goal.reason.strip()}"]
+    if goal.known:
+        parts.append(f"\n# What you know\n{goal.known.strip()}")
+    if goal.unknown:
+        parts.append(f"\n# What you do not know\n{goal.unknown.strip()}")
+    if goal.instructions:
+        parts.append(f"\n# Further instructions\n{goal.instructions.strip()}")
+    return "\n".join(parts)

@@ -38,6 +38,8 @@ class CompiledTool:
     untyped_result: str | None = None
     # spec_version 1: the result columns the current version would give back differently (for validate)
     changed_by_current: list[str] = field(default_factory=list)
+    # the parameters' schema as the model is shown it (the spec's `schema:`), when not the one built from params
+    shown: dict[str, Any] | None = None
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -53,7 +55,7 @@ class CompiledTool:
 
     def openai_schema(self) -> dict[str, Any]:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+                                                 "parameters": self.shown or self.parameters}}
 
     def validator(self) -> jsonschema.Validator:
         # rebuilt when discovery sets an mcp tool's schema
@@ -107,6 +109,12 @@ def result_types(domain: m.Domain, conn, sql: str | None) -> dict[str, str]:
 
 
 def compile_tool(name: str, spec: Any, domain: m.Domain | None = None, conn=None) -> CompiledTool:
+    tool = built_tool(name, spec, domain, conn)
+    tool.shown = getattr(spec, "shown_schema", None)
+    return tool
+
+
+def built_tool(name: str, spec: Any, domain: m.Domain | None, conn) -> CompiledTool:
     kind = spec.kind
     if kind == "builtin":
         return CompiledTool(name, kind, spec, spec.description or BUILTIN_DESCRIPTIONS[spec.builtin],

@@ -333,12 +333,13 @@ def generate(opened, template_ids: list[str] | None, n: int, seed: int, db_seed:
     return draw(opened, templates, n, lambda k: (seed + k, None if db_seed is None else db_seed + k), split)
 
 
-def write_tasks(tasks: list[TaskSpec], path: Path, header: str = "") -> None:
+def write_tasks(tasks: list[TaskSpec], path: Path, header: str = "", width: int = 110) -> None:
+    """`width`: where ruamel folds long strings (a fold right after an escaped tab reads back as a space)."""
     from ruamel.yaml import YAML
 
     yaml = YAML()
     yaml.default_flow_style = False
-    yaml.width = 110
+    yaml.width = width
     docs = [t.task.model_dump(by_alias=True, exclude_unset=True, mode="json") for t in tasks]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..compile.prompt import DEFAULT_GUIDELINES
+from ..compile.prompt import user_system_prompt as user_prompt_of
 
 if TYPE_CHECKING:
     from .types import EpisodeContext
@@ -23,22 +23,7 @@ STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE#
 STOP_TOKENS = {STOP: "user_stop", TRANSFER: "user_transfer", OUT_OF_SCOPE: "out_of_scope"}
 
 def user_system_prompt(ctx: EpisodeContext) -> str:
-    domain = ctx.domain.spec
-    goal = ctx.task.task.user
-    persona = domain.domain.personas.get(ctx.task.task.persona or "", "")
-    parts = [domain.guidelines_text or DEFAULT_GUIDELINES, f"\n# Company\n{domain.domain.description.strip()}"]
-    if persona:
-        parts.append(f"\n# Your personality\n{persona.strip()}")
-    parts.append(f"\n# Your goal\n{goal.reason.strip()}")
-    if goal.known:
-        parts.append(f"\n# What you know\n{goal.known.strip()}")
-    if goal.unknown:
-        parts.append(f"\n# What you do not know\n{goal.unknown.strip()}")
-    if goal.instructions:
-        parts.append(f"\n# Further instructions\n{goal.instructions.strip()}")
-    parts.append("\n# When the agent asks you to confirm a change\n" + (
-        "Say yes." if goal.consent else "Say no: you do not want that change made. Then end the conversation."))
-    return "\n".join(parts)
+    return user_prompt_of(ctx.domain.spec, ctx.task.task)
 
 
 def shown_to_user(m: dict[str, Any]) -> bool:

@@ -32,14 +32,19 @@ from typing import Any
 from ..errors import Problem, ScaffoldExists, SpecError, UsageError
 from ..env.sandbox import new_env
 from ..limits import MAX_POLICY_BYTES, MAX_TAU2_CALLS, MAX_TAU2_RECORDS, MAX_YAML_BYTES
+from .tau2_prompts import read_prompts, scenario_text
+from .tau2_schema import tau2_tool_schemas
 from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
-DOMAINS = ("retail", "airline", "telecom")
+DOMAINS = ("retail", "airline", "telecom", "mock")
 TRANSFER = "transfer_to_human_agents"
 # τ² data files per domain (db and policy differ for telecom)
 FILES = {"retail": ["db.json", "policy.md"], "airline": ["db.json", "policy.md"],
-         "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"]}
+         "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"],
+         "mock": ["db.json", "user_db.json", "policy.md"]}
+# tables of the user's database kept by record key (telecom's phone is one-row tables without a key)
+USER_TABLES = {"mock": ("notifications",)}
 # telecom's user database: τ²'s model defaults for what user_db.toml leaves out (user_data_model.py)
 USER_DEFAULTS = {
     "device": {"wifi_ssid": None, "vpn_details": None,
@@ -52,6 +57,9 @@ USER_DEFAULTS = {
 }
 # τ² dumps datetimes with str(): a space, not 'T', between date and time (dates are plain ISO)
 DATETIMES = {"devices": ("activation_date", "last_esim_transfer_date"), "customers": ("created_at",)}
+# nested records whose keys τ²'s model dumps in another order than its db.json holds them: (table, json
+# column) -> the model's field order (an LLM reads the text, so the order is part of the output)
+FIELD_ORDER = {"airline": {("reservations", "flights"): ("flight_number", "origin", "destination", "date", "price")}}
 
 
 def domain_name(domain: str) -> str:
@@ -156,6 +164,55 @@ def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
         yaml.dump(data, f)
 
 
+def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
+    """Give each tool τ²'s description and parameters' schema, exactly as τ²'s LLM is shown them, and order
+    the tools as τ² does (agent's, then user's, then muactl's env tools). A tool whose τ² schema could not
+    be rebuilt, or names other parameters, keeps muactl's (tau2_verify.py counts it as different)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()
+    yaml.width = 4096  # as use_tau2_descriptions
+    data = yaml.load(domain_yaml.read_text())
+    tools = data["tools"]
+    order = [s["function"]["name"] for side in ("agent", "user") for s in schemas.get(side, [])]
+    for schema in (s["function"] for side in ("agent", "user") for s in schemas.get(side, [])):
+        tool = tools.get(schema["name"])
+        if tool is None or "parameters" not in schema:
+            continue
+        shown = schema["parameters"]
+        params = tool.get("params") or {}
+        if "builtin" in tool:
+            params = {"transfer": {"summary": None}, "think": {"thought": None}}.get(tool["builtin"], {})
+        if set(shown.get("properties", {})) != set(params):
+            continue
+        tool["description"] = schema["description"]
+        if params and "builtin" not in tool:
+            tool["params"] = CommentedMap((name, tool["params"][name]) for name in shown["properties"])
+        tool["schema"] = shown
+    ranked = sorted(tools, key=lambda name: order.index(name) if name in order else len(order))
+    data["tools"] = CommentedMap((name, tools[name]) for name in ranked)
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
+
+
+def use_tau2_prompts(d: Path, prompts) -> None:
+    """τ²'s agent and user prompts beside domain.yaml, named by it, and τ²'s greeting."""
+    from ruamel.yaml import YAML
+
+    (d / "agent_prompt.md").write_text(prompts.agent)
+    (d / "user_prompt.md").write_text(prompts.user)
+    yaml = YAML()
+    yaml.width = 4096  # as use_tau2_descriptions
+    data = yaml.load((d / "domain.yaml").read_text())
+    at = list(data).index("greeting") if "greeting" in data else len(data)
+    data.insert(at, "agent_prompt", "agent_prompt.md", comment="τ²'s LLM agent's system prompt ({policy}: policy.md)")
+    data.insert(at + 1, "user_prompt", "user_prompt.md", comment="τ²'s user simulator's ({scenario}: each task's user.scenario)")
+    data["greeting"] = prompts.greeting
+    with open(d / "domain.yaml", "w") as f:
+        yaml.dump(data, f)
+
+
 # ---------------------------------------------------------------- database
 
 
@@ -166,7 +223,15 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
         db = read_json(root, src / "db.json")
         if not isinstance(db, dict):
             raise SpecError.single(src / "db.json", f"expected an object of tables at the top level, found {kind(db)}")
-        return db, {}
+        in_field_order(db, FIELD_ORDER.get(domain, {}))
+        if domain not in USER_TABLES:
+            return db, {}
+        user = read_json(root, src / "user_db.json")
+        if not isinstance(user, dict):
+            raise SpecError.single(src / "user_db.json", f"expected an object of tables at the top level, found "
+                                                         f"{kind(user)}")
+        db.update({t: user.get(t) for t in USER_TABLES[domain]})  # seed_rows says what is missing
+        return db, dict.fromkeys(USER_TABLES[domain], src / "user_db.json")
     db = read_toml(root, src / "db.toml")
     user = read_toml(root, src / "user_db.toml")
     for table, defaults in USER_DEFAULTS.items():
@@ -186,6 +251,18 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
                 if isinstance(record.get(col), str):
                     record[col] = record[col].replace("T", " ")
     return db, dict.fromkeys(USER_DEFAULTS, src / "user_db.toml")
+
+
+def in_field_order(db: dict, orders: dict[tuple[str, str], tuple[str, ...]]) -> None:
+    """Reorder the keys of nested records (a list of objects in a column) as τ²'s model dumps them; keys the
+    model lacks stay after its own (seed_rows and the tables' checks judge the values)."""
+    for (table, column), order in orders.items():
+        records = db.get(table)
+        for record in records.values() if isinstance(records, dict) else ():
+            items = record.get(column) if isinstance(record, dict) else None
+            if isinstance(items, list):
+                record[column] = [{**{k: x[k] for k in order if k in x}, **x} if isinstance(x, dict) else x
+                                  for x in items]
 
 
 def policy_text(root: Path, src: Path, domain: str) -> str:
@@ -259,6 +336,8 @@ def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
             records.append(rec)
         if not spec.pk_columns():
             user[table] = records[0] if records else None
+        elif table in USER_TABLES.get(domain, ()):
+            user[table] = {rec[spec.pk_columns()[0]]: rec for rec in records}
         elif domain == "telecom":
             agent[table] = records
         else:
@@ -275,11 +354,13 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     ins = scenario["instructions"]
     extra = [scenario.get("persona"), ins.get("task_instructions")]
     user = {"reason": ins["reason_for_call"], "known": ins.get("known_info"), "unknown": ins.get("unknown_info"),
-            "instructions": "\n".join(x for x in extra if x) or None}
+            "instructions": "\n".join(x for x in extra if x) or None, "scenario": scenario_text(scenario)}
     crit = task.get("evaluation_criteria") or {}
     actions = [{a["name"]: a.get("arguments") or {}} for a in crit.get("actions") or []]
     init = task.get("initial_state") or {}
-    setup = [{c["func_name"]: c.get("arguments") or {}} for c in init.get("initialization_actions") or []]
+    setup = [*initialization_data_calls(init.get("initialization_data")),
+             *({c["func_name"]: c.get("arguments") or {}} for c in init.get("initialization_actions") or []),
+             *history_calls(init.get("message_history"))]
     asserts = [{"call": {a["func_name"]: a.get("arguments") or {}}, "equals": a.get("assert_value", True)}
                for a in crit.get("env_assertions") or []]
     expect = {"actions": actions, "outputs": [str(x) for x in crit.get("communicate_info") or []],
@@ -293,10 +374,31 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v not in (None, [], {})}
 
 
-def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> None:
+def initialization_data_calls(data: dict | None) -> list[dict]:
+    """τ²'s initialization_data (agent_data / user_data: table -> records merged into the database) as
+    calls of the domain's update_<table> env tools, in τ²'s order: the agent's data, then the user's."""
+    return [{f"update_{table}": {"records": records}} for part in ("agent_data", "user_data")
+            for table, records in ((data or {}).get(part) or {}).items()]
+
+
+def history_calls(history: list[dict] | None) -> list[dict]:
+    """The tool calls of a task's message_history, which τ² replays before the conversation (the state they
+    leave is the task's; the agent is not shown the earlier messages in muactl)."""
+    return [{call["name"]: call.get("arguments") or {}} for message in history or []
+            for call in message.get("tool_calls") or []]
+
+
+def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[str]:
     """Gold calls that fail (τ²'s tasks include some: a lookup of a wrong id) get `error: TEXT`, so
     validate replays them as expected failures. benchmarks/tau2_verify.py checks the texts are τ²'s.
-    A call of a tool the domain lacks, or a setup call that fails, is τ² data muactl cannot use: refused."""
+    A call of a tool the domain lacks, or a setup call that fails, is τ² data muactl cannot use: refused.
+    An env assertion that τ²'s own gold actions leave false (mock: the gold path lacks the call that would
+    make it true) cannot be a muactl assertion, which the gold path must satisfy: it is left out, and the
+    returned notes say which."""
+    from ..env.gold import assertion_result
+    from ..spec.models import Assertion
+
+    notes = []
     for t in tasks:
         refuse_unknown_tools(compiled, t, tasks_json)
         env = new_env(compiled)
@@ -313,8 +415,19 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> None:
                 result = env.call(name, args)
                 if result.error:
                     call["error"] = result.content.removeprefix("Error: ")
+            expect = t.get("expect", {})
+            kept = [a for a in expect.get("assert", []) if assertion_result(env, Assertion.model_validate(a))[0]]
+            for a in expect.get("assert", []):
+                if a not in kept:
+                    notes.append(f"task {t['id']!r}: left out the env assertion {next(iter(a['call']))} = {a['equals']}, "
+                                 "which τ²'s own gold actions leave false")
+            if "assert" in expect and len(kept) < len(expect["assert"]):
+                expect["assert"] = kept
+                if not kept:
+                    del expect["assert"]
         finally:
             env.close()
+    return notes
 
 
 def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
@@ -332,9 +445,10 @@ def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
 # ---------------------------------------------------------------- import
 
 
-def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False) -> tuple[Path, Path, dict[str, int]]:
-    """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders and
-    the number of tasks per split. Every file of the checkout is read and checked first; nothing is
+def import_tau2(checkout: Path, domain: str, project: Path,
+                force: bool = False) -> tuple[Path, Path, dict[str, int], list[str]]:
+    """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders, the
+    number of tasks per split and notes on what of τ²'s tasks was left out (mark_failing_calls). Every file of the checkout is read and checked first; nothing is
     left half-written: both folders are built aside, then moved."""
     from ..spec.library import refuse_builtin_write
 
@@ -355,16 +469,19 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
     policy = policy_text(root, src, domain)
     code = checkout / "src" / "tau2" / "domains" / domain
     docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root)}
+    schemas = tau2_tool_schemas(root, code)
+    prompts = read_prompts(root, checkout, user_has_tools=bool(schemas["user"]))
     tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
         origin = {"domain.yaml": code / "tools.py", "policy.md": src / FILES[domain][-1],
                   **{f"data/{t}.jsonl": sources.get(t, src / FILES[domain][0]) for t in db}}
         try:
-            compiled = stage_domain(stage / "domain", yaml_path, policy, docs, db, src / FILES[domain][0], sources)
+            compiled = stage_domain(stage / "domain", yaml_path, policy, docs, schemas, prompts, db,
+                                    src / FILES[domain][0], sources)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
-        mark_failing_calls(compiled, tasks, src / "tasks.json")
+        notes = mark_failing_calls(compiled, tasks, src / "tasks.json")
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
         counts = stage_tasks(stage / "tasks", tasks, header, src / "tasks.json")
         for path in existing:
@@ -373,13 +490,13 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False)
         dest_tasks.parent.mkdir(parents=True, exist_ok=True)
         (stage / "domain").rename(dest_domain)
         (stage / "tasks").rename(dest_tasks)
-    return dest_domain, dest_tasks, counts
+    return dest_domain, dest_tasks, counts, notes
 
 
-def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, db: dict, db_file: Path,
-                 sources: dict[str, Path]):
-    """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions, its
-    policy, its database as seed files."""
+def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, prompts, db: dict,
+                 db_file: Path, sources: dict[str, Path]):
+    """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions and
+    schemas, its prompts (when the checkout has them), its policy, its database as seed files."""
     from ..compile import compile_domain
     from ..domain.checks import check_domain
     from ..spec.load import load_domain
@@ -388,6 +505,9 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, db: dict, db
     shutil.copyfile(yaml_path, d / "domain.yaml")
     (d / "policy.md").write_text(policy)
     use_tau2_descriptions(d / "domain.yaml", docs)
+    use_tau2_schemas(d / "domain.yaml", schemas)
+    if prompts is not None:
+        use_tau2_prompts(d, prompts)
     spec = load_domain(d)
     for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
         with open(d / "data" / f"{table}.jsonl", "w") as f:
@@ -427,7 +547,8 @@ def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json
     test, or None when in neither list); at most MAX_TAU2_CALLS setup and gold calls in all."""
     split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
     base = set(splits.get("base", [t["id"] for t in raw_tasks]))
-    tasks = [convert_task(t, split_of.get(t["id"])) for t in raw_tasks if t["id"] in base]
+    unsplit = "test" if not split_of else None  # no train/test lists (mock): the base set is what is evaluated
+    tasks = [convert_task(t, split_of.get(t["id"], unsplit)) for t in raw_tasks if t["id"] in base]
     calls = sum(len(t.get("setup", [])) + len(t.get("expect", {}).get("actions", [])) for t in tasks)
     if calls > MAX_TAU2_CALLS:
         raise SpecError.single(tasks_json, f"the imported tasks make {calls:,} setup and gold calls, over the limit "
@@ -461,7 +582,7 @@ def stage_tasks(tdir: Path, tasks: list[dict], header: str, tasks_json: Path) ->
             except ValidationError as e:
                 raise SpecError.single(tasks_json, f"task {doc['id']!r} does not make a muactl task: "
                                                    f"{e.errors()[0]['msg']} at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
-        write_tasks(specs, file, header)
+        write_tasks(specs, file, header, width=MAX_YAML_BYTES)  # never folded: τ²'s texts hold tabs
         if file.stat().st_size > MAX_YAML_BYTES:
             raise SpecError.single(tasks_json, f"its {split or 'other'} tasks make a task file of "
                                                f"{file.stat().st_size:,} bytes, more than muactl reads "

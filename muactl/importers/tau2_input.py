@@ -136,6 +136,8 @@ class Tau2Shape(BaseModel):
 
 
 class Tau2Instructions(Tau2Shape):
+    domain: str | None = None
+    plain_text: str | None = None  # the instructions were a plain text (below): τ² prints them as they are
     reason_for_call: str
     known_info: str | None = None
     unknown_info: str | None = None
@@ -149,7 +151,7 @@ class Tau2Scenario(Tau2Shape):
     @field_validator("instructions", mode="before")
     @classmethod
     def plain_text(cls, value: Any) -> Any:  # older τ² tasks give the reason for the call as plain text
-        return {"reason_for_call": value} if isinstance(value, str) else value
+        return {"reason_for_call": value, "plain_text": value} if isinstance(value, str) else value
 
 
 class Tau2Action(Tau2Shape):
@@ -163,8 +165,24 @@ class Tau2EnvCall(Tau2Shape):
     assert_value: bool = True
 
 
+class Tau2Call(Tau2Shape):
+    name: str
+    arguments: dict[str, Any] | None = None
+
+
+class Tau2Message(Tau2Shape):
+    tool_calls: list[Tau2Call] | None = None
+
+
+class Tau2InitData(Tau2Shape):
+    agent_data: dict[str, dict[str, Any]] | None = None  # table -> record key -> fields
+    user_data: dict[str, dict[str, Any]] | None = None
+
+
 class Tau2State(Tau2Shape):
+    initialization_data: Tau2InitData | None = None
     initialization_actions: list[Tau2EnvCall] | None = None
+    message_history: list[Tau2Message] | None = None
 
 
 class Tau2Criteria(Tau2Shape):

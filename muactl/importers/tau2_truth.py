@@ -87,6 +87,36 @@ def output_digest(content: str) -> str:
     return digest(value)
 
 
+def text_digest(text: str) -> str:
+    """Digest of a text as the model reads it: its exact UTF-8 bytes."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def without_titles(schema: Any) -> Any:
+    """A JSON schema without pydantic's `title` keywords (a property named "title" is kept)."""
+    if isinstance(schema, list):
+        return [without_titles(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "title":
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):  # maps of names to schemas
+            out[key] = {name: without_titles(s) for name, s in value.items()}
+        elif key in ("default", "enum", "const", "examples"):  # values, not schemas
+            out[key] = value
+        else:
+            out[key] = without_titles(value)
+    return out
+
+
+def schema_digest(openai_schema: dict) -> str:
+    """Digest of a tool's OpenAI function schema as the model is sent it, `title`s left out: the bytes of
+    json.dumps in the schema's own key order."""
+    return text_digest(json.dumps(without_titles(openai_schema)))
+
+
 def changed_records(before: dict, after: dict) -> dict[str, str]:
     """'table/key' -> digest of the record, for every record added, changed or removed (None)."""
     out: dict[str, str] = {}

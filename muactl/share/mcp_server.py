@@ -72,7 +72,7 @@ def build_server(opened, trust: bool = False):
                                "(the SDK's default mode='auto' or mode='legacy')")
 
     def describe() -> list:
-        out = [types.Tool(name=t.name, description=t.description, input_schema=t.parameters) for t in tools.values()]
+        out = [types.Tool(name=t.name, description=t.description, input_schema=t.shown or t.parameters) for t in tools.values()]
         out.append(types.Tool(
             name=STATE_TOOL,
             description="Digest of this session's sandbox database (independent of row order). Compare it with "

@@ -18,6 +18,9 @@ from .seeds import SeedSource, load_seeds
 from .source import Located, inside_folder, load_yaml, read_text
 
 
+PROMPT_KEYS = ("agent_prompt", "user_prompt")  # whole prompts a domain may bring, read like its policy
+
+
 @dataclass
 class DomainSpec:
     domain: m.Domain
@@ -27,6 +30,8 @@ class DomainSpec:
     guidelines_text: str | None
     seeds: dict[str, SeedSource] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)  # every file the domain is built from (for the cache key)
+    agent_prompt_text: str | None = None  # the domain's agent_prompt / user_prompt, read
+    user_prompt_text: str | None = None
 
 
 # ---------------------------------------------------------------- domain
@@ -73,11 +78,13 @@ def _finish_domain(root: Path, doc: Located, domain: m.Domain, problems: list[Pr
     guidelines = None
     if domain.user_guidelines:
         guidelines = _text_or_file(root, domain.user_guidelines, doc, "user_guidelines", problems, files)
+    prompts = {key: _text_or_file(root, getattr(domain, key), doc, key, problems, files) if getattr(domain, key) else None
+               for key in PROMPT_KEYS}
     seeds = load_seeds(root, domain, doc, problems, files)
     domain = expand_domain_fragments(domain, doc, problems)
     if problems and strict:
         raise SpecError(problems)
-    return DomainSpec(domain, root, doc, policy, guidelines, seeds, files)
+    return DomainSpec(domain, root, doc, policy, guidelines, seeds, files, prompts["agent_prompt"], prompts["user_prompt"])
 
 
 @dataclass
@@ -118,7 +125,7 @@ def load_domain_salvaged(root: Path) -> Salvaged:
         files_problems: list[Problem] = []
         spec = _finish_domain(root, doc, domain, files_problems, strict=False)
         problems += [p for p in files_problems if p not in problems]
-        if any(p.key not in ("policy", "user_guidelines") for p in files_problems):
+        if any(p.key not in ("policy", "user_guidelines", *PROMPT_KEYS) for p in files_problems):
             dropped.add(("database", "seed"))  # seed rows went missing: compiling them would report false problems
         return Salvaged(spec, problems, dropped)
     return Salvaged(None, problems, dropped)

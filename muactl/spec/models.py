@@ -209,6 +209,30 @@ class Check(Strict):
         "element's error is the tool's error.")
 
 
+SHOWN_SCHEMA = Field(
+    None, alias="schema",
+    description="The parameters' JSON Schema exactly as the model is shown it, in place of the one muactl "
+    "builds from `params` (`muactl import tau2` writes τ²-bench's, with its $defs, anyOf and titles). It names "
+    "the same parameters as `params`; arguments are still checked against `params`.")
+
+
+def _shown_schema(schema: dict[str, Any] | None, names: list[str] | None) -> None:
+    if schema is None:
+        return
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ValueError(f"schema is not a valid JSON Schema: {e.message}") from None
+    props = schema.get("properties", {})
+    if schema.get("type") != "object" or not isinstance(props, dict):
+        raise ValueError("schema must be an object schema (type: object) whose properties are the parameters")
+    if names is not None and list(props) != names:
+        raise ValueError(f"schema's properties ({', '.join(props) or 'none'}) must be the params "
+                         f"({', '.join(names) or 'none'}), in the same order")
+
+
 class ToolBase(Strict):
     description: str = Field(description="What the tool does; becomes the LLM schema's description and the docs.")
     params: dict[str, Param] = Field(default_factory=dict, description="Parameter name -> JSON-schema-like spec.")
@@ -216,6 +240,12 @@ class ToolBase(Strict):
         "agent", description="Who may call it: the agent, the user simulator (dual control, as in tau2 telecom), or "
         "env: neither, only a task's setup and `assert: [{call: ...}]` (e.g. putting the user's phone in a state)."
     )
+    shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
+
+    @model_validator(mode="after")
+    def _schema_names_params(self):
+        _shown_schema(self.shown_schema, list(self.params))
+        return self
 
 
 class SqlTool(ToolBase):
@@ -247,6 +277,12 @@ class BuiltinTool(Strict):
     description: str | None = Field(None, description="Overrides the built-in description.")
     message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.').")
     side: Side = "agent"
+    shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
+
+    @model_validator(mode="after")
+    def _schema_is_an_object(self):
+        _shown_schema(self.shown_schema, [{"transfer": "summary", "think": "thought"}[self.builtin]])
+        return self
 
 
 class PythonTool(ToolBase):
@@ -336,6 +372,14 @@ class Domain(Strict):
     user_guidelines: str | None = Field(
         None, description="Replaces muactl's default instructions for the user simulator (file name or text)."
     )
+    agent_prompt: str | None = Field(
+        None, description="The agent's whole system prompt, in place of muactl's (its conventions, the description "
+        "and the policy): a file name beside domain.yaml (.md/.txt) or inline text, in which `{policy}` stands for "
+        "the policy. `muactl import tau2` writes τ²-bench's, so the agent reads what τ²'s LLM agent reads.")
+    user_prompt: str | None = Field(
+        None, description="The user simulator's whole system prompt, in place of user_guidelines and muactl's goal "
+        "sections: a file name or inline text, in which `{scenario}` stands for the task's `user.scenario` (a task "
+        "without one: its goal's sections). `muactl import tau2` writes τ²-bench's.")
     greeting: str | None = Field(
         "Hi! How can I help you today?",
         description="The agent's fixed first message; null lets the user open the conversation.",
@@ -360,6 +404,9 @@ class UserGoal(Strict):
     known: str | None = Field(None, description="Facts the user knows and gives when asked.")
     unknown: str | None = Field(None, description="Facts the user does not know.")
     instructions: str | None = Field(None, description="Extra behaviour for this task (e.g. change mind after X).")
+    scenario: str | None = Field(None, description="The whole goal as one text, worded as the benchmark the task "
+                                 "came from words it for its user simulator; the domain's `user_prompt` puts it "
+                                 "where it says {scenario} (`muactl import tau2` writes τ²'s).")
     consent: bool = Field(True, description="Whether the user says yes when the agent asks to confirm a change. "
                           "false: the user declines, so the gold path's writes are proposals that must not happen "
                           "(the right end state is the one after its reads only).")
