@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 BOUND = 0.05  # the most pass^1 any adversary may reach on any domain and task source
 AGENTS = ["adversary:do-nothing", "adversary:transfer-at-once", "adversary:number-sprayer", "adversary:id-echo",
-          "oracle"]
+          "oracle", "oracle:varied"]
 
 
 def task_sets(opened, n: int, dbs: list[str], seed: int) -> dict[str, list]:
@@ -57,7 +57,7 @@ def audit(opened, tasks: list) -> dict:
 
     no_change = sum(changes_nothing(t, domain_for(opened, t)) for t in tasks) / len(tasks)
     scores = {a: pass_at_1(opened, tasks, a)[0] for a in AGENTS}
-    ok = all(scores[a] <= BOUND for a in AGENTS if a.startswith("adversary:")) and scores["oracle"] == 1.0
+    ok = all(scores[a] <= BOUND for a in AGENTS if a.startswith("adversary:")) and scores["oracle"] == scores["oracle:varied"] == 1.0
     return {"tasks": len(tasks), "no_change": no_change, "scores": scores, "ok": ok}
 
 

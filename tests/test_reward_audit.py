@@ -59,6 +59,7 @@ def test_no_adversary_passes_more_than_the_bound_and_the_oracle_passes_all(domai
             assert won <= no_change, (source, name, sorted(won - no_change))  # they never write
             assert len(won) / len(tasks) <= BOUND, (source, name, sorted(won))
         assert passed(opened, tasks, "oracle") == {t.task.id for t in tasks}, source
+        assert passed(opened, tasks, "oracle:varied") == {t.task.id for t in tasks}, source
 
 
 def test_the_look_ups_alone_earn_nothing(bank):
@@ -88,3 +89,33 @@ def test_the_users_transfer_token_earns_nothing(bank):
     with FakeOpenAI(lambda body: Reply(content="Just get me a human. ###TRANSFER###")) as server:
         won = passed(bank, tasks, "adversary:do-nothing", lambda: make_user("openai/fake", api_base=server.base))
     assert won == set()
+
+
+def test_the_varied_oracle_says_things_more_than_one_way(bank):
+    """`oracle:varied` (SFT data with more than one phrasing per situation) draws its phrasing from the
+    episode's seed: across the bank's template instances every situation it meets is said at least two ways,
+    the same episode played again says the same, and the plain oracle keeps its one phrasing."""
+    from muactl.episode.agents.oracle import PHRASES
+
+    tasks = draw_stream(bank, "template:all", 40, 3, "random", "test").tasks
+
+    def texts(agent):
+        return [[m["content"] for m in e.messages if m["role"] == "assistant" and m.get("content")]
+                for e in play(bank, tasks, agent)]
+
+    def situations(conversations):
+        used: dict[str, set[int]] = {}
+        for text in (t for c in conversations for t in c):
+            for situation, options in PHRASES.items():
+                for i, option in enumerate(options):
+                    head = option.split("{")[0]
+                    if head and text.startswith(head):
+                        used.setdefault(situation, set()).add(i)
+        return used
+
+    varied = texts("oracle:varied")
+    used = situations(varied)
+    assert {"ask", "confirm", "refusal", "outputs"} <= set(used)
+    assert all(len(picks) >= 2 for picks in used.values()), used
+    assert texts("oracle:varied") == varied
+    assert all(picks == {0} for picks in situations(texts("oracle")).values())

@@ -250,3 +250,17 @@ def test_probe_trains_on_the_templates_named_when_given(tmp_path):
     text = rl.probe_report(results, a, tmp_path)
     assert "trained on --templates balance,refuse (the pooled band would choose balance, move)" in text
     assert "| refuse | 4/4 | 4/4 | yes |" in text and "| move | 1/4 | 1/4 | no |" in text
+
+
+def test_probe_refuses_finished_runs_trained_on_another_template_set(tmp_path):
+    """Adding seeds pools more screens, which can move the band: the finished probe runs were trained on the
+    old set, so reporting them under the new one would be wrong; the probe stops and says so."""
+    rl = _module()
+    a = _args(seeds=[0, 1], band=[0.1, 0.9], probe_k=4, temperature=1.0, out=str(tmp_path))
+    for seed in (0, 1):
+        (tmp_path / "runs" / f"sft-{seed}" / "sft" / "checkpoint-final").mkdir(parents=True)
+    results = {"screen:0": {"move": [0, 4], "balance": [2, 4]}, "screen:1": {"move": [0, 4], "balance": [2, 4]},
+               "probe": {"templates": ["balance", "move"]}, "probe-sft:0": {"heldout": {"i0": 1}}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match=r"now choose \['balance'\], but the finished probe runs trained on \['balance', 'move'\]"):
+        rl.Experiment(a).probe()

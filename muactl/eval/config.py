@@ -14,7 +14,7 @@ from ..options import option
 @dataclass
 class EvalConfig:
     domain: str = option(help="Domain name or folder (not needed with --resume).", cli_default=None, recipe="domain")
-    agent: str = option("oracle", "--agent", help="oracle | hf:<model> | vllm:<model> | a litellm model id | "
+    agent: str = option("oracle", "--agent", help="oracle | oracle:varied | hf:<model> | vllm:<model> | a litellm model id | "
                         "adversary:<do-nothing|transfer-at-once|number-sprayer|id-echo> (reward loophole probes).",
                         recipe="model.name")  # the eval stage plays its own checkpoint (hf:)
     user: str = option("scripted", "--user", help="scripted | hf:<model> | a litellm model id.", recipe="user.model")

@@ -15,7 +15,7 @@ TASKS = "Split (train | test | all), comma-separated task ids, or template:<id>|
 
 @dataclass
 class SynthConfig(EvalConfig):
-    agent: str = option("oracle", "--agent", help="Teacher: oracle | hf:<model> | a litellm model id.",
+    agent: str = option("oracle", "--agent", help="Teacher: oracle | oracle:varied (several phrasings) | hf:<model> | a litellm model id.",
                         recipe="synth.agent")
     # both set by --tasks (synth.tasks in a recipe): a split name, or task ids / template:<id>|all
     split: str | None = option("train", "--tasks", own=True, recipe="synth.tasks")

@@ -1,4 +1,4 @@
-"""Policy backends: oracle, adversary:<name>, hf:<model>, vllm:<model>, and any litellm model id."""
+"""Policy backends: oracle, oracle:varied, adversary:<name>, hf:<model>, vllm:<model>, and any litellm model id."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from .base import Agent
 def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,
                timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64, backoff_s: float = 1.0,
                max_tokens: int | None = 1024) -> Agent:
-    """'oracle' | 'adversary:<name>' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini,
+    """'oracle' | 'oracle:varied' | 'adversary:<name>' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini,
     hosted_vllm/x ...)."""
-    if spec == "oracle":
+    if spec in ("oracle", "oracle:varied"):
         from .oracle import OracleAgent
 
-        return OracleAgent()
+        return OracleAgent(varied=spec == "oracle:varied")
     if spec.startswith("adversary:"):
         from ...errors import UsageError
         from .adversarial import ADVERSARIES
