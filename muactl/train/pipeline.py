@@ -17,6 +17,17 @@ from ..runs.store import RunStore
 from ..runs.summary import per_task_success
 
 
+STAGES = ("synth", "sft", "grpo", "eval")
+
+
+def check_stages(stages: list[str]) -> None:
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        from ..errors import UsageError
+
+        raise UsageError(f"unknown stages {sorted(unknown)}: use {', '.join(STAGES)}")
+
+
 def local_agent(model: str) -> str:
     return model if model.startswith(("hf:", "vllm:")) else f"hf:{model}"
 
@@ -28,11 +39,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
 
     state = stages_state(store)
     stages = list(cfg.stages)
-    unknown = set(stages) - {"synth", "sft", "grpo", "eval"}
-    if unknown:
-        from ..errors import UsageError
-
-        raise UsageError(f"unknown stages {sorted(unknown)}: use synth, sft, grpo, eval")
+    check_stages(stages)
     model = str(cfg.model.name)
 
     if "synth" in stages and "synth" not in state:
@@ -94,7 +101,7 @@ def synth_config(cfg, default_output: Path):
     from .recipes import from_recipe
     from .synth_config import SynthConfig
 
-    split, ids = _split_or_ids(cfg.synth.tasks)
+    split, ids = split_or_ids(cfg.synth.tasks)
     return from_recipe(SynthConfig, cfg, user=_user_spec(cfg), split=split, tasks=ids,
                        output=cfg.synth.output or str(default_output))
 
@@ -105,12 +112,12 @@ def eval_config(cfg, ref: str):
     from .recipes import from_recipe
 
     e = cfg.eval
-    split, ids = _split_or_ids(e.tasks or e.split)
+    split, ids = split_or_ids(e.tasks or e.split)
     # template instances come from the eval split's seed stream (test: disjoint from what synth drew)
     return from_recipe(EvalConfig, cfg, agent=local_agent(ref), user=_user_spec(cfg), split=split or e.split, tasks=ids)
 
 
-def _split_or_ids(tasks) -> tuple[str | None, list[str]]:
+def split_or_ids(tasks) -> tuple[str | None, list[str]]:
     """A stage's `tasks`: a split name, a list of task ids, or template:<id>|all (drawn instances)."""
     if isinstance(tasks, str) and not tasks.startswith("template:"):
         return tasks, []
