@@ -440,6 +440,28 @@ def test_problems_of_every_phase_in_one_run(project):
                     ("train.yaml", "[1].expect.bogus")], "\n".join(map(str, problems))
 
 
+def test_gold_paths_replayed_past_read_only_tools_broken_in_the_domain(project):
+    """Issue 27.4: two domain mistakes in tools the gold path only reads hid the gold path's own failure
+    (it showed up on the next run). The replay now goes on without those reads and says so."""
+    sub("    returns: value ", "    returns: valu ")(project / DOMAIN)
+    sub("if_empty: No appointments for patient {patient_id}.", "if_empty: No appointments for patient {patient}.")(project / DOMAIN)
+    sub("cancel_appointment: {appointment_id: a1}", "cancel_appointment: {appointment_id: a9}")(project / TRAIN)
+    problems = _problems()
+    keys = sorted((Path(p.file).name, p.key) for p in problems)
+    assert keys == [("domain.yaml", "tools.find_patient_by_phone.returns"), ("domain.yaml", "tools.list_appointments.if_empty"),
+                    ("train.yaml", "[0].expect.actions[2].cancel_appointment")], "\n".join(map(str, problems))
+    replay = next(p for p in problems if p.key.endswith("cancel_appointment"))
+    assert "Appointment a9 does not exist" in replay.message
+    assert "replayed without find_patient_by_phone, list_appointments" in replay.message
+
+
+def test_a_gold_path_that_writes_through_a_broken_tool_is_not_replayed(project):
+    # without its writes the end state would differ from the gold one: a second, false problem
+    sub("    writes:                              # run", "    write:                              # run")(project / DOMAIN)
+    keys = sorted((Path(p.file).name, p.key) for p in _problems())
+    assert keys == [("domain.yaml", "tools.cancel_appointment.write")], keys
+
+
 def test_gold_paths_replayed_when_only_task_files_have_problems(project):
     sub("    known: Your phone number is 5550103.\n", "    known: a\n    known: b\n")(project / TRAIN)
     sub("equals: cancelled", "equals: canceled")(project / TEST)
