@@ -197,6 +197,34 @@ def _yaml() -> YAML:
     return yaml
 
 
+def syntax_message(e, text: str) -> str:
+    """A YAML parser error in plain words: most are indentation (the parser says "expected <block end>" or
+    "mapping values are not allowed here"), so say so, with the line as written and the indents around it."""
+    what = (e.problem or e.context or "invalid YAML").strip()
+    mark = e.problem_mark
+    lines = text.splitlines()
+    if mark is None or mark.line >= len(lines):
+        return f"YAML syntax error: {what}"
+    row = lines[mark.line]
+    shown = f"; the line reads {row.rstrip()!r}"
+    indent = len(row) - len(row.lstrip(" "))
+    above = [ln for ln in lines[:mark.line] if ln.strip() and not ln.lstrip().startswith("#")]
+    if "\t" in what or "\\t" in what:
+        return f"YAML indentation error: a tab; YAML indents with spaces only{shown}"
+    if what.startswith("expected <block end>"):
+        depths = sorted({len(ln) - len(ln.lstrip(" ")) for ln in above})
+        return (f"YAML indentation error: this line is indented {indent} space{'s' if indent != 1 else ''}, out of line with the entries "
+                f"above it (indented {', '.join(map(str, depths[:8]))}); line it up with its siblings{shown}")
+    if what.startswith("mapping values are not allowed"):
+        prev = above[-1] if above else ""
+        deeper = indent > len(prev) - len(prev.lstrip(" ")) and not prev.rstrip().endswith((":", "|", ">", "|-", ">-"))
+        if deeper:
+            return (f"YAML indentation error: this line is indented more than the one above it ({prev.strip()!r}), "
+                    f"which holds a value, not a mapping; line it up with its siblings{shown}")
+        return f"YAML syntax error: a second ': ' on one line; quote a value that contains ': '{shown}"
+    return f"YAML syntax error: {what}{shown}"
+
+
 def load_yaml(path: Path, text: str | None = None) -> Located:
     """Load one YAML file with positions. Raises SpecError on empty files, syntax errors and broken limits."""
     text = read_text(path, MAX_YAML_BYTES, "MAX_YAML_BYTES") if text is None else text
@@ -215,8 +243,7 @@ def load_yaml(path: Path, text: str | None = None) -> Located:
     except MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        what = (e.problem or e.context or "invalid YAML").strip()
-        raise SpecError.single(path, f"YAML syntax error: {what}", line, col) from None
+        raise SpecError.single(path, syntax_message(e, text), line, col) from None
     except Exception as e:  # ruamel raises a few unmarked errors (duplicate keys, bad tags)
         raise SpecError.single(path, f"YAML error: {e}") from None
     if node is None:

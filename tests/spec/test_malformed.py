@@ -87,9 +87,19 @@ CASES = [
     Case("yaml-syntax-colon-in-plain-text",
          [(DOMAIN, sub("    description: List a patient's appointments with their status.",
                        "    description: List a patient's appointments: with their status."))],
-         "domain.yaml", "List a patient's appointments: with", "", "YAML syntax error: mapping values are not allowed"),
+         "domain.yaml", "List a patient's appointments: with", "", "a second ': ' on one line; quote a value"),
     Case("yaml-tab-indent", [(DOMAIN, sub("    returns: rows\n", "\treturns: rows\n"))],
-         "domain.yaml", "\treturns: rows", "", "YAML syntax error: found character '\\t'"),
+         "domain.yaml", "\treturns: rows", "", "YAML indentation error: a tab; YAML indents with spaces only"),
+    # issue 27.4: the parser's "expected <block end>, but found '<block mapping start>'" said nothing of indentation
+    Case("yaml-key-out-of-line", [(DOMAIN, sub("\n  list_appointments:", "\n   list_appointments:"))],
+         "domain.yaml", "   list_appointments:", "",
+         "YAML indentation error: this line is indented 3 spaces, out of line with the entries above it (indented 0, 2, 4, 6)"
+         "; line it up with its siblings; the line reads '   list_appointments:'"),
+    Case("yaml-key-under-a-value", [(DOMAIN, sub("    returns: value ", "      returns: value "))],
+         "domain.yaml", "      returns: value", "",
+         "YAML indentation error: this line is indented more than the one above it ('query: SELECT patient_id"),
+    Case("yaml-task-out-of-line", [(TRAIN, sub("\n  persona: polite", "\n persona: polite"))],
+         "train.yaml", " persona: polite", "", "YAML indentation error: this line is indented 1 space, out of line"),
     Case("empty-domain-file", [(DOMAIN, put(""))], "domain.yaml", 1, "", "file is empty"),
     Case("comments-only-domain-file", [(DOMAIN, put("# nothing here yet\n"))], "domain.yaml", 1, "",
          "file holds no data"),
@@ -438,6 +448,16 @@ def test_problems_of_every_phase_in_one_run(project):
     assert keys == [("domain.yaml", "tools.find_patient_by_phone.query"), ("domain.yaml", "tools.list_appointments.descripton"),
                     ("patients.jsonl", "patients[1].birth_year"), ("train.yaml", "[0].persona"),
                     ("train.yaml", "[1].expect.bogus")], "\n".join(map(str, problems))
+
+
+def test_an_indentation_error_does_not_hide_another_files_problems(project):
+    sub("\n  list_appointments:", "\n   list_appointments:")(project / DOMAIN)
+    sub("  persona: polite", "  persona: polite\n  bogus: 1")(project / TRAIN)
+    sub("\n  persona: brief", "\n   persona: brief")(project / TEST)
+    problems = _problems()
+    found = sorted((Path(p.file).name, p.line, p.message.split(":")[0]) for p in problems)
+    assert [f[0] for f in found] == ["domain.yaml", "test.yaml", "train.yaml"], "\n".join(map(str, problems))
+    assert all("indentation" in p.message for p in problems if Path(p.file).name != "train.yaml")
 
 
 def test_gold_paths_replayed_past_read_only_tools_broken_in_the_domain(project):
