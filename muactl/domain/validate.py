@@ -4,7 +4,7 @@ references, arguments, assertions and gold path replayed on a fresh sandbox; tas
 from __future__ import annotations
 
 from ..compile import compile_domain
-from ..compile.sql import Guard, explain, param_names
+from ..compile.sql import Guard, explain, param_names, unknown_name
 from ..env.sandbox import OUTSIDE_KINDS, new_env
 from ..errors import Problem, SpecError
 from ..spec.library import find_domain
@@ -61,7 +61,7 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
             if not error and param_names(a.query):  # nothing binds them: replay would fail with a driver error
                 error = f"assertions take no parameters (:{param_names(a.query)[0]}); write the value into the SQL"
             if error:
-                problems.append(t.problem(("expect", "assert", i, "query"), error))
+                problems.append(t.problem(("expect", "assert", i, "query"), error, word=unknown_name(error)))
                 bad = True
         if replay and not bad:
             problems.extend(_replay(opened, t, verify_hash))

@@ -12,6 +12,7 @@ absurdly long integer stops the load at that node's line and column, with a mess
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,9 +50,33 @@ class Located:
             path = path[:-1]
         return self.positions.get((), (1, 1))
 
-    def problem(self, path: tuple, message: str, prefix: tuple = ()) -> Problem:
+    def problem(self, path: tuple, message: str, prefix: tuple = (), word: str | None = None) -> Problem:
+        """A problem at `path`; with `word`, at the line of the key's value (a multi-line SQL query, say)
+        where that word first stands, when the file shows it there."""
         line, col = self.pos(prefix + tuple(path))
+        if word:
+            line, col = self._word_in_value(line, col, word) or (line, col)
         return Problem(str(self.file), line, col, keypath(prefix + tuple(path)), message)
+
+    def _word_in_value(self, line: int, col: int, word: str) -> Pos | None:
+        """(line, column) of `word` in the text of the value whose key is at (line, col): the rest of the
+        key's line, then the lines indented deeper than it (a block or folded scalar's lines)."""
+        try:
+            lines = self.file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not 0 < line <= len(lines):
+            return None
+        own = len(lines[line - 1]) - len(lines[line - 1].lstrip(" "))
+        pattern = re.compile(rf"\b{re.escape(word)}\b", re.I)
+        for n in range(line - 1, len(lines)):
+            text = lines[n]
+            if n > line - 1 and text.strip() and len(text) - len(text.lstrip(" ")) <= own:
+                return None  # past the value
+            found = pattern.search(text, col - 1 if n == line - 1 else 0)
+            if found:
+                return n + 1, found.start() + 1
+        return None
 
 
 def keypath(path: tuple) -> str:

@@ -191,6 +191,15 @@ CASES = [
     # ---------------------------------------------------------------- SQL
     Case("sql-unknown-column", [(DOMAIN, sub(FIND_QUERY, FIND_QUERY.replace("WHERE phone", "WHERE phon")))],
          "domain.yaml", "WHERE phon =", "tools.find_patient_by_phone.query", "SQL does not compile: no such column: phon"),
+    # issue 27.4: in a multi-line query the problem pointed at the `query:` key, and nothing said what was meant
+    Case("sql-unknown-column-on-a-later-line", [(DOMAIN, sub("ORDER BY day", "ORDER BY dya"))],
+         "domain.yaml", "ORDER BY dya", "tools.list_appointments.query",
+         "no such column: dya; did you mean day? (appointments has appointment_id, patient_id, doctor, day, status)"),
+    Case("sql-unknown-column-in-an-assertion",
+         [(TRAIN, sub("      - query: SELECT status FROM appointments WHERE appointment_id = 'a1'",
+                      "      - query: >-\n          SELECT status FROM appointments\n          WHERE appointmnt_id = 'a1'"))],
+         "train.yaml", "WHERE appointmnt_id", "[0].expect.assert[0].query",
+         "no such column: appointmnt_id; did you mean appointment_id"),
     Case("sql-unknown-table", [(DOMAIN, sub(FIND_QUERY, FIND_QUERY.replace("FROM patients", "FROM patient")))],
          "domain.yaml", "FROM patient WHERE", "tools.find_patient_by_phone.query", "no such table: patient"),
     Case("sql-syntax-error", [(DOMAIN, sub(FIND_QUERY, FIND_QUERY.replace("SELECT", "SELEC")))],
