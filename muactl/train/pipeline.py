@@ -9,6 +9,7 @@ checkpoints (synth and eval skip finished episodes; sft and grpo restart from th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,10 +47,11 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         scfg = synth_config(cfg, store.path / "sft.jsonl")
         log("== synth: cold-start data from the teacher")
         sub = _substore(store, "synth", cfg, asdict_cfg=scfg)
+        t0 = time.perf_counter()
         _, stats = run_synth(scfg, resume=sub, on_progress=on_progress)
         from .synth import describe
 
-        log(f"synth: {describe(stats)}")
+        log(f"synth: {describe(stats)} ({took(t0)})")
         state["synth"] = {"data": stats["output"], "kept": stats["kept"], "episodes": stats["episodes"]}
         save_stages(store, state)
 
@@ -88,12 +90,24 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
             log(f"== eval: {label} ({ref}) on {where}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
+            t0 = time.perf_counter()
             estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
+            log(f"eval {label}: pass^1 {_figure(summary.get('pass^1'))} over {summary.get('episodes')} episodes ({took(t0)})")
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
                                                                           "gold_calls_made", "avg_turns", "episodes")},
                            "per_task": per_task_success(estore.episodes())}
             save_stages(store, state)
     return state
+
+
+def took(t0: float) -> str:
+    """The wall time since perf_counter() read t0, as a stage reports it."""
+    seconds = time.perf_counter() - t0
+    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+
+
+def _figure(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def synth_config(cfg, default_output: Path):
