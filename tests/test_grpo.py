@@ -666,6 +666,11 @@ def test_step_line_reads_the_step_from_trls_logs():
     assert step_line(3, 10, logs, g) == ("grpo step 3/10: reward 0.25, success 0.25 over 8 rollouts; groups 3 drawn, "
                                          "1 of 2 with signal; KL 0.0012, entropy 1.50; 12.3 s")
     assert "KL -" in step_line(1, 1, {"reward": 0.0}, g)  # beta 0: TRL logs no KL
+    from muactl.train.grpo import signal_note
+
+    note = signal_note(SimpleNamespace(tasks_per_step=1, group_size=4, draw_rounds=1))
+    assert note.startswith("a step plays 1 group of 4 rollouts") and "is not re-drawn (grpo.draw_rounds 1)" in note
+    assert "re-drawn on another task (up to 3 rounds)" in signal_note(SimpleNamespace(tasks_per_step=2, group_size=4, draw_rounds=3))
 
 
 def test_a_rollout_plot_names_each_points_tasks_and_says_when_it_has_too_few_points(in_tmp):

@@ -96,6 +96,15 @@ def test_bad_train_input_fails_before_a_run_folder_exists(in_tmp, args, message)
     assert listed.output.startswith("no runs in"), listed.output
 
 
+def test_good_task_lists_pass_the_checks(in_tmp):
+    from muactl.domain.open import open_domain
+    from muactl.train.inputs import check_tasks
+
+    bank = open_domain("bank")
+    for tasks in (compose(None, ["eval.tasks=[template:balance]"]).eval.tasks, "template:all", "test", ["move-quin"]):
+        check_tasks(bank, tasks, "eval.tasks")
+
+
 def test_bad_sft_data_names_the_line(in_tmp):
     (in_tmp / "d.jsonl").write_text('{"messages": []}\nnot json\n')
     r = runner.invoke(app, ["train", "sft", "data=d.jsonl", "run_id=bad"])

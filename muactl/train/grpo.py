@@ -37,7 +37,7 @@ rates per template over recent rollouts (`Curriculum`) steer what is drawn: a te
 step: groups drawn, groups with signal, each template's pass rate, timeouts; TRL's `entropy` is the mean
 per-token entropy of the policy's tokens from the update's forward pass (on the weights that sampled them).
 `rollout/all_equal_groups` counts groups without signal as first drawn; TRL's `frac_reward_zero_std` is the share
-without signal in the update, after re-drawing (SIGNAL_NOTE says so in the terminal). The terminal shows one
+without signal in the update, after re-drawing (`signal_note` says so in the terminal). The terminal shows one
 line per step (`step_line`) instead of TRL's raw dicts, which stay in the run's store.
 """
 
@@ -389,11 +389,17 @@ def trainer_args(cfg, out_dir: Path, cuda: bool, bf16: bool):
     )
 
 
-SIGNAL_NOTE = ("a step plays grpo.tasks_per_step groups of grpo.group_size rollouts; a group whose rewards are all "
-               "equal has no signal and is re-drawn on another task (up to grpo.draw_rounds rounds). 'with signal' "
-               "counts the groups in the update. In the run's metrics, rollout/all_equal_groups counts the groups "
-               "without signal as first drawn, TRL's frac_reward_zero_std the share without signal in the update, "
-               "after re-drawing: the two differ when a re-draw found signal.")
+def signal_note(g) -> str:
+    """What the step line's groups are, and why two of the run's metrics on them may differ, said once."""
+    redraw = (f"is re-drawn on another task (up to {g.draw_rounds} rounds)" if g.draw_rounds > 1
+              else "is not re-drawn (grpo.draw_rounds 1)")
+    return (f"a step plays {g.tasks_per_step} group{'s' if g.tasks_per_step != 1 else ''} of {g.group_size} rollouts; "
+            f"a group whose rewards are all equal has no signal and {redraw}. 'with signal' counts the groups in "
+            "the update. In the run's metrics, "
+            "rollout/all_equal_groups counts the groups without signal as first drawn, TRL's frac_reward_zero_std "
+            "the share without signal in the update, after re-drawing: the two differ when a re-draw found signal.")
+
+
 FEW_STEPS = 10
 
 
@@ -525,7 +531,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     from .checkpoints import card_on_save, quiet_trl_logs, train_and_save
 
-    log(f"grpo: {SIGNAL_NOTE}")
+    log(f"grpo: {signal_note(g)}")
     if g.steps < FEW_STEPS:
         log(f"grpo: {few_steps_note(g.steps)}")
     trainer = PolicyTokenGRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,

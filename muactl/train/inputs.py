@@ -67,6 +67,8 @@ def check_tasks(opened, tasks, key: str) -> None:
     from ..eval.evaluate import select_tasks
     from .pipeline import split_or_ids
 
+    if tasks is not None and not isinstance(tasks, str):
+        tasks = [str(t) for t in tasks]  # a recipe's list (an omegaconf ListConfig) as the stages read it
     try:
         if is_template_spec(tasks):
             select_templates(opened, tasks if isinstance(tasks, str) else tasks[0])
