@@ -96,9 +96,18 @@ def test_init_refuses_to_overwrite(project):
     assert r.exit_code == 0
 
 
-def test_call_reports_tool_errors_with_exit_1(project):
+def test_call_reports_a_tools_refusal_with_exit_3(project):
+    # before issue 27.4: exit 1, which the README keeps for a bug in muactl
     r = runner.invoke(app, ["call", "clinic", "cancel_appointment", '{"appointment_id": "a2"}'])
-    assert r.exit_code == 1 and "not scheduled" in r.output
+    assert r.exit_code == 3 and "not scheduled" in r.output
+
+
+@pytest.mark.parametrize("arguments, message", [('{"appointment_id": 7}', "7 is not of type 'string'"),
+                                                ("{}", "'appointment_id' is a required property"),
+                                                ('{"appointment_id": "a1", "why": "x"}', "why")])
+def test_call_with_arguments_that_break_the_schema_is_bad_input(project, arguments, message):
+    r = runner.invoke(app, ["call", "clinic", "cancel_appointment", arguments])
+    assert r.exit_code == 2 and "arguments break cancel_appointment's schema" in r.output and message in r.output, r.output
 
 
 def test_unknown_domain_is_a_clean_error(project):

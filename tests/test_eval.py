@@ -150,6 +150,36 @@ def test_do_nothing_agent_scores_0_on_every_task_that_writes(domain):
 # ---------------------------------------------------------------- resume after Ctrl-C
 
 
+@pytest.mark.slow
+def test_ctrl_c_on_a_local_model_eval_exits_within_seconds(tmp_path):
+    """Issue 27.4: a real SIGINT to `muactl eval --agent hf:tiny` while the model loads or generates took
+    ~55-60 s to end (asyncio.run waited for the generate thread's whole batch). The model is the tiny test model."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, MUACTL_RUNS=str(tmp_path / "runs"), MUACTL_NO_PROGRESS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "muactl", "eval", "bank", "--agent", "hf:tiny", "--split", "test",
+                             "--trials", "4"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list((tmp_path / "runs").glob("*/runs.sqlite")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(8)  # the model loads, then generates the first batch of 80 turns
+    assert proc.poll() is None, proc.communicate()
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    waited = time.time() - sent
+    assert proc.returncode == 130 and "interrupted" in err, (proc.returncode, err[-2000:])
+    assert waited < 5, f"took {waited:.1f} s to stop after Ctrl-C"
+    (run,) = (tmp_path / "runs").iterdir()
+    assert RunStore.read(run).info()["status"] == "interrupted"
+
+
 def test_ctrl_c_then_resume_finishes_the_rest_once(runs_root):
     cfg = EvalConfig("bank", split="test", trials=2, concurrency=1)
     seen = []

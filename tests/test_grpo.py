@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -301,6 +302,12 @@ def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=2", "grpo.save_steps=1", "grpo.loss_type=dr_grpo",
                             "grpo.beta=0.1", "grpo.warmup_ratio=0.5", "run_id=g1"])
     assert r.exit_code == 0, r.output
+    # issue 27.1: one line per step, not TRL's two raw dicts of ~40 keys; what two steps can show, said up front
+    steps = [line for line in r.output.splitlines() if line.startswith("grpo step ")]
+    assert [line.split(":")[0] for line in steps] == ["grpo step 1/2", "grpo step 2/2"], r.output
+    assert all("with signal; KL " in line and " entropy " in line and line.endswith(" s") for line in steps), steps
+    assert "'rollout/success'" not in r.output and "frac_reward_zero_std': " not in r.output
+    assert "2 steps can show that the loop works end to end" in r.output and "frac_reward_zero_std the share" in r.output
     run = in_tmp / "runs" / "g1"
     assert (run / "checkpoint-final" / "config.json").is_file()
     import torch
@@ -322,6 +329,31 @@ def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     assert r.exit_code == 0 and (run / "report" / "index.html").is_file() and (run / "report" / "reward.png").is_file()
     assert (run / "report" / "effective_turns.png").is_file() and (run / "report" / "user_turns.png").is_file()
     assert "Interaction" in (run / "report" / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_two_runs_with_one_seed_train_the_same_weights_and_log_the_same_figures(in_tmp):
+    """Issue 27.1 (reproducibility): on one machine a seed gives one run, weights and metrics alike (tiny model,
+    shaped reward so that groups have signal and the update moves the weights)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from muactl.runs.store import RunStore
+
+    for run_id in ("same-a", "same-b"):
+        r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=2", "grpo.reward=userrl", "grpo.beta=0.1",
+                                f"run_id={run_id}"])
+        assert r.exit_code == 0, r.output
+    a, b = (load_file(in_tmp / "runs" / rid / "checkpoint-final" / "model.safetensors") for rid in ("same-a", "same-b"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    def figures(run_id):  # wall-clock figures aside
+        rows = RunStore.open(run_id).db["metrics"].rows
+        return sorted((r["step"], r["name"], r["value"]) for r in rows
+                      if not r["name"].startswith(("time/", "train_")) and r["name"] not in ("step_time",))
+
+    assert figures("same-a") == figures("same-b")
+    assert any(v for _, name, v in figures("same-a") if name == "grad_norm")  # the update did something
 
 
 def test_userrl_reward_runs(in_tmp):
@@ -382,6 +414,9 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
     assert set(stages) == {"synth", "sft", "grpo", "eval"}
     assert set(stages["eval"]) == {"base", "sft", "grpo"}
     assert "before / after" in r.output and "95% interval" in r.output
+    # issue 27.1: synth and each eval say how long they took, as sft and grpo do
+    assert re.search(r"^synth: kept .* \(\d+(\.\d)? s\)$|^synth: kept .* min .* s\)$", r.output, re.M), r.output
+    assert len(re.findall(r"^eval (base|sft|grpo): pass\^1 \d\.\d\d over 20 episodes \(", r.output, re.M)) == 3, r.output
     # each model's per-task outcomes are kept, so the table can give intervals and paired differences
     assert len(stages["eval"]["base"]["per_task"]) == 20
     assert "sft vs base: " in r.output and "grpo vs sft: " in r.output and "over the tasks: " in r.output
@@ -620,6 +655,41 @@ def test_train_grpo_eval_every_logs_a_heldout_curve_and_the_report_draws_it(in_t
     assert r.exit_code == 0
     report = in_tmp / "runs" / "h1" / "report"
     assert (report / "heldout.png").is_file() and "Held-out success during GRPO" in (report / "index.html").read_text()
+
+
+def test_step_line_reads_the_step_from_trls_logs():
+    g = SimpleNamespace(tasks_per_step=2, group_size=4)
+    logs = {"reward": 0.25, "rollout/success": 0.25, "rollout/groups_drawn": 3.0, "rollout/groups_with_signal": 1.0,
+            "kl": 0.00123, "entropy": 1.5, "step_time": 12.34, "rollout/all_equal_groups": 2.0, "frac_reward_zero_std": 0.5}
+    from muactl.train.grpo import step_line
+
+    assert step_line(3, 10, logs, g) == ("grpo step 3/10: reward 0.25, success 0.25 over 8 rollouts; groups 3 drawn, "
+                                         "1 of 2 with signal; KL 0.0012, entropy 1.50; 12.3 s")
+    assert "KL -" in step_line(1, 1, {"reward": 0.0}, g)  # beta 0: TRL logs no KL
+    from muactl.train.grpo import signal_note
+
+    note = signal_note(SimpleNamespace(tasks_per_step=1, group_size=4, draw_rounds=1))
+    assert note.startswith("a step plays 1 group of 4 rollouts") and "is not re-drawn (grpo.draw_rounds 1)" in note
+    assert "re-drawn on another task (up to 3 rounds)" in signal_note(SimpleNamespace(tasks_per_step=2, group_size=4, draw_rounds=3))
+
+
+def test_a_rollout_plot_names_each_points_tasks_and_says_when_it_has_too_few_points(in_tmp):
+    """Issue 27.1: "success 0.5 -> 0.25" drawn from two different tasks read as a decline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from muactl.runs.report import figure
+
+    fig = figure(plt, [1, 2], [0.5, 0.25], "Task success per GRPO step", "share", "unit",
+                 {1: ["move-bo"], 2: ["close-eva", "human-gus"]})
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "move-bo" in texts and "close-eva, human-gus" in texts
+    assert "only 2 points: too few to read a trend" in texts
+    many = figure(plt, list(range(1, 41)), [0.5] * 40, "t", "share", "unit", {s: ["move-bo"] for s in range(1, 41)})
+    assert not many.axes[0].texts  # 40 points: a curve to read, unlabelled
+    plt.close("all")
 
 
 def test_heldout_curve_has_integer_steps_and_the_training_figures_beside_it(in_tmp):

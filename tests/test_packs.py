@@ -254,7 +254,7 @@ def test_trust_follows_the_install_record_not_how_the_domain_is_named(project, t
         r = runner.invoke(app, ["tools", name])
         assert not marker.exists(), f"{name}: the pack's MCP command ran without --trust"
         r = runner.invoke(app, ["call", name, "count_patients"])
-        assert r.exit_code == 1 and "--trust" in r.output, r.output
+        assert r.exit_code == 3 and "--trust" in r.output, r.output
     r = runner.invoke(app, ["validate", "./clinic"])
     assert not marker.exists()
     from muactl.errors import SpecError
@@ -310,7 +310,7 @@ def test_trust_follows_the_folders_contents_on_every_lookup(project, tmp_path):
             assert not marker.exists(), f"{args}: the pack's MCP command ran without --trust"
             if args[0] == "tools":
                 assert "lookup are shown without their parameters" in r.output and "--trust" in r.output, r.output
-            assert r.exit_code == (1 if args[2:3] == ["lookup"] else 0), (args, r.output)
+            assert r.exit_code == (3 if args[2:3] == ["lookup"] else 0), (args, r.output)
     from muactl.domain.open import open_domain
     from muactl.errors import SpecError
 

@@ -142,3 +142,27 @@ def test_off_switch(base, monkeypatch):
     assert LocalLM.from_model(base.model, base.tokenizer, prefix_cache=True).prefix_cache
     monkeypatch.delenv("MUACTL_PREFIX_CACHE")
     assert LocalLM.from_model(base.model, base.tokenizer).prefix_cache
+
+
+@pytest.mark.slow
+def test_stop_ends_a_generate_call_in_flight(base, bank):
+    """Ctrl-C cancels an eval's tasks; the batcher then calls stop() so the generate thread ends within a token
+    instead of finishing its batch (issue 27.4). Same prompts and seed with and without the stop."""
+    import threading
+    import time
+
+    lm = fresh(base, cache=False)
+    prompts = [lm.encode(u) for u in USERS[:2]]  # short prompts: the test is about the new tokens
+    new = 40
+    full = lm.generate(prompts, new, 1.0, 7)
+    out = []
+    worker = threading.Thread(target=lambda: out.append(lm.generate(prompts, new, 1.0, 7)))
+    worker.start()
+    while not lm._generating.locked() and worker.is_alive():
+        time.sleep(0.001)
+    lm.stop()
+    worker.join(timeout=30)
+    assert not worker.is_alive() and out
+    assert max(len(ids) for ids, _ in out[0]) < max(len(ids) for ids, _ in full)
+    # the next call is not stopped: stop() cuts only the call in flight
+    assert_same(full, lm.generate(prompts, new, 1.0, 7))

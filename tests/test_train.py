@@ -186,6 +186,8 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
     assert r.exit_code == 0, r.output
     assert "sft: precision: " in r.output and "batch 2 x grad_accum 1" in r.output
     assert "gradient checkpointing off" in r.output  # a CPU has the memory; recomputation would double the step
+    # issue 27.1: a line per logging step, TRL's raw dict of it only in the store
+    assert "sft step 1/2: loss " in r.output and "sft step 2/2: loss " in r.output and "{'loss'" not in r.output, r.output
     run = in_tmp / "runs" / "sft-test"
     final = run / "checkpoint-final"
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()

@@ -69,3 +69,57 @@ def test_resume_alone_continues_an_sft_run_from_its_checkpoint(in_tmp):
     r = runner.invoke(app, ["train", "--resume", "s1", "sft.max_steps=2"])
     assert r.exit_code == 0 and "resuming from" in r.output and "sft/checkpoint-1" in r.output, r.output
     assert RunStore.open("s1").info()["status"] == "finished"
+
+
+# ---------------------------------------------------------------- input checked before any work (issue 27.2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["grpo", "model=runs/nosft/checkpoint-final"], "unknown model 'runs/nosft/checkpoint-final'"),
+    (["sft", "data=data/missing.jsonl"], "data file data/missing.jsonl not found"),
+    (["sft"], "sft needs data=FILE.jsonl"),
+    (["grpo", "domain=no-such-domain"], "no-such-domain"),
+    (["grpo", "tasks=template:nope"], "no template 'nope'"),
+    (["examples/x.yaml", "eval.tasks=[no-such-task]"], "eval.tasks: no task 'no-such-task'"),
+    (["examples/x.yaml", "synth.tasks=template:nope"], "synth.tasks: no template 'nope'"),
+    (["examples/x.yaml", "stages=[synth,rl]"], "unknown stages ['rl']"),
+])
+def test_bad_train_input_fails_before_a_run_folder_exists(in_tmp, args, message):
+    # before the fix: the ~110-line config was printed, a run folder made, and `muactl runs` listed it as failed
+    (in_tmp / "examples").mkdir()
+    (in_tmp / "examples" / "x.yaml").write_text("domain: bank\nmodel: tiny\n")
+    r = runner.invoke(app, ["train", *args, "run_id=bad"])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert "grpo:\n" not in r.output and "run:" not in r.output  # no config dump, no run announced
+    assert not (in_tmp / "runs" / "bad").exists()
+    listed = runner.invoke(app, ["runs"])
+    assert listed.output.startswith("no runs in"), listed.output
+
+
+def test_good_task_lists_pass_the_checks(in_tmp):
+    from muactl.domain.open import open_domain
+    from muactl.train.inputs import check_tasks
+
+    bank = open_domain("bank")
+    for tasks in (compose(None, ["eval.tasks=[template:balance]"]).eval.tasks, "template:all", "test", ["move-quin"]):
+        check_tasks(bank, tasks, "eval.tasks")
+
+
+def test_bad_sft_data_names_the_line(in_tmp):
+    (in_tmp / "d.jsonl").write_text('{"messages": []}\nnot json\n')
+    r = runner.invoke(app, ["train", "sft", "data=d.jsonl", "run_id=bad"])
+    assert r.exit_code == 2 and "d.jsonl:2: invalid JSON" in r.output, r.output
+    assert not (in_tmp / "runs" / "bad").exists()
+
+
+def test_the_config_is_printed_only_when_asked(in_tmp):
+    r = runner.invoke(app, ["train", "grpo", "--show-config"])
+    assert r.exit_code == 0 and "group_size: 8" in r.output
+    assert not (in_tmp / "runs").exists()
+
+
+@pytest.mark.parametrize("override, hint", [("sft.epoch=2", "did you mean sft.epochs?"), ("seeed=1", "did you mean seed?"),
+                                            ("grpo.stepz=3", "did you mean grpo.steps?")])
+def test_a_misspelt_override_gets_did_you_mean(in_tmp, override, hint):
+    r = runner.invoke(app, ["train", "sft", override, "--cfg"])
+    assert r.exit_code == 2 and hint in r.output, r.output

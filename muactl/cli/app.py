@@ -9,7 +9,23 @@ import typer
 
 from ..errors import MuactlError
 
-app = typer.Typer(
+class App(typer.Typer):
+    def __call__(self, *args, **kwargs):
+        """The console command. After Ctrl-C (exit 130) it leaves at once: what finished is stored, and the
+        threads still loading or running a model would otherwise hold the exit until they end."""
+        import os
+
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as e:
+            if e.code == 130:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(130)
+            raise
+
+
+app = App(
     name="muactl",
     help="Train tool-using LLM agents with RL against simulated users, on domains declared in YAML.",
     no_args_is_help=True,

@@ -157,6 +157,9 @@ def tools(
         typer.echo("")
 
 
+TOOL_REFUSED = 3  # `muactl call`: the tool answered with an error (README, "Errors")
+
+
 @command()
 def call(
     domain: str = typer.Argument(..., help="Domain name or folder."),
@@ -184,6 +187,9 @@ def call(
         close = difflib.get_close_matches(tool, list(opened.compiled.tools), n=1)
         raise ToolNotFound(f"domain {opened.spec.domain.name} has no tool '{tool}'" + (f"; did you mean '{close[0]}'?" if close else "")
                            + f". Tools: {', '.join(opened.compiled.tools)}")
+    errors = opened.compiled.tools[tool].argument_errors(args)
+    if errors:  # the invocation is wrong, not the tool's answer: bad input
+        raise UsageError(f"arguments break {tool}'s schema: {'; '.join(errors)} (`muactl tools {domain}` lists its params)")
     from ..env.sandbox import new_env
 
     env = new_env(opened.compiled)
@@ -196,8 +202,8 @@ def call(
     typer.echo(out)
     if show_hash:
         typer.echo(f"state hash: {env.state_hash()}", err=True)
-    if result.error:
-        raise typer.Exit(1)
+    if result.error:  # the tool refused (a check failed, nothing found): its answer, with its own exit code
+        raise typer.Exit(TOOL_REFUSED)
 
 
 @command()

@@ -19,7 +19,8 @@ def train(
                                          "several; with --resume it may be left out (the run's own is used)."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run (after a crash or kill -9) from its "
                                          "saved config; overrides may extend it (e.g. grpo.steps=N)."),
-    show_config: bool = typer.Option(False, "--cfg", help="Print the resolved config and exit."),
+    show_config: bool = typer.Option(False, "--show-config", "--cfg", help="Print the resolved config and exit "
+                                     "(a run saves it as runs/<id>/config.yaml)."),
 ) -> None:
     """Train: SFT, GRPO with the simulated user in the loop, or a whole recipe from a config file.
 
@@ -56,25 +57,12 @@ def train(
         if config_file is not None and config_file.suffix not in (".yaml", ".yml"):
             raise UsageError(f"'{what}' is neither a stage (sft, grpo) nor a YAML config file")
         cfg = compose(config_file, overrides)
-    typer.echo(to_yaml(cfg))
     if show_config:
+        typer.echo(to_yaml(cfg))
         return
-    from ..eval.preflight import check_backend
+    from ..train.inputs import check_train_inputs
 
-    # an LLM user or teacher that cannot answer fails here, before a run folder exists, not as infra errors
-    if cfg.user.kind != "scripted":
-        check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
-    if stage is None and "synth" in cfg.stages:
-        check_backend(str(cfg.synth.agent), None, "synth.agent")
-    if stage == "grpo" or (stage is None and "grpo" in cfg.stages):
-        from ..train.grpo import check_settings
-
-        check_settings(cfg)  # a bad grpo.* value: no run folder
-    if (stage == "grpo" or (stage is None and "grpo" in cfg.stages)) and cfg.grpo.eval_every:
-        from ..domain.open import open_domain
-        from ..train.heldout import heldout_tasks
-
-        heldout_tasks(cfg, open_domain(cfg.domain, trust=cfg.trust), draw=False)  # a bad held-out set: no run folder
+    check_train_inputs(cfg, stage)  # bad input fails here, before a run folder exists
     resolved = OmegaConf.to_container(cfg, resolve=True)
     kind = stage or "train"
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():
@@ -89,8 +77,6 @@ def train(
     store.update(status="running")
     try:
         if stage == "sft":
-            if not cfg.data:
-                raise UsageError("sft needs data=FILE.jsonl (make one with `muactl synth DOMAIN -o FILE.jsonl`)")
             from ..train.sft import run_sft
 
             final, stats = run_sft(cfg, store, Path(cfg.data), log=typer.echo)

@@ -157,13 +157,37 @@ def explain(conn: sqlite3.Connection, guard: Guard, sql: str, mode: str) -> str 
     except sqlite3.DatabaseError as e:
         if guard.denied:
             return f"{what} (SQLite refused: {guard.denied})"
-        return f"SQL does not compile: {e}"
+        guard.mode = "off"  # reading the schema for a hint is not the statement's doing
+        return f"SQL does not compile: {e}{column_hint(conn, sql, str(e))}"
     finally:
         guard.mode = "read"
     # VACUUM (and VACUUM INTO, which writes a file) is never shown to the authorizer when prepared
     if any(op[1] == "Vacuum" for op in program):
         return f"{what} (SQLite refused: vacuum)"
     return None
+
+
+def unknown_name(error: str) -> str | None:
+    """The column or table SQLite named in a compile error ("no such column: phon"), or None."""
+    found = re.search(r"no such (?:column|table): (?:\w+\.)?(\w+)", error)
+    return found.group(1) if found else None
+
+
+def column_hint(conn: sqlite3.Connection, sql: str, error: str) -> str:
+    """For "no such column: X": the columns X is spelled like, and those of the tables the statement names."""
+    import difflib
+
+    if not error.startswith("no such column"):
+        return ""
+    name = unknown_name(error)
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                                         "AND name NOT LIKE 'sqlite_%'")]
+    columns = {t: [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+    words = set(re.findall(r"\w+", _STRING_OR_IDENT.sub(" ", sql).lower()))
+    named = [t for t in tables if t.lower() in words and not _is_log(t)] or [t for t in tables if not _is_log(t)]
+    close = difflib.get_close_matches(name or "", sorted({c for t in named for c in columns[t]}), n=3)
+    listed = "; ".join(f"{t} has {', '.join(columns[t])}" for t in named[:3])
+    return (f"; did you mean {', '.join(close)}?" if close else "") + (f" ({listed})" if listed else "")
 
 
 def bind_value(value: Any) -> Any:

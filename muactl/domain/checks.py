@@ -10,7 +10,7 @@ import sqlite3
 from ..compile import changelog
 from ..compile.arguments import ArgumentValidator, pattern_error
 from ..compile.database import schema_connection
-from ..compile.sql import Guard, explain, param_names
+from ..compile.sql import Guard, explain, param_names, unknown_name
 from ..errors import Problem
 from ..spec import models as m
 from ..spec.load import DomainSpec
@@ -65,7 +65,7 @@ def check_domain(spec: DomainSpec) -> list[Problem]:
         if not error and param_names(sql):  # nothing binds them after an arbitrary tool's call
             error = f"after_write statements take no parameters (:{param_names(sql)[0]}); read values from the tables"
         if error:
-            problems.append(doc.problem(("database", "after_write", i), error))
+            problems.append(doc.problem(("database", "after_write", i), error, word=unknown_name(error)))
     for name, tool in d.tools.items():
         if isinstance(tool, m.SqlTool):
             problems.extend(_check_sql_tool(spec, name, tool, conn, guard))
@@ -103,7 +103,7 @@ def _check_views(spec: DomainSpec, conn, guard: Guard) -> list[Problem]:
         if not error and param_names(select):
             error = f"a view takes no parameters (:{param_names(select)[0]}); filter it in the tool's query instead"
         if error:
-            out.append(spec.doc.problem(path, error))
+            out.append(spec.doc.problem(path, error, word=unknown_name(error)))
             continue
         guard.mode = "off"
         try:
@@ -175,7 +175,7 @@ def _check_sql_tool(spec: DomainSpec, name: str, tool: m.SqlTool, conn, guard: G
     for path, sql, mode in statements:
         error = explain(conn, guard, sql, mode)
         if error:
-            problems.append(doc.problem(base + path, error))
+            problems.append(doc.problem(base + path, error, word=unknown_name(error)))
         local = bound_by.get(path[1], {}) if path[0] == "checks" else {}
         for p in param_names(sql):
             used.add(p)

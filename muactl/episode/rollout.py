@@ -277,3 +277,31 @@ async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_u
 
 def gold_calls(task: TaskSpec) -> list[tuple[str, dict]]:
     return [call_parts(c) for c in task.task.expect.actions]
+
+
+def run_interruptible(main: Awaitable[Any]) -> Any:
+    """asyncio.run(main), except on Ctrl-C: the tasks are cancelled (a local model's generate call then ends at
+    its next token: models/batcher.py) and the threads still in flight (a model loading, a generate call) are
+    not waited for, so the KeyboardInterrupt reaches the caller within a moment, not after the batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.new_event_loop()
+    pool = ThreadPoolExecutor(thread_name_prefix="muactl-episodes")
+    loop.set_default_executor(pool)
+    interrupted = False
+    try:
+        return loop.run_until_complete(main)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            pool.shutdown(wait=not interrupted, cancel_futures=True)
+            loop.close()

@@ -10,12 +10,11 @@ with none, and `--resume` plays them again.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import asdict, replace
 from typing import Any, Callable
 
 from ..errors import UsageError
-from ..episode.rollout import Job, RolloutConfig, run_many
+from ..episode.rollout import Job, RolloutConfig, run_interruptible, run_many
 from ..runs.store import RunStore
 from ..runs.summary import summarize
 from .config import EvalConfig
@@ -177,7 +176,8 @@ def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progre
         on_progress(dict(state, last=None))
     store.update(status="running")
     try:
-        asyncio.run(_run(jobs, opened.compiled, agent, user_factory, rcfg, cfg.concurrency, on_done, build_judge(cfg)))
+        # on Ctrl-C the finished episodes are stored; a model still loading or generating is not waited for
+        run_interruptible(_run(jobs, opened.compiled, agent, user_factory, rcfg, cfg.concurrency, on_done, build_judge(cfg)))
     except KeyboardInterrupt:
         store.update(status="interrupted", summary=summarize(store.episodes(), cfg.trials))
         raise

@@ -18,8 +18,10 @@ Generate = Callable[[list[list[int]], int, float, int | None], list[tuple[list[i
 class Batcher:
     """Collects prompts from concurrent episodes and generates them together."""
 
-    def __init__(self, generate: Generate, max_batch: int = 64, context: int | None = None):
+    def __init__(self, generate: Generate, max_batch: int = 64, context: int | None = None,
+                 stop: Callable[[], None] | None = None):
         self.generate = generate
+        self.stop = stop  # cuts the generate call in flight short when the run is cancelled (Ctrl-C)
         self.max_batch = max_batch
         self.context = context  # tokens the model attends over (prompt and new ones); None: not checked
         self.pending: list[tuple[list[int], int, asyncio.Future]] = []  # (prompt, episode seed, result)
@@ -58,6 +60,11 @@ class Batcher:
                 self.batch_sizes.append(len(batch))
                 try:
                     results = await asyncio.to_thread(self.generate, [p for p, _, _ in batch], max_new, temperature, seed)
+                except asyncio.CancelledError:
+                    # the loop is closing (Ctrl-C) and will wait for this thread: let it end within a token
+                    if self.stop is not None:
+                        self.stop()
+                    raise
                 except Exception as e:  # the machine failed, not the policy: infra_error, and none hangs
                     for _, _, fut in batch:
                         if not fut.done():

@@ -105,6 +105,7 @@ class LocalLM:
         # an agent and an LLM user on the same model generate from two threads: one at a time (the prefix
         # cache is not thread-safe, and two batches would only fight over the same cores)
         self._generating = threading.Lock()
+        self._stop = threading.Event()  # set by stop(): the generate call in flight ends at its next token
         self._batchers: dict[str, tuple[Any, Batcher]] = {}
         self.context_length = context_length(model)
 
@@ -114,7 +115,7 @@ class LocalLM:
         loop = asyncio.get_running_loop()
         held = self._batchers.get(role)
         if held is None or held[0] is not loop:
-            held = self._batchers[role] = (loop, Batcher(self.generate, max_batch, self.context_length))
+            held = self._batchers[role] = (loop, Batcher(self.generate, max_batch, self.context_length, stop=self.stop))
         return held[1]
 
     def _no_grad(self):
@@ -148,7 +149,13 @@ class LocalLM:
         derives position ids from the attention mask (cumsum), each token keeps the position it has
         in its unpadded prompt."""
         with self._generating:
+            self._stop.clear()
             return self._generate(prompts, max_new_tokens, temperature, seed)
+
+    def stop(self) -> None:
+        """End the generate call in flight at its next token (its results are cut short): a Ctrl-C then
+        waits for one token, not for a whole batch of turns."""
+        self._stop.set()
 
     def _generate(self, prompts, max_new_tokens, temperature, seed):
         torch = import_torch()
@@ -163,7 +170,8 @@ class LocalLM:
             input_ids[i, width - rest:] = torch.tensor(p[shared:], dtype=torch.long)
             attention[i, width - rest:] = 1
         kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, eos_token_id=self.end_ids, pad_token_id=self.pad_id,
-                                      output_scores=True, return_dict_in_generate=True)
+                                      output_scores=True, return_dict_in_generate=True,
+                                      stopping_criteria=self._stopping())
         if past is not None:
             kwargs[self._cache_kw] = past
         if temperature > 0:
@@ -186,6 +194,18 @@ class LocalLM:
                     break
             results.append((ids, lps))
         return results
+
+    def _stopping(self):
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        stop = self._stop
+
+        class Stopped(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kw):
+                torch = import_torch()
+                return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+
+        return StoppingCriteriaList([Stopped()])
 
     # ------------------------------------------------ prefix cache
 

@@ -40,13 +40,14 @@ def write_plots(store: RunStore, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     series = metric_series(store)
+    tasks = tasks_per_step(store)
     written = []
     for name, title, label, keys, yrange in PLOTS:
         key = next((k for k in keys if k in series), None)
         if key is None:
             continue
         xs, ys = zip(*series[key])
-        fig = figure(plt, xs, ys, title, label, yrange)
+        fig = figure(plt, xs, ys, title, label, yrange, tasks if key in STEP_TASK_METRICS else None)
         fig.savefig(out / name)
         plt.close(fig)
         written.append(out / name)
@@ -97,11 +98,44 @@ def heldout_figure(plt, series: dict[str, list[tuple[int, float]]]):
     return fig
 
 
-def figure(plt, xs, ys, title: str, label: str, yrange: str):
+FEW_POINTS = 5  # a plot with fewer points says it is too few to read a trend from
+LABELLED_POINTS = 12  # up to this many points, each is labelled with the tasks its step played
+# per-step figures of the GRPO rollouts: each point is a mean over the episodes of that step's tasks
+STEP_TASK_METRICS = {"reward", "rewards/reward_from_episode/mean", "rollout/success", "rollout/turns",
+                     "rollout/effective_turns", "rollout/user_turns", "rollout/tool_errors", "rollout/first_correct_write"}
+
+
+def tasks_per_step(store: RunStore) -> dict[int, list[str]]:
+    """The task ids each GRPO step played, re-drawn groups included."""
+    out: dict[int, set[str]] = {}
+    for e in store.episodes():
+        if e["step"]:
+            out.setdefault(e["step"], set()).add(e["task_id"])
+    return {step: sorted(ids) for step, ids in out.items()}
+
+
+def few_points_note(n: int) -> str | None:
+    if n >= FEW_POINTS:
+        return None
+    return f"only {n} point{'s' if n != 1 else ''}: too few to read a trend"
+
+
+def figure(plt, xs, ys, title: str, label: str, yrange: str, tasks: dict[int, list[str]] | None = None):
+    """One metric per step. With `tasks` (a rollout figure) and few points, each point names the tasks its
+    step played: two points from two different tasks are not a rise or a fall."""
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
     ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, linewidth=1.5)
+    if tasks and len(xs) <= LABELLED_POINTS:
+        for x, y in zip(xs, ys):
+            names = tasks.get(x)
+            if names:
+                shown = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
+                ax.annotate(shown, (x, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
+    note = few_points_note(len(xs))
+    if note:
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=10, color="0.45")
     ax.set_title(title)
     ax.set_xlabel("training step")
     ax.set_ylabel(label)
@@ -194,7 +228,14 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
                      f"<img class=wide src='{HELDOUT_PNG}' alt='held-out learning curve'>")
         plots = [p for p in plots if p.name != HELDOUT_PNG]
     if plots:
-        parts.append("<h2>Training</h2>" + "".join(f"<img src='{p.name}' alt='{p.stem}'>" for p in plots))
+        parts.append("<h2>Training</h2>")
+        steps = len(metric_series(store).get("rollout/success", []))
+        if steps:
+            note = few_points_note(steps)
+            parts.append(f"<p>Each point of a rollout plot is one GRPO step's mean over the tasks it drew (named by "
+                         f"the point when there are few), not a fixed set: a change between points is partly which "
+                         f"tasks came up.{f' {html.escape(note.capitalize())}.' if note else ''}</p>")
+        parts.append("".join(f"<img src='{p.name}' alt='{p.stem}'>" for p in plots))
         note = kl_note(info["config"], plots)
         if note:
             parts.append(f"<p>{html.escape(note)}</p>")

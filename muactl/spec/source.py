@@ -12,6 +12,7 @@ absurdly long integer stops the load at that node's line and column, with a mess
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,9 +50,33 @@ class Located:
             path = path[:-1]
         return self.positions.get((), (1, 1))
 
-    def problem(self, path: tuple, message: str, prefix: tuple = ()) -> Problem:
+    def problem(self, path: tuple, message: str, prefix: tuple = (), word: str | None = None) -> Problem:
+        """A problem at `path`; with `word`, at the line of the key's value (a multi-line SQL query, say)
+        where that word first stands, when the file shows it there."""
         line, col = self.pos(prefix + tuple(path))
+        if word:
+            line, col = self._word_in_value(line, col, word) or (line, col)
         return Problem(str(self.file), line, col, keypath(prefix + tuple(path)), message)
+
+    def _word_in_value(self, line: int, col: int, word: str) -> Pos | None:
+        """(line, column) of `word` in the text of the value whose key is at (line, col): the rest of the
+        key's line, then the lines indented deeper than it (a block or folded scalar's lines)."""
+        try:
+            lines = self.file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not 0 < line <= len(lines):
+            return None
+        own = len(lines[line - 1]) - len(lines[line - 1].lstrip(" "))
+        pattern = re.compile(rf"\b{re.escape(word)}\b", re.I)
+        for n in range(line - 1, len(lines)):
+            text = lines[n]
+            if n > line - 1 and text.strip() and len(text) - len(text.lstrip(" ")) <= own:
+                return None  # past the value
+            found = pattern.search(text, col - 1 if n == line - 1 else 0)
+            if found:
+                return n + 1, found.start() + 1
+        return None
 
 
 def keypath(path: tuple) -> str:
@@ -197,6 +222,34 @@ def _yaml() -> YAML:
     return yaml
 
 
+def syntax_message(e, text: str) -> str:
+    """A YAML parser error in plain words: most are indentation (the parser says "expected <block end>" or
+    "mapping values are not allowed here"), so say so, with the line as written and the indents around it."""
+    what = (e.problem or e.context or "invalid YAML").strip()
+    mark = e.problem_mark
+    lines = text.splitlines()
+    if mark is None or mark.line >= len(lines):
+        return f"YAML syntax error: {what}"
+    row = lines[mark.line]
+    shown = f"; the line reads {row.rstrip()!r}"
+    indent = len(row) - len(row.lstrip(" "))
+    above = [ln for ln in lines[:mark.line] if ln.strip() and not ln.lstrip().startswith("#")]
+    if "\t" in what or "\\t" in what:
+        return f"YAML indentation error: a tab; YAML indents with spaces only{shown}"
+    if what.startswith("expected <block end>"):
+        depths = sorted({len(ln) - len(ln.lstrip(" ")) for ln in above})
+        return (f"YAML indentation error: this line is indented {indent} space{'s' if indent != 1 else ''}, out of line with the entries "
+                f"above it (indented {', '.join(map(str, depths[:8]))}); line it up with its siblings{shown}")
+    if what.startswith("mapping values are not allowed"):
+        prev = above[-1] if above else ""
+        deeper = indent > len(prev) - len(prev.lstrip(" ")) and not prev.rstrip().endswith((":", "|", ">", "|-", ">-"))
+        if deeper:
+            return (f"YAML indentation error: this line is indented more than the one above it ({prev.strip()!r}), "
+                    f"which holds a value, not a mapping; line it up with its siblings{shown}")
+        return f"YAML syntax error: a second ': ' on one line; quote a value that contains ': '{shown}"
+    return f"YAML syntax error: {what}{shown}"
+
+
 def load_yaml(path: Path, text: str | None = None) -> Located:
     """Load one YAML file with positions. Raises SpecError on empty files, syntax errors and broken limits."""
     text = read_text(path, MAX_YAML_BYTES, "MAX_YAML_BYTES") if text is None else text
@@ -215,8 +268,7 @@ def load_yaml(path: Path, text: str | None = None) -> Located:
     except MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        what = (e.problem or e.context or "invalid YAML").strip()
-        raise SpecError.single(path, f"YAML syntax error: {what}", line, col) from None
+        raise SpecError.single(path, syntax_message(e, text), line, col) from None
     except Exception as e:  # ruamel raises a few unmarked errors (duplicate keys, bad tags)
         raise SpecError.single(path, f"YAML error: {e}") from None
     if node is None:

@@ -30,8 +30,8 @@ class TaskSpec:
         # for tasks made in code (template instances, the free chat)
         return self.task.split or (self.file.stem if self.file.stem in TASK_FILE_SPLITS else "train")
 
-    def problem(self, path: tuple, message: str) -> Problem:
-        return self.doc.problem(path, message, prefix=self._prefix)
+    def problem(self, path: tuple, message: str, word: str | None = None) -> Problem:
+        return self.doc.problem(path, message, prefix=self._prefix, word=word)
 
     @property
     def _prefix(self) -> tuple:

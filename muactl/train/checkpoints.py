@@ -59,3 +59,18 @@ def card_on_save(tokenizer):
                 write_card(folder, tokenizer)
 
     return CardOnSave()
+
+
+def quiet_trl_logs(trainer, line) -> None:
+    """Replace the raw dict TRL prints per logging step with `line(state, logs)` for each training step's logs
+    (the end-of-training summary is left out: the stage prints its own)."""
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+
+    class StepLines(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "train_runtime" not in logs:
+                line(state, logs)
+
+    for cb in (ProgressCallback, PrinterCallback):
+        trainer.remove_callback(cb)
+    trainer.add_callback(StepLines())

@@ -36,6 +36,9 @@ rates per template over recent rollouts (`Curriculum`) steer what is drawn: a te
 [grpo.band_low, grpo.band_high] is replaced by one inside (or not yet measured) while there is one. Logged per
 step: groups drawn, groups with signal, each template's pass rate, timeouts; TRL's `entropy` is the mean
 per-token entropy of the policy's tokens from the update's forward pass (on the weights that sampled them).
+`rollout/all_equal_groups` counts groups without signal as first drawn; TRL's `frac_reward_zero_std` is the share
+without signal in the update, after re-drawing (`signal_note` says so in the terminal). The terminal shows one
+line per step (`step_line`) instead of TRL's raw dicts, which stay in the run's store.
 """
 
 from __future__ import annotations
@@ -386,6 +389,41 @@ def trainer_args(cfg, out_dir: Path, cuda: bool, bf16: bool):
     )
 
 
+def signal_note(g) -> str:
+    """What the step line's groups are, and why two of the run's metrics on them may differ, said once."""
+    redraw = (f"is re-drawn on another task (up to {g.draw_rounds} rounds)" if g.draw_rounds > 1
+              else "is not re-drawn (grpo.draw_rounds 1)")
+    return (f"a step plays {g.tasks_per_step} group{'s' if g.tasks_per_step != 1 else ''} of {g.group_size} rollouts; "
+            f"a group whose rewards are all equal has no signal and {redraw}. 'with signal' counts the groups in "
+            "the update. In the run's metrics, "
+            "rollout/all_equal_groups counts the groups without signal as first drawn, TRL's frac_reward_zero_std "
+            "the share without signal in the update, after re-drawing: the two differ when a re-draw found signal.")
+
+
+FEW_STEPS = 10
+
+
+def few_steps_note(steps: int) -> str:
+    """What a run of a few GRPO steps (the demo's two) can and cannot show, said before it starts."""
+    return (f"{steps} step{'s' if steps != 1 else ''} can show that the loop works end to end (rollouts against the "
+            "simulated user, rewards, an update, a checkpoint), not whether the policy learns: each step scores a "
+            "few episodes of tasks drawn afresh, so a change from one step to the next is mostly which tasks came up. "
+            "Whether GRPO helped is the eval stage's before/after (or a held-out curve: grpo.eval_every).")
+
+
+def step_line(step: int, steps: int, logs: dict, g) -> str:
+    """One GRPO step as a line: TRL's ~40 figures for it stay in the run's store (and TensorBoard)."""
+
+    def num(key: str, fmt: str) -> str:
+        value = logs.get(key)
+        return "-" if value is None else format(float(value), fmt)
+
+    return (f"grpo step {step}/{steps}: reward {num('reward', '.2f')}, success {num('rollout/success', '.2f')} "
+            f"over {g.tasks_per_step * g.group_size} rollouts; groups {num('rollout/groups_drawn', '.0f')} drawn, "
+            f"{num('rollout/groups_with_signal', '.0f')} of {g.tasks_per_step} with signal; KL {num('kl', '.4f')}, "
+            f"entropy {num('entropy', '.2f')}; {num('step_time', '.1f')} s")
+
+
 def check_settings(cfg) -> None:
     """The grpo.* values TRL or the sampler would reject late, as a UsageError naming the key."""
     from ..errors import UsageError
@@ -491,11 +529,15 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
             if state.global_step % g.eval_every == 0 or state.global_step >= state.max_steps:
                 heldout(trainer, state.global_step)
 
-    from .checkpoints import card_on_save, train_and_save
+    from .checkpoints import card_on_save, quiet_trl_logs, train_and_save
 
+    log(f"grpo: {signal_note(g)}")
+    if g.steps < FEW_STEPS:
+        log(f"grpo: {few_steps_note(g.steps)}")
     trainer = PolicyTokenGRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,
                                      processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
                                      callbacks=[ToRunStore(), card_on_save(tokenizer)] + ([HeldOutEvery()] if heldout else []))
+    quiet_trl_logs(trainer, lambda state, logs: log(step_line(state.global_step, state.max_steps, logs, g)))
 
     final = final or store.path / "checkpoint-final"
     result, seconds = train_and_save(trainer, tokenizer, store.path / "grpo", final, g.lora, True, log, "grpo")

@@ -9,12 +9,24 @@ checkpoints (synth and eval skip finished episodes; sft and grpo restart from th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from ..runs.stages import save_stages, stages_state
 from ..runs.store import RunStore
 from ..runs.summary import per_task_success
+
+
+STAGES = ("synth", "sft", "grpo", "eval")
+
+
+def check_stages(stages: list[str]) -> None:
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        from ..errors import UsageError
+
+        raise UsageError(f"unknown stages {sorted(unknown)}: use {', '.join(STAGES)}")
 
 
 def local_agent(model: str) -> str:
@@ -28,21 +40,18 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
 
     state = stages_state(store)
     stages = list(cfg.stages)
-    unknown = set(stages) - {"synth", "sft", "grpo", "eval"}
-    if unknown:
-        from ..errors import UsageError
-
-        raise UsageError(f"unknown stages {sorted(unknown)}: use synth, sft, grpo, eval")
+    check_stages(stages)
     model = str(cfg.model.name)
 
     if "synth" in stages and "synth" not in state:
         scfg = synth_config(cfg, store.path / "sft.jsonl")
         log("== synth: cold-start data from the teacher")
         sub = _substore(store, "synth", cfg, asdict_cfg=scfg)
+        t0 = time.perf_counter()
         _, stats = run_synth(scfg, resume=sub, on_progress=on_progress)
         from .synth import describe
 
-        log(f"synth: {describe(stats)}")
+        log(f"synth: {describe(stats)} ({took(t0)})")
         state["synth"] = {"data": stats["output"], "kept": stats["kept"], "episodes": stats["episodes"]}
         save_stages(store, state)
 
@@ -81,7 +90,9 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
             log(f"== eval: {label} ({ref}) on {where}")
             sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
+            t0 = time.perf_counter()
             estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
+            log(f"eval {label}: pass^1 {_figure(summary.get('pass^1'))} over {summary.get('episodes')} episodes ({took(t0)})")
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
                                                                           "gold_calls_made", "avg_turns", "episodes")},
                            "per_task": per_task_success(estore.episodes())}
@@ -89,12 +100,22 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
     return state
 
 
+def took(t0: float) -> str:
+    """The wall time since perf_counter() read t0, as a stage reports it."""
+    seconds = time.perf_counter() - t0
+    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+
+
+def _figure(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def synth_config(cfg, default_output: Path):
     """The synth stage's SynthConfig from a composed train config (each field's recipe key says where)."""
     from .recipes import from_recipe
     from .synth_config import SynthConfig
 
-    split, ids = _split_or_ids(cfg.synth.tasks)
+    split, ids = split_or_ids(cfg.synth.tasks)
     return from_recipe(SynthConfig, cfg, user=_user_spec(cfg), split=split, tasks=ids,
                        output=cfg.synth.output or str(default_output))
 
@@ -105,12 +126,12 @@ def eval_config(cfg, ref: str):
     from .recipes import from_recipe
 
     e = cfg.eval
-    split, ids = _split_or_ids(e.tasks or e.split)
+    split, ids = split_or_ids(e.tasks or e.split)
     # template instances come from the eval split's seed stream (test: disjoint from what synth drew)
     return from_recipe(EvalConfig, cfg, agent=local_agent(ref), user=_user_spec(cfg), split=split or e.split, tasks=ids)
 
 
-def _split_or_ids(tasks) -> tuple[str | None, list[str]]:
+def split_or_ids(tasks) -> tuple[str | None, list[str]]:
     """A stage's `tasks`: a split name, a list of task ids, or template:<id>|all (drawn instances)."""
     if isinstance(tasks, str) and not tasks.startswith("template:"):
         return tasks, []

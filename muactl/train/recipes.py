@@ -223,7 +223,7 @@ def compose(config_file: Path | None = None, overrides: list[str] | None = None)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", "") or ""
         msg = str(e).splitlines()[0]
-        raise UsageError(f"bad config value{f' for {key}' if key else ''}: {msg}") from None
+        raise UsageError(f"bad config value{f' for {key}' if key else ''}: {msg}{_did_you_mean(key, e)}") from None
     except Exception as e:  # hydra's composition and override-parsing errors
         msg = str(e).strip().splitlines()
         hint = ""
@@ -231,6 +231,23 @@ def compose(config_file: Path | None = None, overrides: list[str] | None = None)
             hint = " Groups and options: " + "; ".join(f"{g}: {', '.join(options(g))}" for g in GROUPS)
         raise UsageError(f"bad override: {msg[0] if msg else e}.{hint}") from None
     return merged
+
+
+def _did_you_mean(key: str, error: Exception) -> str:
+    """For a key the schema lacks (`sft.epoch`): the keys beside it that are spelled like it."""
+    import difflib
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError
+
+    if not key or not isinstance(error, ConfigKeyError):
+        return ""
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(OmegaConf.structured(TrainConf), parent) if parent else OmegaConf.structured(TrainConf)
+    if not hasattr(node, "keys"):
+        return ""
+    close = difflib.get_close_matches(name, [str(k) for k in node.keys()], n=3)
+    return f"; did you mean {', '.join(f'{parent}.{c}' if parent else c for c in close)}?" if close else ""
 
 
 def _plain_override(o: str) -> str:

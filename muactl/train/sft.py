@@ -74,6 +74,16 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
     return Dataset.from_list(rows), skipped
 
 
+def sft_line(step: int, steps: int, logs: dict) -> str:
+    """One SFT logging step as a line (TRL's dict of it stays in the run's store and TensorBoard)."""
+    parts = [f"sft step {step}/{steps}:"]
+    for key, name, fmt in (("loss", "loss", ".3f"), ("mean_token_accuracy", "token accuracy", ".2f"),
+                           ("learning_rate", "lr", ".1e"), ("epoch", "epoch", ".2f")):
+        if logs.get(key) is not None:
+            parts.append(f"{name} {float(logs[key]):{fmt}},")
+    return " ".join(parts).rstrip(",")
+
+
 def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
@@ -81,7 +91,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from ..models.precision import gradient_checkpointing, import_torch, precision_note, sft_batch, training_precision
     from ..models.registry import resolve
     from ..domain.open import open_domain
-    from .checkpoints import card_on_save, train_and_save
+    from .checkpoints import card_on_save, quiet_trl_logs, train_and_save
     from .synth import read_jsonl
 
     torch = import_torch()
@@ -129,6 +139,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config, callbacks=[ToRunStore(), card_on_save(tokenizer)])
+    quiet_trl_logs(trainer, lambda state, logs: log(sft_line(state.global_step, state.max_steps, logs)))
     final = final or store.path / "checkpoint-final"
     result, seconds = train_and_save(trainer, tokenizer, out_dir, final, cfg.sft.lora, cfg.sft.resume, log, "sft")
     epochs_done = trainer.state.epoch or 0.0

@@ -87,9 +87,19 @@ CASES = [
     Case("yaml-syntax-colon-in-plain-text",
          [(DOMAIN, sub("    description: List a patient's appointments with their status.",
                        "    description: List a patient's appointments: with their status."))],
-         "domain.yaml", "List a patient's appointments: with", "", "YAML syntax error: mapping values are not allowed"),
+         "domain.yaml", "List a patient's appointments: with", "", "a second ': ' on one line; quote a value"),
     Case("yaml-tab-indent", [(DOMAIN, sub("    returns: rows\n", "\treturns: rows\n"))],
-         "domain.yaml", "\treturns: rows", "", "YAML syntax error: found character '\\t'"),
+         "domain.yaml", "\treturns: rows", "", "YAML indentation error: a tab; YAML indents with spaces only"),
+    # issue 27.4: the parser's "expected <block end>, but found '<block mapping start>'" said nothing of indentation
+    Case("yaml-key-out-of-line", [(DOMAIN, sub("\n  list_appointments:", "\n   list_appointments:"))],
+         "domain.yaml", "   list_appointments:", "",
+         "YAML indentation error: this line is indented 3 spaces, out of line with the entries above it (indented 0, 2, 4, 6)"
+         "; line it up with its siblings; the line reads '   list_appointments:'"),
+    Case("yaml-key-under-a-value", [(DOMAIN, sub("    returns: value ", "      returns: value "))],
+         "domain.yaml", "      returns: value", "",
+         "YAML indentation error: this line is indented more than the one above it ('query: SELECT patient_id"),
+    Case("yaml-task-out-of-line", [(TRAIN, sub("\n  persona: polite", "\n persona: polite"))],
+         "train.yaml", " persona: polite", "", "YAML indentation error: this line is indented 1 space, out of line"),
     Case("empty-domain-file", [(DOMAIN, put(""))], "domain.yaml", 1, "", "file is empty"),
     Case("comments-only-domain-file", [(DOMAIN, put("# nothing here yet\n"))], "domain.yaml", 1, "",
          "file holds no data"),
@@ -181,6 +191,15 @@ CASES = [
     # ---------------------------------------------------------------- SQL
     Case("sql-unknown-column", [(DOMAIN, sub(FIND_QUERY, FIND_QUERY.replace("WHERE phone", "WHERE phon")))],
          "domain.yaml", "WHERE phon =", "tools.find_patient_by_phone.query", "SQL does not compile: no such column: phon"),
+    # issue 27.4: in a multi-line query the problem pointed at the `query:` key, and nothing said what was meant
+    Case("sql-unknown-column-on-a-later-line", [(DOMAIN, sub("ORDER BY day", "ORDER BY dya"))],
+         "domain.yaml", "ORDER BY dya", "tools.list_appointments.query",
+         "no such column: dya; did you mean day? (appointments has appointment_id, patient_id, doctor, day, status)"),
+    Case("sql-unknown-column-in-an-assertion",
+         [(TRAIN, sub("      - query: SELECT status FROM appointments WHERE appointment_id = 'a1'",
+                      "      - query: >-\n          SELECT status FROM appointments\n          WHERE appointmnt_id = 'a1'"))],
+         "train.yaml", "WHERE appointmnt_id", "[0].expect.assert[0].query",
+         "no such column: appointmnt_id; did you mean appointment_id"),
     Case("sql-unknown-table", [(DOMAIN, sub(FIND_QUERY, FIND_QUERY.replace("FROM patients", "FROM patient")))],
          "domain.yaml", "FROM patient WHERE", "tools.find_patient_by_phone.query", "no such table: patient"),
     Case("sql-syntax-error", [(DOMAIN, sub(FIND_QUERY, FIND_QUERY.replace("SELECT", "SELEC")))],
@@ -438,6 +457,38 @@ def test_problems_of_every_phase_in_one_run(project):
     assert keys == [("domain.yaml", "tools.find_patient_by_phone.query"), ("domain.yaml", "tools.list_appointments.descripton"),
                     ("patients.jsonl", "patients[1].birth_year"), ("train.yaml", "[0].persona"),
                     ("train.yaml", "[1].expect.bogus")], "\n".join(map(str, problems))
+
+
+def test_an_indentation_error_does_not_hide_another_files_problems(project):
+    sub("\n  list_appointments:", "\n   list_appointments:")(project / DOMAIN)
+    sub("  persona: polite", "  persona: polite\n  bogus: 1")(project / TRAIN)
+    sub("\n  persona: brief", "\n   persona: brief")(project / TEST)
+    problems = _problems()
+    found = sorted((Path(p.file).name, p.line, p.message.split(":")[0]) for p in problems)
+    assert [f[0] for f in found] == ["domain.yaml", "test.yaml", "train.yaml"], "\n".join(map(str, problems))
+    assert all("indentation" in p.message for p in problems if Path(p.file).name != "train.yaml")
+
+
+def test_gold_paths_replayed_past_read_only_tools_broken_in_the_domain(project):
+    """Issue 27.4: two domain mistakes in tools the gold path only reads hid the gold path's own failure
+    (it showed up on the next run). The replay now goes on without those reads and says so."""
+    sub("    returns: value ", "    returns: valu ")(project / DOMAIN)
+    sub("if_empty: No appointments for patient {patient_id}.", "if_empty: No appointments for patient {patient}.")(project / DOMAIN)
+    sub("cancel_appointment: {appointment_id: a1}", "cancel_appointment: {appointment_id: a9}")(project / TRAIN)
+    problems = _problems()
+    keys = sorted((Path(p.file).name, p.key) for p in problems)
+    assert keys == [("domain.yaml", "tools.find_patient_by_phone.returns"), ("domain.yaml", "tools.list_appointments.if_empty"),
+                    ("train.yaml", "[0].expect.actions[2].cancel_appointment")], "\n".join(map(str, problems))
+    replay = next(p for p in problems if p.key.endswith("cancel_appointment"))
+    assert "Appointment a9 does not exist" in replay.message
+    assert "replayed without find_patient_by_phone, list_appointments" in replay.message
+
+
+def test_a_gold_path_that_writes_through_a_broken_tool_is_not_replayed(project):
+    # without its writes the end state would differ from the gold one: a second, false problem
+    sub("    writes:                              # run", "    write:                              # run")(project / DOMAIN)
+    keys = sorted((Path(p.file).name, p.key) for p in _problems())
+    assert keys == [("domain.yaml", "tools.cancel_appointment.write")], keys
 
 
 def test_gold_paths_replayed_when_only_task_files_have_problems(project):

@@ -119,7 +119,8 @@ class HFAgent(BatchedAgent):
 
         self.tokenizer = self.lm.tokenizer
         self.format = chat_format(self.tokenizer)
-        self.batcher = Batcher(self.lm.generate, self.max_batch, getattr(self.lm, "context_length", None))
+        self.batcher = Batcher(self.lm.generate, self.max_batch, getattr(self.lm, "context_length", None),
+                               stop=getattr(self.lm, "stop", None))
 
 
 class VLLMAgent(BatchedAgent):

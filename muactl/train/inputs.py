@@ -1,0 +1,79 @@
+"""What `muactl train` checks before a run folder exists: every input a stage would otherwise reject only
+after minutes of work (or after the run was created and left behind as "failed"): the domain and its
+tasks, the model, the SFT data, the grpo.* values, the held-out set, and any LLM the run calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def check_train_inputs(cfg, stage: str | None) -> None:
+    """Raise a UsageError, SpecError or ModelError for the first bad input of what `stage` (sft, grpo, or
+    None: the recipe's cfg.stages) will run; cheap: nothing is trained, generated or drawn."""
+    from ..domain.open import open_domain
+    from ..eval.preflight import check_backend
+
+    from .pipeline import check_stages
+
+    stages = [stage] if stage else list(cfg.stages)
+    check_stages(stages)
+    opened = open_domain(cfg.domain, trust=cfg.trust, start_mcp=False)
+    check_model(str(cfg.model.name))
+    if "sft" in stages and "synth" not in stages:
+        check_data(cfg.data)
+    # an LLM user or teacher that cannot answer fails here, not as infra errors in the run
+    if cfg.user.kind != "scripted":
+        check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
+    if "synth" in stages:
+        check_backend(str(cfg.synth.agent), None, "synth.agent")
+        check_tasks(opened, cfg.synth.tasks, "synth.tasks")
+    if "grpo" in stages:
+        from .grpo import check_settings, prompt_names
+
+        check_settings(cfg)
+        prompt_names(cfg, opened)  # the templates named by `tasks`, or training tasks outside the test split
+        if cfg.grpo.eval_every:
+            from .heldout import heldout_tasks
+
+            heldout_tasks(cfg, opened, draw=False)
+    if "eval" in stages:
+        check_tasks(opened, cfg.eval.tasks or cfg.eval.split, "eval.tasks" if cfg.eval.tasks else "eval.split")
+
+
+def check_model(ref: str) -> None:
+    """A checkpoint folder, a built-in name or a Hugging Face id (`tiny` is built from the domain later)."""
+    if ref == "tiny":
+        return
+    from ..models.registry import resolve
+
+    resolve(ref)
+
+
+def check_data(data: str | None) -> None:
+    """The SFT data: given, present, and one JSON object with `messages` per line."""
+    from ..errors import UsageError
+    from .synth import read_jsonl
+
+    if not data:
+        raise UsageError("sft needs data=FILE.jsonl (make one with `muactl synth DOMAIN -o FILE.jsonl`)")
+    if not read_jsonl(Path(data)):
+        raise UsageError(f"data file {data} holds no examples")
+
+
+def check_tasks(opened, tasks, key: str) -> None:
+    """A stage's `tasks` (a split, task ids, or template:<id>|all) names tasks the domain has."""
+    from ..errors import UsageError
+    from ..domain.task_templates import is_template_spec, select_templates
+    from ..eval.evaluate import select_tasks
+    from .pipeline import split_or_ids
+
+    if tasks is not None and not isinstance(tasks, str):
+        tasks = [str(t) for t in tasks]  # a recipe's list (an omegaconf ListConfig) as the stages read it
+    try:
+        if is_template_spec(tasks):
+            select_templates(opened, tasks if isinstance(tasks, str) else tasks[0])
+            return
+        split, ids = split_or_ids(tasks)
+        select_tasks(opened, split, ids)
+    except UsageError as e:
+        raise UsageError(f"{key}: {e}") from None
