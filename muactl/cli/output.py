@@ -18,6 +18,9 @@ def fmt_value(v) -> str:
     return str(v)
 
 
+SCORING_NAMES = {"muactl": "muactl (muactl's reward)", "tau2": "tau2 (τ²-bench's evaluator)"}
+
+
 def print_summary(summary: dict, title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -34,6 +37,8 @@ def print_summary(summary: dict, title: str) -> None:
     if "outcomes" in summary:
         table.add_row("outcomes", ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()))
     table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
+    if summary.get("scoring"):
+        table.add_row("scoring", SCORING_NAMES.get(summary["scoring"], summary["scoring"]))
     console = Console()
     console.print(table)
     for line in excluded_lines(summary):
