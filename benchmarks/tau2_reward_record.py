@@ -33,11 +33,11 @@ EVERY = 3  # the recorded files hold every third task of each domain
 STOP, TRANSFER = "###STOP###", "###TRANSFER###"
 
 
-def load_tau2(checkout: Path) -> None:
+def load_tau2(checkout: Path, source: Path | None = None) -> None:
     """τ²'s package over its source folder, without tau2/__init__.py (the litellm runner), and with its LLM
     call replaced by a judge that finds every NL assertion met."""
     pkg = types.ModuleType("tau2")
-    pkg.__path__ = [str(checkout / "src" / "tau2")]
+    pkg.__path__ = [str((source or checkout) / "src" / "tau2")]
     sys.modules["tau2"] = pkg
     os.environ.setdefault("TAU2_DATA_DIR", str(checkout / "data"))
     stub = types.ModuleType("tau2.utils.llm_utils")
@@ -126,16 +126,19 @@ def main() -> None:
     ap.add_argument("checkout", type=Path)
     ap.add_argument("--domain", action="append", choices=DOMAINS)
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "tau2")
+    ap.add_argument("--source", type=Path, default=None, help="τ²'s code from this checkout (default: the data's); "
+                    "tests/data/tau2/fixture_rewards.json is the invented checkout's data under a2c0247's code")
     ap.add_argument("--every", type=int, default=EVERY, help="record every N-th task (default: %(default)s)")
+    ap.add_argument("--name", default=None, help="file name under --out (default: <domain>_rewards.json)")
     ap.add_argument("--limit", type=int, default=None, help="at most this many tasks")
     args = ap.parse_args()
     checkout = args.checkout.resolve()
-    load_tau2(checkout)
+    load_tau2(checkout, args.source and args.source.resolve())
     commit = os.environ.get("TAU2_COMMIT", "a2c0247")
     for domain in args.domain or DOMAINS:
         tasks = record(checkout, domain, args.every, args.limit)
         n = sum(map(len, tasks.values()))
-        path = args.out / f"{domain}_rewards.json"
+        path = args.out / (args.name or f"{domain}_rewards.json")
         path.write_text(json.dumps({"domain": domain, "tau2_commit": commit, "judge": "stub: every NL assertion met",
                                     "every": args.every, "trajectories": n, "tasks": tasks}, indent=1) + "\n")
         print(f"{domain}: {n} trajectories of {len(tasks)} tasks, mean reward "
