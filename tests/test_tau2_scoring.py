@@ -261,6 +261,9 @@ def test_nl_assertions_go_to_the_judge_with_tau2s_prompt_read_from_the_checkout(
     ep = RunStore.open(run_id).episodes()[-1]
     assert ep["reward"] == 0.0 and ep["breakdown"]["reward_breakdown"] == {"DB": 1.0, "NL_ASSERTION": 0.0}
     assert ep["breakdown"]["checks"]["nl_assertions"] == [True, False]
+    out = runner.invoke(app, ["runs", "show", run_id, "--episode", "1"], env=WIDE).output
+    assert "τ² reward breakdown: basis=['DB', 'NL_ASSERTION'] counted={'DB': 1.0, 'NL_ASSERTION': 0.0}" in out
+    assert "nl assertion fails: The agent sings. (read)" in out
 
 
 # ---------------------------------------------------------------- against τ²'s recorded rewards

@@ -7,6 +7,9 @@ each 1.0 only when every one of its checks holds; the other checks are computed 
 - DB: the end state equals the gold path's (both databases in telecom). τ² replays only the
   state-changing calls of the trajectory, failed ones included; muactl's sandbox ran every call live and
   reads change nothing, so its end state is that replay's. An error does not matter, the state does.
+  τ²'s gold path is played without its sync of the two databases (telecom's after_write), so a gold
+  path whose sync changes something does not match its own end state there (never counted: telecom's
+  basis has no DB).
 - ENV_ASSERTION: each `assert: [{call: ...}]` on the end state.
 - ACTION: each gold action was made somewhere in the trajectory, by the agent or the user: same name, and
   the arguments its compare_args name (expect.compare_args) equal, or, when it has none, the arguments the
@@ -76,13 +79,13 @@ def basis_of(task) -> list[str]:
 def score_tau2(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
     """τ²'s reward of an episode and its breakdown (`checks`: every check, counted or not; `reward_breakdown`:
     the counted components, τ²'s own shape)."""
-    from ..env.gold import assertion_result, gold_hash
+    from ..env.gold import assertion_result, unsynced_gold_hash
 
     expect, basis = task.task.expect, basis_of(task)
     head = {"scoring": "tau2", "termination": episode.termination, "reward_basis": basis}
     if episode.termination not in STOPS:
         return 0.0, {**head, "ended_normally": False, "checks": None, "reward_breakdown": None, "success": False}
-    db_match = episode.final_hash == gold_hash(task, domain)
+    db_match = episode.final_hash == unsynced_gold_hash(task, domain)
     asserts = [assertion_result(env, a)[0] for a in expect.assert_]
     actions = action_checks(task, episode)
     comm = [communicated(o, episode) for o in expect.outputs]
