@@ -121,6 +121,14 @@ def record(checkout: Path, domain: str, every: int = 1, limit: int | None = None
     return out
 
 
+def dumped(record: dict) -> str:
+    """The record as JSON with one trajectory per line (small, and a diff shows which one changed)."""
+    head = json.dumps({k: v for k, v in record.items() if k != "tasks"}, ensure_ascii=False)[:-1]
+    tasks = ",\n".join(f" {json.dumps(tid, ensure_ascii=False)}: [\n" + ",\n".join(f"  {json.dumps(r)}" for r in rows)
+                       + "\n ]" for tid, rows in record["tasks"].items())
+    return f"{head}, \"tasks\": {{\n{tasks}\n}}}}\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkout", type=Path)
@@ -139,8 +147,8 @@ def main() -> None:
         tasks = record(checkout, domain, args.every, args.limit)
         n = sum(map(len, tasks.values()))
         path = args.out / (args.name or f"{domain}_rewards.json")
-        path.write_text(json.dumps({"domain": domain, "tau2_commit": commit, "judge": "stub: every NL assertion met",
-                                    "every": args.every, "trajectories": n, "tasks": tasks}, indent=1) + "\n")
+        path.write_text(dumped({"domain": domain, "tau2_commit": commit, "judge": "stub: every NL assertion met",
+                                "every": args.every, "trajectories": n, "tasks": tasks}))
         print(f"{domain}: {n} trajectories of {len(tasks)} tasks, mean reward "
               f"{sum(r['reward'] for rows in tasks.values() for r in rows) / n:.3f} -> {path}")
 
