@@ -246,6 +246,9 @@ def test_nl_assertions_go_to_the_judge_with_tau2s_prompt_read_from_the_checkout(
         return Reply(content=json.dumps({"results": [
             {"expectedOutcome": o, "reasoning": "read", "metExpectation": "pending" in o} for o in outcomes]}))
 
+    r = runner.invoke(app, ["eval", "tau2-retail", "--task", "0"], env=WIDE)
+    assert r.exit_code == 0 and "1 episode(s) have NL assertions in τ²'s reward basis that no judge checked" in r.output
+
     with FakeOpenAI(judge) as server:
         r = runner.invoke(app, ["eval", "tau2-retail", "--task", "0", "--judge", "openai/j", "--judge-api-base",
                                 server.base], env=WIDE)

@@ -43,6 +43,9 @@ def print_summary(summary: dict, title: str) -> None:
     console.print(table)
     for line in excluded_lines(summary):
         console.print(line, markup=False, highlight=False)
+    if summary.get("nl_not_judged"):
+        console.print(f"{summary['nl_not_judged']} episode(s) have NL assertions in τ²'s reward basis that no judge "
+                      "checked (--judge MODEL): they do not count, so those rewards are not τ²'s.", markup=False)
     if summary.get("user_fidelity", {}).get("episodes"):
         print_fidelity([{"task_id": "all tasks", **summary["user_fidelity"]}], "simulated user fidelity")
 

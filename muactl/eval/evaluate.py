@@ -199,6 +199,8 @@ def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progre
     summary = summarize(store.episodes(), cfg.trials)
     summary["agent"], summary["user"], summary["split"] = cfg.agent, cfg.user, cfg.split
     summary["scoring"] = cfg.scoring
+    if cfg.scoring == "tau2":  # τ²'s reward needs its judge where the basis names NL_ASSERTION
+        summary["nl_not_judged"] = sum(1 for e in store.episodes() if (e.get("breakdown") or {}).get("nl_judged") is False)
     store.update(status="finished", summary=summary)
     return store, summary
 
