@@ -45,7 +45,7 @@ def recorded(domain: str) -> dict:
 def test_recorded_tau2_rewards_cover_every_rule_and_hold_no_tau2_data(domain):
     rec = recorded(domain)
     rows = [r for rows in rec["tasks"].values() for r in rows]
-    assert rec["trajectories"] == len(rows) >= 150 and rec["judge"].startswith("stub")
+    assert rec["trajectories"] == len(rows) >= 80 and rec["judge"].startswith("stub")
     kinds = {r["kind"] for r in rows}
     assert kinds <= set(KINDS)
     assert kinds >= {"gold", "missing_write", "wrong_argument", "extra_write", "early_transfer", "empty", "max_turns"}
