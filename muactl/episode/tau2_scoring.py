@@ -80,9 +80,12 @@ def score_tau2(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | N
     """τ²'s reward of an episode and its breakdown (`checks`: every check, counted or not; `reward_breakdown`:
     the counted components, τ²'s own shape)."""
     from ..env.gold import assertion_result, unsynced_gold_hash
+    from .reward import partial_credit
 
     expect, basis = task.task.expect, basis_of(task)
-    head = {"scoring": "tau2", "termination": episode.termination, "reward_basis": basis}
+    # muactl's partial signals ride along (the summary's first_call_right, gold_calls_made), never counted
+    head = {"scoring": "tau2", "termination": episode.termination, "reward_basis": basis,
+            "partial": partial_credit(task, episode)}
     if episode.termination not in STOPS:
         return 0.0, {**head, "ended_normally": False, "checks": None, "reward_breakdown": None, "success": False}
     db_match = episode.final_hash == unsynced_gold_hash(task, domain)
