@@ -97,9 +97,10 @@ def checks(info) -> dict:
             "communicate": flags(info.communicate_checks, "met"), "nl_assertions": flags(info.nl_assertions, "met")}
 
 
-def record(checkout: Path, domain: str, every: int = 1, limit: int | None = None) -> dict:
+def record(checkout: Path, domain: str, every: int = 1, limit: int | None = None, communicating: bool = False) -> dict:
     """Every `every`-th task of τ²'s base set (each trajectory runs τ²'s environment four times: a
-    full domain takes an hour on one core), at most `limit` of them."""
+    full domain takes an hour on one core), with `communicating` every task with communicate_info too,
+    at most `limit` of them."""
     import importlib
 
     from tau2.data_model.simulation import SimulationRun
@@ -109,7 +110,10 @@ def record(checkout: Path, domain: str, every: int = 1, limit: int | None = None
     raw = {t["id"]: t for t in json.loads((checkout / "data" / "tau2" / "domains" / domain / "tasks.json").read_text())}
     probe = mod.get_environment()
     out = {}
-    for task in mod.get_tasks(task_split_name="base")[::every][:limit]:
+    base = mod.get_tasks(task_split_name="base")
+    chosen = [t for i, t in enumerate(base) if i % every == 0
+              or communicating and t.evaluation_criteria and t.evaluation_criteria.communicate_info]
+    for task in chosen[:limit]:
         rows = []
         for traj in trajectories(raw[task.id], probe._is_mutating_tool):
             messages, reason = play(mod, task, traj)
@@ -137,6 +141,8 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=None, help="τ²'s code from this checkout (default: the data's); "
                     "tests/data/tau2/fixture_rewards.json is the invented checkout's data under a2c0247's code")
     ap.add_argument("--every", type=int, default=EVERY, help="record every N-th task (default: %(default)s)")
+    ap.add_argument("--communicating", action="store_true", help="also every task with communicate_info "
+                    "(airline: few have any)")
     ap.add_argument("--name", default=None, help="file name under --out (default: <domain>_rewards.json)")
     ap.add_argument("--limit", type=int, default=None, help="at most this many tasks")
     args = ap.parse_args()
@@ -144,11 +150,12 @@ def main() -> None:
     load_tau2(checkout, args.source and args.source.resolve())
     commit = os.environ.get("TAU2_COMMIT", "a2c0247")
     for domain in args.domain or DOMAINS:
-        tasks = record(checkout, domain, args.every, args.limit)
+        tasks = record(checkout, domain, args.every, args.limit, args.communicating)
         n = sum(map(len, tasks.values()))
         path = args.out / (args.name or f"{domain}_rewards.json")
         path.write_text(dumped({"domain": domain, "tau2_commit": commit, "judge": "stub: every NL assertion met",
-                                "every": args.every, "trajectories": n, "tasks": tasks}))
+                                "every": args.every, "communicating": args.communicating,
+                                "trajectories": n, "tasks": tasks}))
         print(f"{domain}: {n} trajectories of {len(tasks)} tasks, mean reward "
               f"{sum(r['reward'] for rows in tasks.values() for r in rows) / n:.3f} -> {path}")
 

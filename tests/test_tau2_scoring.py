@@ -296,7 +296,8 @@ def test_scoring_tau2_equals_tau2s_evaluator_on_every_recorded_trajectory(domain
 def test_recording_again_with_tau2s_evaluator_gives_the_stored_rewards(domain, tmp_path):
     rec = recorded(domain)
     subprocess.run([TAU2_PYTHON, str(ROOT / "benchmarks" / "tau2_reward_record.py"), CHECKOUT, "--domain", domain,
-                    "--every", str(rec["every"]), "--limit", "3", "--out", str(tmp_path)], check=True,
+                    "--every", str(rec["every"]), *(["--communicating"] if rec.get("communicating") else []),
+                    "--limit", "3", "--out", str(tmp_path)], check=True,
                    capture_output=True, timeout=900, env={**os.environ, "PYTHONPATH": ""})
     again = json.loads((tmp_path / f"{domain}_rewards.json").read_text())["tasks"]
     assert again and again == {tid: rec["tasks"][tid] for tid in again}
