@@ -111,7 +111,7 @@ def record(checkout: Path, domain: str, every: int = 1, limit: int | None = None
     probe = mod.get_environment()
     out = {}
     base = mod.get_tasks(task_split_name="base")
-    chosen = [t for i, t in enumerate(base) if i % every == 0
+    chosen = [t for i, t in enumerate(base) if (every > 0 and i % every == 0)
               or communicating and t.evaluation_criteria and t.evaluation_criteria.communicate_info]
     for task in chosen[:limit]:
         rows = []
@@ -140,7 +140,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "tau2")
     ap.add_argument("--source", type=Path, default=None, help="τ²'s code from this checkout (default: the data's); "
                     "tests/data/tau2/fixture_rewards.json is the invented checkout's data under a2c0247's code")
-    ap.add_argument("--every", type=int, default=EVERY, help="record every N-th task (default: %(default)s)")
+    ap.add_argument("--every", type=int, default=EVERY, help="record every N-th task (default: %(default)s; 0: none)")
     ap.add_argument("--communicating", action="store_true", help="also every task with communicate_info "
                     "(airline: few have any)")
     ap.add_argument("--name", default=None, help="file name under --out (default: <domain>_rewards.json)")
