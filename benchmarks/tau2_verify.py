@@ -52,6 +52,7 @@ def run(checkout: Path, domain: str) -> dict:
             row.update(verify_seen(opened, json.loads((ROOT / "tests" / "data" / "tau2" / "seen" / f"{domain}.json")
                                                       .read_text())))
             row["oracle"] = oracle_score(opened)
+            row["rewards"] = reward_agreement(opened, checkout, domain)
         finally:
             os.chdir(old)
     tools_py = checkout / "src" / "tau2" / "domains" / domain / "tools.py"
@@ -61,6 +62,32 @@ def run(checkout: Path, domain: str) -> dict:
                yaml_code=code_lines(HERE / f"{domain}.yaml"),
                py_lines=sum(len(p.read_text().splitlines()) for p in (tools_py, user_py) if p.is_file()))
     return row
+
+
+def reward_agreement(opened, checkout: Path, domain: str) -> dict | None:
+    """`scoring: tau2` against τ²'s evaluator on the trajectories recorded in tests/data/tau2/<domain>_rewards.json
+    (benchmarks/tau2_reward_record.py); None when none are recorded."""
+    from muactl.episode.tau2_scoring import agreement
+    from muactl.importers.tau2_input import read_tasks
+
+    path = ROOT / "tests" / "data" / "tau2" / f"{domain}_rewards.json"
+    if not path.is_file():
+        return None
+    tasks_json = checkout / "data" / "tau2" / "domains" / domain / "tasks.json"
+    return agreement(opened, read_tasks(checkout, tasks_json), json.loads(path.read_text()))
+
+
+def print_rewards(r: dict | None) -> None:
+    if r is None:
+        print(f"{'':8} no recorded τ² rewards")
+        return
+    n = r["trajectories"]
+    print(f"{'':8} reward equal to τ²'s evaluator on {r['same_reward']}/{n} recorded trajectories, with the same "
+          f"per-check breakdown on {r['same']}/{n}; muactl's own reward equals it on {r['muactl_same_reward']}/{n}"
+          + (f" (differs: {', '.join(f'{k} {v}' for k, v in sorted(r['muactl_differs_by_kind'].items()))})"
+             if r["muactl_differs_by_kind"] else ""))
+    for line in r["mismatches"][:10]:
+        print("   ", line)
 
 
 def oracle_score(opened) -> float:
@@ -98,6 +125,7 @@ def main() -> None:
                   f"{pct(r['probe_same'], r['probes'])} same error/output")
         for line in r["mismatches"][:10]:
             print("   ", line)
+        print_rewards(r["rewards"])
         rows.append(r)
     print_seen(rows)
 

@@ -82,7 +82,9 @@ def import_tau2_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
 ) -> None:
     """Import a τ²-bench domain: writes domains/tau2-DOMAIN/ (muactl's YAML tools, τ²'s data and policy)
-    and tasks/tau2-DOMAIN/ (τ²'s tasks, split as in its split_tasks.json). The checkout is read as untrusted
+    and tasks/tau2-DOMAIN/ (τ²'s tasks, split as in its split_tasks.json). The domain gets `scoring: tau2`:
+    eval scores it by τ²'s evaluator (each task's reward_basis, τ²'s judge prompt), training by muactl's
+    reward. The checkout is read as untrusted
     input: no file outside it (links included), each within a size limit, nothing of it run (README "Limits").
 
     Example: [bold]muactl import tau2 ../tau2-bench --domain retail && muactl validate tau2-retail[/bold]

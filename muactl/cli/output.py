@@ -35,6 +35,9 @@ def fmt_value(v) -> str:
     return str(v)
 
 
+SCORING_NAMES = {"muactl": "muactl (muactl's reward)", "tau2": "tau2 (τ²-bench's evaluator)"}
+
+
 def print_summary(summary: dict, title: str) -> None:
     from rich.table import Table
 
@@ -50,10 +53,15 @@ def print_summary(summary: dict, title: str) -> None:
     if "outcomes" in summary:
         table.add_row("outcomes", ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()))
     table.add_row("terminations", ", ".join(f"{k} {v}" for k, v in summary.get("terminations", {}).items()))
+    if summary.get("scoring"):
+        table.add_row("scoring", SCORING_NAMES.get(summary["scoring"], summary["scoring"]))
     console = command_console()
     console.print(table)
     for line in excluded_lines(summary):
         console.print(line, markup=False, highlight=False)
+    if summary.get("nl_not_judged"):
+        console.print(f"{summary['nl_not_judged']} episode(s) have NL assertions in τ²'s reward basis that no judge "
+                      "checked (--judge MODEL): they do not count, so those rewards are not τ²'s.", markup=False)
     if summary.get("user_fidelity", {}).get("episodes"):
         print_fidelity([{"task_id": "all tasks", **summary["user_fidelity"]}], "simulated user fidelity")
 

@@ -103,6 +103,14 @@ def runs_show(
         else:
             console.print(f"[magenta]user:[/magenta] {content}")
     b = e["breakdown"]
+    if b.get("scoring") == "tau2":  # τ²'s evaluator: the counted components, then every check
+        console.print(f"[bold]τ² reward breakdown:[/bold] basis={b.get('reward_basis')} "
+                      f"counted={b.get('reward_breakdown')} termination={b.get('termination')}")
+        console.print(f"  checks: {escape(json.dumps(b.get('checks')))}")
+        for v in b.get("nl_verdicts") or []:
+            console.print(f"  nl assertion {'holds' if v['ok'] else 'fails'}: {escape(v['assertion'])}"
+                          + (f" ({escape(v['reason'])})" if v["reason"] else ""))
+        return
     console.print(f"[bold]reward breakdown:[/bold] ended_normally={b.get('ended_normally')} db_match={b.get('db_match')} "
                   f"outputs={b.get('outputs')} required_calls={b.get('required_calls', {})} "
                   f"assertions={[a['ok'] for a in b.get('assertions', [])]}")

@@ -79,17 +79,17 @@ def gold_actions(task, domain) -> list:
     return [c for c in actions if not domain.writes(next(iter(c)))]
 
 
-def _gold_key(task, domain) -> str:
+def _gold_key(task, domain, synced: bool = True) -> str:
     """The gold state depends on the database the task runs on and on its setup and gold actions, not
     on its id: two tasks (or two versions of one task) with one id but other actions differ."""
     calls = json.dumps([task.task.setup, gold_actions(task, domain)], sort_keys=True, default=str)
-    return hashlib.sha256(f"{template_key(domain)}:{calls}".encode()).hexdigest()
+    return hashlib.sha256(f"{template_key(domain)}:{calls}{'' if synced else ':unsynced'}".encode()).hexdigest()
 
 
-def _gold_state(task, domain) -> tuple[str, dict]:
+def _gold_state(task, domain, synced: bool = True) -> tuple[str, dict]:
     """Hash and row difference to the template after the task's setup and gold actions on a fresh
     sandbox (cached by content, least recently used dropped first, computed once per key)."""
-    key = _gold_key(task, domain)
+    key = _gold_key(task, domain, synced)
     with _GOLD_LOCK:
         hit = _cached(key)
         if hit is not None:
@@ -101,7 +101,7 @@ def _gold_state(task, domain) -> tuple[str, dict]:
         if hit is not None:  # another thread replayed it while this one waited
             return hit
         try:
-            value = _replay_gold(task, domain)
+            value = _replay_gold(task, domain, synced)
         finally:
             with _GOLD_LOCK:
                 _COMPUTING.pop(key, None)
@@ -120,10 +120,11 @@ def _cached(key: str) -> tuple[str, dict] | None:
     return value
 
 
-def _replay_gold(task, domain) -> tuple[str, dict]:
+def _replay_gold(task, domain, synced: bool = True) -> tuple[str, dict]:
     env = new_env(domain)
     try:
         replay_checked(env, task, "setup", task.task.setup)
+        env.after_write = synced
         replay_checked(env, task, "gold action", gold_actions(task, domain))
         return env.state_hash(), env.state_delta()
     finally:
@@ -167,6 +168,15 @@ def changes_nothing(task, domain) -> bool:
 def gold_hash(task, domain) -> str:
     """State hash of the task's gold end state."""
     return _gold_state(task, domain)[0]
+
+
+def unsynced_gold_hash(task, domain) -> str:
+    """State hash after the setup and the gold actions played without database.after_write: the end state
+    τ²'s evaluator compares with (it plays gold actions without its sync_tools). The same as gold_hash
+    where the domain has no after_write."""
+    if not domain.spec.domain.database.after_write:
+        return gold_hash(task, domain)
+    return _gold_state(task, domain, synced=False)[0]
 
 
 class GoldDistance:

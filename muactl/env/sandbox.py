@@ -83,6 +83,8 @@ class Environment:
         self._pending: set[concurrent.futures.Future] = set()
         self._stop = threading.Event()  # set by interrupt(): a running python handler gives up too
         self._closing = False
+        # False: writes skip database.after_write (how τ²'s evaluator plays a gold path: without its sync)
+        self.after_write = True
         self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps, self._stop)
         conn.isolation_level = None  # transactions are explicit
         self.state = state or self._adopt()
@@ -291,7 +293,7 @@ class Environment:
                         conn.execute(statement, bound)
                     guard.mode = "read"
                     result = query_result(self.conn, tool, bound, args)
-                    if writes and not result.error:  # after the result is read: the tool reports its own effect
+                    if writes and not result.error and self.after_write:  # after the result is read: the tool reports its own effect
                         guard.mode = "write"
                         for statement in self.domain.spec.domain.database.after_write:
                             conn.execute(statement)

@@ -89,6 +89,10 @@ class Judge:
         numbered = "\n".join(f"{i}. {a}" for i, a in enumerate(assertions, 1))
         ask = [{"role": "system", "content": SYSTEM},
                {"role": "user", "content": f"Conversation:\n{transcript(messages)}\n\nStatements:\n{numbered}"}]
+        return await self._answered(ask, lambda answer: parse_verdicts(answer, assertions), domain)
+
+    async def _answered(self, ask: list[dict[str, str]], parse, domain) -> list[dict[str, Any]]:
+        """The judge's answer to `ask`, read by `parse` (ValueError: unreadable, asked once more)."""
         why = ""
         for _ in range(ATTEMPTS):
             try:
@@ -96,12 +100,23 @@ class Judge:
             except RequestRejected as e:  # the conversation is too long for the judge, say: not the agent's doing
                 raise InfraError(str(e)) from e
             try:
-                return parse_verdicts(answer, assertions)
+                return parse(answer)
             except ValueError as e:
                 why = str(e)
                 ask = [*ask, {"role": "assistant", "content": answer},
                        {"role": "user", "content": f"That cannot be read: {why}. Answer with the JSON only."}]
         raise InfraError(f"{self.spec} gave no usable verdicts: {why}")
+
+    async def tau2_verdicts(self, assertions: list[str], messages: list[dict[str, Any]], domain=None) -> list[dict[str, Any]]:
+        """The verdicts with τ²-bench's judge prompt (the domain's judge_prompt, scoring: tau2) and its answer
+        format; one entry per result the judge gives, as τ² counts them."""
+        from .tau2_scoring import judge_messages, parse_results
+
+        prompt = getattr(getattr(domain, "spec", None), "domain", None)
+        prompt = getattr(prompt, "judge_prompt", None)
+        if prompt is None:
+            raise InfraError("the domain has no judge_prompt for τ²'s NL assertions (re-import it with muactl import tau2)")
+        return await self._answered(judge_messages(prompt.model_dump(), assertions, messages), parse_results, domain)
 
     def describe(self) -> dict[str, Any]:
         return {"judge": self.spec}

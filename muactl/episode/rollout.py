@@ -45,6 +45,7 @@ class RolloutConfig:
     # the wall clock measures the machine as much as the agent: in training (GRPO) a timeout is infra_error,
     # excluded from the group baseline, and episodes are bounded by turns and tokens; eval scores it (timeout)
     timeout_excluded: bool = False
+    scoring: str = "muactl"  # muactl's reward (training's) or "tau2": τ²-bench's evaluator (episode/tau2_scoring.py)
 
 
 def episode_seed(run_seed: int, task_id: str, trial: int) -> int:
@@ -180,9 +181,10 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         ep.termination, ep.error = "agent_error", f"{type(e).__name__}: {e}"
     await env.settle()  # a call cut off by the timeout is interrupted, and done with, before scoring
     ep.trace = ctx.trace
+    ep.user_calls = list(ctx.state.get("user_calls", []))
     t0 = time.perf_counter()
     try:
-        await _score(ep, task, domain, env, judge)
+        await _score(ep, task, domain, env, judge, cfg.scoring)
     finally:  # the sandbox goes back to the pool however scoring ended
         env.close()
     timing["reward"] = time.perf_counter() - t0
@@ -204,21 +206,25 @@ async def _abandon(env: Environment) -> None:
         env.close()
 
 
-async def _score(ep: Episode, task: TaskSpec, domain: CompiledDomain, env: Environment, judge: Judge | None) -> None:
+async def _score(ep: Episode, task: TaskSpec, domain: CompiledDomain, env: Environment, judge: Judge | None,
+                 scoring: str = "muactl") -> None:
     """The episode's final hash, the judge's verdicts and its reward. Whatever breaks here (the judge, its
     server, a task whose gold path no longer replays) is not the agent's doing: the episode cannot be
     scored, so it ends as infra_error, excluded and played again on resume, and the run goes on."""
     from .reward import score
+    from .tau2_scoring import score_tau2
 
     try:
         ep.final_hash = await env.off_loop(env.state_hash)
         verdicts = None
         if judge is not None and task.task.expect.nl_assertions and ep.counted:
             try:
-                verdicts = await judge.verdicts(task.task.expect.nl_assertions, ep.messages, domain)
+                verdicts = await (judge.tau2_verdicts if scoring == "tau2" else judge.verdicts)(
+                    task.task.expect.nl_assertions, ep.messages, domain)
             except Exception as e:
                 ep.termination, ep.error = "infra_error", f"judge: {_failure(e)}"
-        ep.reward, ep.breakdown = await env.off_loop(score, task, domain, env, ep, verdicts)
+        ep.reward, ep.breakdown = await env.off_loop(score_tau2 if scoring == "tau2" else score, task, domain, env, ep,
+                                                     verdicts)
     except Exception as e:
         if ep.counted:  # an episode excluded already keeps the error that excluded it
             ep.termination, ep.error = "infra_error", f"scoring failed: {_failure(e)}"

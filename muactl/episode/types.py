@@ -80,6 +80,9 @@ class Episode:
     trace: TokenTrace | None = None
     fidelity: dict[str, bool | None] = field(default_factory=dict)  # how the simulated user behaved (fidelity.py)
     interaction: dict[str, float | None] = field(default_factory=dict)  # effective turns, first correct write ...
+    # the user's own tool calls (dual control), {"name", "arguments"} each: not in messages, which hold what the
+    # agent saw; τ²'s scoring looks for gold actions among them too
+    user_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def outcome(self) -> str:

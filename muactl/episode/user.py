@@ -190,6 +190,7 @@ class ScriptedUser(UserSimulator):
         if name.replace("_", " ") not in last.lower():
             return None
         result = await ctx.env.acall(name, args)
+        ctx.state.setdefault("user_calls", []).append({"name": name, "arguments": args})
         log.append(f"- {name}({args}) -> {result.content[:200]}")
         return f"Done. {result.content}"
 
@@ -242,6 +243,7 @@ class LiteLLMUser(UserSimulator):
             for c in msg["tool_calls"]:
                 result = await ctx.env.acall(c["name"], c["arguments"]) if _is_user_tool(ctx, c["name"]) else \
                     _not_yours(c["name"])
+                ctx.state.setdefault("user_calls", []).append({"name": c["name"], "arguments": c["arguments"]})
                 log.append(f"- {c['name']}({c['arguments']}) -> {result.content[:200]}")
                 messages.append({"role": "tool", "tool_call_id": c["id"], "content": result.content})
         reply = split_stop(msg["content"] or "")

@@ -63,6 +63,10 @@ class EvalConfig:
                                "judges rollouts)")
     judge_api_base: str | None = option(None, "--judge-api-base", help="OpenAI-compatible server for the judge.",
                                         not_in_recipe="as judge")
+    scoring: str | None = option(None, "--scoring", help="muactl | tau2 (τ²-bench's evaluator, by each task's reward "
+                                 "basis). Default: the domain's `scoring:` in eval (muactl when it names none), muactl "
+                                 "in synth.", not_in_recipe="train's eval stage scores as its domain says; GRPO and "
+                                 "synth train on muactl's reward")
 
     def llm_options(self) -> dict[str, Any]:
         """The API-call settings as make_agent, make_user and the tool players take them."""

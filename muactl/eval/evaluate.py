@@ -121,11 +121,26 @@ def check_prefix(store: RunStore, tasks) -> None:
                          f"{' ...' if len(stray) > 3 else ''}): its templates changed since; start a new run")
 
 
+SCORINGS = ("muactl", "tau2")
+
+
+def scoring_of(cfg, opened, kind: str) -> str:
+    """The reward a run scores with: --scoring, else the domain's `scoring:` in eval and muactl's in synth
+    (SFT data is kept by muactl's reward, as GRPO trains on it). Stored in the run's config, so a resume
+    scores as the run began."""
+    chosen = cfg.scoring or (opened.spec.domain.scoring if kind == "eval" else "muactl")
+    if chosen not in SCORINGS:
+        raise UsageError(f"--scoring must be one of {', '.join(SCORINGS)}, not {chosen!r}")
+    return chosen
+
+
 def _run_eval(cfg, store, on_progress, opened, kind, on_episode, grow_to=None):
     from ..domain.open import open_domain
 
     if store is not None:
         cfg = stored_config(type(cfg), store, concurrency=cfg.concurrency)
+        if "scoring" not in store.info()["config"]:  # a run from before --scoring was scored by muactl's reward
+            cfg = replace(cfg, scoring="muactl")
         if grow_to is not None:
             cfg = grown(cfg, store, grow_to)
         store.forget_excluded()  # infra and user errors said nothing about the agent: play them again
@@ -141,6 +156,7 @@ def _run_eval(cfg, store, on_progress, opened, kind, on_episode, grow_to=None):
     else:
         tasks = select_tasks(opened, cfg.split, cfg.tasks)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
+    cfg = replace(cfg, scoring=scoring_of(cfg, opened, kind))
     if grow_to is not None:
         check_prefix(store, tasks)
     agent, user_factory = build_parts(cfg, opened)  # a model that cannot be used fails before the run exists
@@ -158,7 +174,7 @@ def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progre
     jobs = [Job(t, trial, domains[t.task.id]) for t in tasks for trial in range(cfg.trials)
             if (t.task.id, trial) not in done]
     rcfg = RolloutConfig(max_turns=cfg.max_turns, max_tool_errors=cfg.max_tool_errors, timeout_s=cfg.timeout_s,
-                         opening=cfg.opening, seed=cfg.seed)
+                         opening=cfg.opening, seed=cfg.seed, scoring=cfg.scoring)
     total = len(tasks) * cfg.trials
     state = {"done": total - len(jobs), "total": total, "successes": _successes_so_far(store, tasks, cfg.trials, done),
              "run_id": store.id}
@@ -179,10 +195,13 @@ def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progre
         # on Ctrl-C the finished episodes are stored; a model still loading or generating is not waited for
         run_interruptible(_run(jobs, opened.compiled, agent, user_factory, rcfg, cfg.concurrency, on_done, build_judge(cfg)))
     except KeyboardInterrupt:
-        store.update(status="interrupted", summary=summarize(store.episodes(), cfg.trials))
+        store.update(status="interrupted", summary={**summarize(store.episodes(), cfg.trials), "scoring": cfg.scoring})
         raise
     summary = summarize(store.episodes(), cfg.trials)
     summary["agent"], summary["user"], summary["split"] = cfg.agent, cfg.user, cfg.split
+    summary["scoring"] = cfg.scoring
+    if cfg.scoring == "tau2":  # τ²'s reward needs its judge where the basis names NL_ASSERTION
+        summary["nl_not_judged"] = sum(1 for e in store.episodes() if (e.get("breakdown") or {}).get("nl_judged") is False)
     store.update(status="finished", summary=summary)
     return store, summary
 

@@ -196,6 +196,59 @@ def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
         yaml.dump(data, f)
 
 
+def tau2_judge_prompt(root: Path, source: Path) -> dict[str, str] | None:
+    """τ²'s NL-assertion judge prompt, read from its evaluator's source (parsed, never run): the system
+    prompt and the user prompt of evaluate_nl_assertions, the latter's {placeholders} kept. None when the
+    checkout has no such file or the function no longer builds them as string literals."""
+    import ast
+
+    if not exists(source):
+        return None
+    found: dict[str, str] = {}
+    for node in ast.walk(read_python(root, source)):
+        if not (isinstance(node, ast.FunctionDef) and node.name == "evaluate_nl_assertions"):
+            continue
+        for stmt in ast.walk(node):
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                text = literal_template(stmt.value)
+                if text is not None and stmt.targets[0].id in ("system_prompt", "user_prompt"):
+                    found[stmt.targets[0].id.removesuffix("_prompt")] = text
+    return found if len(found) == 2 else None
+
+
+def literal_template(node) -> str | None:
+    """A string literal, or an f-string whose fields are plain names (written back as {name})."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if not isinstance(node, ast.JoinedStr):
+        return None
+    parts = []
+    for value in node.values:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            parts.append(value.value)
+        elif isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name) and value.format_spec is None:
+            parts.append("{" + value.value.id + "}")
+        else:
+            return None
+    return "".join(parts)
+
+
+def use_tau2_scoring(domain_yaml: Path, judge: dict[str, str] | None) -> None:
+    """`scoring: tau2` (τ²'s evaluator is the domain's reward in eval) and τ²'s judge prompt, when found."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width = 4096
+    data = yaml.load(domain_yaml.read_text())
+    data["scoring"] = "tau2"
+    if judge:  # quoted as ruamel sees fit: τ²'s prompt keeps its indentation and trailing spaces exactly
+        data["judge_prompt"] = dict(judge)
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
+
+
 def use_tau2_prompts(d: Path, prompts) -> None:
     """τ²'s agent and user prompts beside domain.yaml, named by it, and τ²'s greeting."""
     from ruamel.yaml import YAML
@@ -369,6 +422,7 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     expect = {k: v for k, v in expect.items() if v}
     if "DB" not in (crit.get("reward_basis") or ["DB"]):  # τ² telecom rewards by its env assertions only
         expect["compare_db"] = False
+    expect.update(tau2_scoring_fields(crit))
     out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
            "setup": setup, "expect": expect, "tags": ["tau2"]}
     return {k: v for k, v in out.items() if v not in (None, [], {})}
@@ -386,6 +440,17 @@ def history_calls(history: list[dict] | None) -> list[dict]:
     leave is the task's; the agent is not shown the earlier messages in muactl)."""
     return [{call["name"]: call.get("arguments") or {}} for message in history or []
             for call in message.get("tool_calls") or []]
+
+
+def tau2_scoring_fields(crit: dict) -> dict[str, Any]:
+    """What `scoring: tau2` reads of a τ² task besides the checks themselves: its reward_basis, and the
+    arguments each gold action is compared on (compare_args; absent: those the agent's call carries)."""
+    compare = {i: list(a["compare_args"]) for i, a in enumerate(crit.get("actions") or [])
+               if a.get("compare_args") is not None}
+    out: dict[str, Any] = {"reward_basis": list(crit.get("reward_basis") or ["DB"])}
+    if compare:
+        out["compare_args"] = compare
+    return out
 
 
 def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[str]:
@@ -472,13 +537,14 @@ def import_tau2(checkout: Path, domain: str, project: Path,
     schemas = tau2_tool_schemas(root, code)
     prompts = read_prompts(root, checkout, user_has_tools=bool(schemas["user"]))
     tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json")
+    judge = tau2_judge_prompt(root, checkout / "src" / "tau2" / "evaluator" / "evaluator_nl_assertions.py")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
         origin = {"domain.yaml": code / "tools.py", "policy.md": src / FILES[domain][-1],
                   **{f"data/{t}.jsonl": sources.get(t, src / FILES[domain][0]) for t in db}}
         try:
             compiled = stage_domain(stage / "domain", yaml_path, policy, docs, schemas, prompts, db,
-                                    src / FILES[domain][0], sources)
+                                    src / FILES[domain][0], sources, judge=judge)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
         notes = mark_failing_calls(compiled, tasks, src / "tasks.json")
@@ -494,9 +560,9 @@ def import_tau2(checkout: Path, domain: str, project: Path,
 
 
 def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, prompts, db: dict,
-                 db_file: Path, sources: dict[str, Path]):
+                 db_file: Path, sources: dict[str, Path], judge: dict[str, str] | None = None):
     """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions and
-    schemas, its prompts (when the checkout has them), its policy, its database as seed files."""
+    schemas, its prompts (when the checkout has them), τ²'s scoring, its policy, its database as seed files."""
     from ..compile import compile_domain
     from ..domain.checks import check_domain
     from ..spec.load import load_domain
@@ -508,6 +574,7 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dic
     use_tau2_schemas(d / "domain.yaml", schemas)
     if prompts is not None:
         use_tau2_prompts(d, prompts)
+    use_tau2_scoring(d / "domain.yaml", judge)
     spec = load_domain(d)
     for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
         with open(d / "data" / f"{table}.jsonl", "w") as f:

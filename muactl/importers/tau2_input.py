@@ -17,7 +17,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -157,6 +157,8 @@ class Tau2Scenario(Tau2Shape):
 class Tau2Action(Tau2Shape):
     name: str
     arguments: dict[str, Any] | None = None
+    compare_args: list[str] | None = None
+    requestor: Literal["assistant", "user"] | None = None
 
 
 class Tau2EnvCall(Tau2Shape):

@@ -351,6 +351,12 @@ class Limits(Strict):
     )
 
 
+class JudgePrompt(Strict):
+    system: str = Field(description="The judge's system prompt.")
+    user: str = Field(description="The judge's request: {trajectory_str} is replaced by the conversation ('role: "
+                      "content' per message), {nl_assertions} by the list of assertions.")
+
+
 class Domain(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$", description="Short lowercase name; the folder's name.")
     version: str = Field("0.1.0", description="Version of this domain pack.")
@@ -385,6 +391,13 @@ class Domain(Strict):
         description="The agent's fixed first message; null lets the user open the conversation.",
     )
     limits: Limits = Field(default_factory=Limits, description="Bounds on the domain's own work (SQL steps).")
+    judge_prompt: JudgePrompt | None = Field(
+        None, description="scoring: tau2: the NL-assertion judge's prompt as τ²'s evaluator writes it (`muactl import "
+        "tau2` reads it from the checkout).")
+    scoring: Literal["muactl", "tau2"] = Field(
+        "muactl", description="How `muactl eval` scores episodes by default: muactl's reward (README, \"Episodes and "
+        "rewards\"; what training uses), or tau2: τ²-bench's evaluator by each task's expect.reward_basis (set by "
+        "`muactl import tau2`). `muactl eval --scoring` overrides it.")
 
     @field_validator("tools")
     @classmethod
@@ -475,6 +488,13 @@ class Expect(Strict):
         "met when the agent made a call of that tool that did not fail, with every argument given here equal "
         "(numbers by value, text ignoring case and surrounding spaces); arguments left out may be anything. Each "
         "must be one of the gold actions.")
+    reward_basis: list[Literal["DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE", "NL_ASSERTION"]] | None = Field(
+        None, description="τ²-bench's reward basis of the task (scoring: tau2 only): the components whose product is "
+        "the reward; the other checks are reported, not counted. None: [DB].")
+    compare_args: dict[int, list[str]] = Field(
+        default_factory=dict, description="scoring: tau2 only: gold action index -> the arguments τ² compares when it "
+        "looks for that action in the trajectory ([]: the name alone). An action not listed compares the arguments "
+        "the agent's call carries.")
     refusal: str | None = Field(
         None, description="Where the right outcome is to refuse: why, as the agent tells the user (the rule or the "
         "value that blocks the request). The oracle says it after its look-ups; the reward does not read it: the "
@@ -488,6 +508,9 @@ class Expect(Strict):
             if not any(g == name and all(ga.get(k) == v for k, v in args.items()) for g, ga in gold):
                 raise ValueError(f"required call {name} {args} is not one of the gold actions (the oracle makes "
                                  "only those)")
+        stray = [i for i in self.compare_args if not 0 <= i < len(self.actions)]
+        if stray:
+            raise ValueError(f"compare_args names gold action {stray[0]}, but the task has {len(self.actions)}")
         missing = [o for o in self.outputs if self.refusal is not None and o.lower() not in self.refusal.lower()]
         if missing:
             raise ValueError(f"the refusal does not say the output {missing[0]!r}; it must carry every output")

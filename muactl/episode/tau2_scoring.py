@@ -1,0 +1,239 @@
+"""τ²-bench's reward (`scoring: tau2`, `muactl eval --scoring tau2`): what τ²'s evaluator pays for an episode,
+with its per-check breakdown, so a pass^1 measured through muactl is τ²'s (README, "τ²-bench").
+
+τ² scores a task by its `reward_basis` (expect.reward_basis): the product of the components named there,
+each 1.0 only when every one of its checks holds; the other checks are computed and reported, not counted.
+
+- DB: the end state equals the gold path's (both databases in telecom). τ² replays only the
+  state-changing calls of the trajectory, failed ones included; muactl's sandbox ran every call live and
+  reads change nothing, so its end state is that replay's. An error does not matter, the state does.
+  τ²'s gold path is played without its sync of the two databases (telecom's after_write), so a gold
+  path whose sync changes something does not match its own end state there (never counted: telecom's
+  basis has no DB).
+- ENV_ASSERTION: each `assert: [{call: ...}]` on the end state.
+- ACTION: each gold action was made somewhere in the trajectory, by the agent or the user: same name, and
+  the arguments its compare_args name (expect.compare_args) equal, or, when it has none, the arguments the
+  call carried (those the gold action lacks compare as missing; a call without arguments matches).
+- COMMUNICATE: each communicate_info string occurs, ignoring case, in one of the agent's texts with its
+  commas removed (the info's own commas are kept: "1,000" is never found). "12" counts inside "112".
+- NL_ASSERTION: the judge's verdicts with τ²'s judge prompt (`judge_prompt`); without a judge they are
+  reported as not judged and do not count.
+Only an ending by a stop counts: the user's stop, transfer or out-of-scope token, or the agent's transfer
+(after which τ²'s user says ###TRANSFER###); any other ending (max turns, too many errors, a timeout, an
+error) pays 0 with no checks, as in τ².
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# muactl's endings that τ² counts as a stop (USER_STOP; the agent's transfer tool call is followed by the
+# user's ###TRANSFER###). Everything else is a premature termination there: reward 0.
+STOPS = ("user_stop", "user_transfer", "out_of_scope", "transfer")
+# τ²'s order of the components in its reward_breakdown
+COMPONENTS = ("DB", "ENV_ASSERTION", "ACTION", "NL_ASSERTION", "COMMUNICATE")
+
+
+def predicted_calls(episode) -> list[tuple[str, dict[str, Any]]]:
+    """Every tool call of the trajectory, the agent's and the user's side, failed ones included (τ² reads
+    its whole trajectory, requestor ignored)."""
+    calls = [(c.get("name"), c.get("arguments") if isinstance(c.get("arguments"), dict) else {})
+             for m in episode.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    return calls + [(c["name"], c.get("arguments") or {}) for c in episode.user_calls]
+
+
+def action_matches(gold_name: str, gold_args: dict[str, Any], compare: list[str] | None,
+                   name: str, args: dict[str, Any]) -> bool:
+    if name != gold_name:
+        return False
+    keys = list(args) if compare is None else compare
+    if not keys:
+        return True
+    return {k: v for k, v in args.items() if k in keys} == {k: v for k, v in gold_args.items() if k in keys}
+
+
+def action_checks(task, episode) -> list[bool]:
+    from ..spec.models import call_parts
+
+    expect, made = task.task.expect, predicted_calls(episode)
+    out = []
+    for i, call in enumerate(expect.actions):
+        name, args = call_parts(call)
+        compare = expect.compare_args.get(i)
+        out.append(any(action_matches(name, args, compare, got, got_args) for got, got_args in made))
+    return out
+
+
+def communicated(info: str, episode) -> bool:
+    texts = [m["content"] for m in episode.messages
+             if m["role"] == "assistant" and isinstance(m.get("content"), str) and m["content"].strip()]
+    return any(info.lower() in text.lower().replace(",", "") for text in texts)
+
+
+def basis_of(task) -> list[str]:
+    """The task's reward_basis; a task without one is scored as τ² scores its default, the database."""
+    return list(task.task.expect.reward_basis or ["DB"])
+
+
+def score_tau2(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
+    """τ²'s reward of an episode and its breakdown (`checks`: every check, counted or not; `reward_breakdown`:
+    the counted components, τ²'s own shape)."""
+    from ..env.gold import assertion_result, unsynced_gold_hash
+    from .reward import partial_credit
+
+    expect, basis = task.task.expect, basis_of(task)
+    # muactl's partial signals ride along (the summary's first_call_right, gold_calls_made), never counted
+    head = {"scoring": "tau2", "termination": episode.termination, "reward_basis": basis,
+            "partial": partial_credit(task, episode)}
+    if episode.termination not in STOPS:
+        return 0.0, {**head, "ended_normally": False, "checks": None, "reward_breakdown": None, "success": False}
+    db_match = episode.final_hash == unsynced_gold_hash(task, domain)
+    asserts = [assertion_result(env, a)[0] for a in expect.assert_]
+    actions = action_checks(task, episode)
+    comm = [communicated(o, episode) for o in expect.outputs]
+    # τ² runs its judge only when the basis names NL_ASSERTION; no assertions: met, with no checks
+    nl = None
+    if "NL_ASSERTION" in basis:
+        nl = nl_verdicts if expect.nl_assertions else []
+    judged = nl is not None or "NL_ASSERTION" not in basis
+    parts = {"DB": float(db_match), "ENV_ASSERTION": float(all(asserts)), "ACTION": float(all(actions)),
+             "COMMUNICATE": float(all(comm))}
+    if nl is not None:
+        parts["NL_ASSERTION"] = float(all(v["ok"] for v in nl))
+    counted = {k: parts[k] for k in COMPONENTS if k in basis and k in parts}
+    reward = 1.0
+    for value in counted.values():
+        reward *= value
+    # τ²'s shape: no action or communicate checks at all (None) when the task has none to check
+    checks = {"db_match": db_match, "env_assertions": asserts, "actions": actions if expect.actions else None,
+              "communicate": comm if expect.outputs else None,
+              "nl_assertions": None if nl is None else [v["ok"] for v in nl]}
+    breakdown = {**head, "ended_normally": True, "checks": checks, "reward_breakdown": counted, "nl_judged": judged,
+                 "nl_verdicts": nl, "success": reward == 1.0}
+    return reward, breakdown
+
+
+# ---------------------------------------------------------------- τ²'s judge prompt
+
+
+def judge_messages(prompt: dict[str, str], assertions: list[str], messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The judge's request as τ² builds it: its system prompt, and its user prompt with the whole trajectory
+    ("role: content" per message, tool calls and results included) and the assertions as a Python list."""
+    lines = []
+    for m in messages:
+        if m["role"] == "system":  # τ²'s trajectory starts after the system prompt
+            continue
+        content = m.get("content")
+        if m["role"] == "assistant" and not content and m.get("tool_calls"):
+            content = None  # a turn of calls only has no content in τ²
+        lines.append(f"{m['role']}: {content}")
+    user = prompt["user"].replace("{trajectory_str}", "\n".join(lines)).replace("{nl_assertions}", repr(list(assertions)))
+    return [{"role": "system", "content": prompt["system"]}, {"role": "user", "content": user}]
+
+
+def parse_results(text: str) -> list[dict[str, Any]]:
+    """τ²'s judge answer ({"results": [{"expectedOutcome", "reasoning", "metExpectation"}]}) as muactl's
+    verdicts; ValueError says what is wrong with it."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("the answer holds no JSON object")
+    try:
+        data = json.loads(text[start:end + 1])
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"the answer is not valid JSON ({e})") from None
+    items = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ValueError("expected a 'results' list")
+    out = []
+    for i, item in enumerate(items, 1):
+        if not isinstance(item, dict) or not isinstance(item.get("metExpectation"), bool):
+            raise ValueError(f"result {i} has no true/false 'metExpectation'")
+        out.append({"assertion": str(item.get("expectedOutcome") or ""), "ok": item["metExpectation"],
+                    "reason": str(item.get("reasoning") or "")[:500]})
+    return out
+
+
+# ---------------------------------------------------------------- agreement with τ²'s evaluator
+
+
+def play_trajectory(task, compiled, trajectory: dict):
+    """A trajectory of importers/tau2_trajectories.py played as a muactl episode would: the agent's calls on the
+    sandbox in its messages (a transfer ends it), the user's own calls on the sandbox beside them. Returns the
+    episode and its sandbox (closed by the caller)."""
+    from ..env.sandbox import new_env
+    from .types import Episode
+
+    env = new_env(compiled)
+    env.replay(task.task.setup)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": compiled.system_prompt}]
+    ep = Episode(task.task.id, 0, 0, messages, trajectory["end"])
+    for n, step in enumerate(trajectory["steps"]):
+        if "text" in step:
+            fixed = {"fixed": True} if n == 0 and step["by"] == "assistant" else {}
+            messages.append({"role": step["by"], "content": step["text"], **fixed})
+            continue
+        result = env.call(step["call"], step["args"])
+        if step["by"] == "user":
+            ep.user_calls.append({"name": step["call"], "arguments": step["args"]})
+            continue
+        call_id = f"call_{n}"
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "name": step["call"], "arguments": step["args"]}]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": step["call"], "content": result.content,
+                         "error": result.error})
+        if result.transfer:
+            break
+    ep.final_hash = env.state_hash()
+    return ep, env
+
+
+def comparable(reward: float, breakdown: dict[str, Any]) -> dict[str, Any]:
+    """muactl's tau2 breakdown in the shape of the recorded τ² results (benchmarks/tau2_reward_record.py)."""
+    checks = breakdown.get("checks") or {}
+    return {"reward": reward, "reward_breakdown": breakdown.get("reward_breakdown"),
+            **{k: checks.get(k) for k in ("db_match", "env_assertions", "actions", "communicate", "nl_assertions")}}
+
+
+def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
+    """Every recorded trajectory (tests/data/tau2/<domain>_rewards.json) scored by muactl's scoring: tau2 and by
+    muactl's own reward, against τ²'s recorded reward and checks. NL assertions get the recorder's stub verdict
+    (all met). Returns the counts and the first differences."""
+    from ..importers.tau2_input import task_id
+    from ..importers.tau2_trajectories import trajectories
+    from .reward import score
+
+    by_id = {t.task.id: t for t in opened.tasks}
+    raw = {t["id"]: t for t in raw_tasks}
+    n = same = same_reward = muactl_same = 0
+    diffs: list[str] = []
+    muactl_diffs: dict[str, int] = {}
+    for tid, rows in records["tasks"].items():
+        task = by_id.get(task_id(tid))
+        made = {t["kind"]: t for t in trajectories(raw[tid], opened.compiled.writes)} if tid in raw else {}
+        for row in rows:
+            n += 1
+            traj = made.get(row["kind"])
+            if task is None or traj is None or traj["digest"] != row["digest"]:
+                diffs.append(f"task {tid} {row['kind']}: not the trajectory τ² was scored on")
+                continue
+            ep, env = play_trajectory(task, opened.compiled, traj)
+            try:
+                stub = [{"assertion": a, "ok": True, "reason": "stub"} for a in task.task.expect.nl_assertions]
+                got = comparable(*score_tau2(task, opened.compiled, env, ep, stub))
+                own, _ = score(task, opened.compiled, env, ep, stub)
+            finally:
+                env.close()
+            want = {k: row[k] for k in got}
+            same_reward += got["reward"] == want["reward"]
+            if got == want:
+                same += 1
+            else:
+                wrong = [k for k in got if got[k] != want[k]]
+                diffs.append(f"task {tid} {row['kind']}: " + "; ".join(f"{k} {got[k]} (τ² {want[k]})" for k in wrong))
+            if own == want["reward"]:
+                muactl_same += 1
+            else:
+                muactl_diffs[row["kind"]] = muactl_diffs.get(row["kind"], 0) + 1
+    return {"trajectories": n, "same": same, "same_reward": same_reward, "muactl_same_reward": muactl_same,
+            "muactl_differs_by_kind": muactl_diffs, "mismatches": diffs}

@@ -1,0 +1,304 @@
+"""`scoring: tau2`: muactl's reward equal to τ²-bench's evaluator (issue 28 §2).
+
+tests/data/tau2/<domain>_rewards.json holds what τ²'s own evaluator paid (benchmarks/tau2_reward_record.py,
+τ²'s LLM judge stubbed as "every assertion met") on the trajectories of importers/tau2_trajectories.py:
+booleans and digests only. Comparing muactl with them needs τ²'s data (TAU2_BENCH, README "τ²-bench");
+re-recording them needs a Python with τ²'s evaluator dependencies too (TAU2_PYTHON). The rules themselves
+are checked here on the invented checkout (tests/data/tau2/checkout), the judge on a local fake
+OpenAI-compatible server (the only fake: the LLM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl.cli import app
+from muactl.episode.tau2_scoring import STOPS, action_matches, communicated, play_trajectory, score_tau2
+from muactl.episode.types import TERMINATIONS, Episode
+from muactl.importers.tau2_trajectories import KINDS, trajectories
+from tests.fakes.openai_server import FakeOpenAI, Reply
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "tau2"
+FAKE = DATA / "checkout"
+CHECKOUT = os.environ.get("TAU2_BENCH")
+TAU2_PYTHON = os.environ.get("TAU2_PYTHON")
+needs_tau2 = pytest.mark.skipif(not CHECKOUT, reason="set TAU2_BENCH to a τ²-bench checkout to import its data")
+DOMAINS = ("retail", "airline", "telecom")
+WIDE = {"COLUMNS": "200"}
+
+
+def recorded(domain: str) -> dict:
+    return json.loads((DATA / f"{domain}_rewards.json").read_text())
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_recorded_tau2_rewards_cover_every_rule_and_hold_no_tau2_data(domain):
+    rec = recorded(domain)
+    rows = [r for rows in rec["tasks"].values() for r in rows]
+    assert rec["trajectories"] == len(rows) >= 80 and rec["judge"].startswith("stub")
+    kinds = {r["kind"] for r in rows}
+    assert kinds <= set(KINDS)
+    assert kinds >= {"gold", "missing_write", "wrong_argument", "extra_write", "early_transfer", "empty", "max_turns"}
+    if domain != "telecom":  # telecom tasks communicate nothing
+        assert {"omitted_info", "info_inside_words"} <= kinds
+    assert all(r["reward"] == 1.0 for r in rows if r["kind"] == "gold")  # τ²'s own gold paths pay
+    assert all(r["reward"] == 0.0 and r["reward_breakdown"] is None for r in rows if r["kind"] == "max_turns")
+    for r in rows:
+        assert re.fullmatch(r"[0-9a-f]{16}", r["digest"])
+        for key in ("env_assertions", "actions", "communicate", "nl_assertions"):
+            assert r[key] is None or all(isinstance(x, bool) for x in r[key])
+        assert r["db_match"] in (None, True, False)
+    assert {r["reward"] for r in rows} == {0.0, 1.0}
+
+
+# ---------------------------------------------------------------- τ²'s rules, one at a time
+
+
+def episode(texts=(), calls=(), user_calls=(), termination="user_stop") -> Episode:
+    messages = [{"role": "assistant", "content": t} for t in texts]
+    messages += [{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "name": n, "arguments": a}]}
+                 for i, (n, a) in enumerate(calls)]
+    ep = Episode("t", 0, 0, messages, termination)
+    ep.user_calls = [{"name": n, "arguments": a} for n, a in user_calls]
+    return ep
+
+
+def test_communicate_is_a_case_blind_substring_with_commas_removed_from_the_message_only():
+    ep = episode(["Your refund of 1,234.50 DOLLARS is on its way; order #W112."])
+    assert communicated("1234.50", ep) and communicated("dollars", ep)
+    assert communicated("12", ep)  # inside "#W112": τ² counts it (muactl's own reward does not)
+    assert not communicated("1,234.50", ep)  # the info keeps its comma, the message lost it
+    assert not communicated("order #W113", ep)
+    assert not communicated("x", episode(calls=[("x", {})]))  # a call is no text
+
+
+def test_an_action_matches_on_compare_args_or_on_the_keys_the_call_carries():
+    gold = {"order_id": "#W1", "reason": "no longer needed"}
+    assert action_matches("cancel", gold, None, "cancel", {"order_id": "#W1"})  # the call's keys only
+    assert not action_matches("cancel", gold, None, "cancel", {"order_id": "#W1", "reason": "ordered by mistake"})
+    assert not action_matches("cancel", gold, None, "cancel", {"order_id": "#W1", "extra": 1})  # a key gold lacks
+    assert action_matches("cancel", gold, None, "cancel", {})  # no arguments: the name decides
+    assert action_matches("cancel", gold, ["order_id"], "cancel", {"order_id": "#W1", "reason": "other"})
+    assert action_matches("transfer", {"summary": "a"}, [], "transfer", {"summary": "b"})
+    assert not action_matches("cancel", gold, [], "return", {})
+    assert action_matches("refuel", {"gb": 2}, None, "refuel", {"gb": 2.0})  # numbers by value, as Python compares
+
+
+def import_fake(project: Path) -> None:
+    project.mkdir(exist_ok=True)
+    r = runner.invoke(app, ["import", "tau2", str(FAKE), "--domain", "retail", "--dir", str(project)])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.fixture(scope="module")
+def fake_import(tmp_path_factory):
+    """The invented checkout imported once (opened domain, raw τ² tasks by id); tests only read it."""
+    from muactl.domain.open import open_domain
+
+    project = tmp_path_factory.mktemp("tau2fake")
+    import_fake(project)
+    raw = {t["id"]: t for t in json.loads((FAKE / "data/tau2/domains/retail/tasks.json").read_text())}
+    return open_domain(str(project / "domains" / "tau2-retail")), raw
+
+
+def with_basis(task, basis):
+    import dataclasses
+
+    expect = task.task.expect.model_copy(update={"reward_basis": basis})
+    return dataclasses.replace(task, task=task.task.model_copy(update={"expect": expect}))
+
+
+def scored(opened, raw, tid, kind, basis=None):
+    task = next(t for t in opened.tasks if t.task.id == tid)
+    task = with_basis(task, basis) if basis else task
+    traj = next(t for t in trajectories(raw[tid], opened.compiled.writes) if t["kind"] == kind)
+    ep, env = play_trajectory(task, opened.compiled, traj)
+    try:
+        return score_tau2(task, opened.compiled, env, ep)
+    finally:
+        env.close()
+
+
+def test_the_reward_is_the_product_of_the_basis_and_the_other_checks_are_reported_only(fake_import):
+    opened, raw = fake_import
+    # task 0: two reads, communicate "pending". Left unsaid, it costs nothing under [DB], everything under COMMUNICATE
+    reward, b = scored(opened, raw, "0", "omitted_info", ["DB"])
+    assert reward == 1.0 and b["reward_breakdown"] == {"DB": 1.0} and b["checks"]["communicate"] == [False]
+    reward, b = scored(opened, raw, "0", "omitted_info", ["DB", "COMMUNICATE"])
+    assert reward == 0.0 and b["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": 0.0}
+    reward, b = scored(opened, raw, "0", "info_inside_words", ["DB", "COMMUNICATE"])
+    assert reward == 1.0  # "refpending9" holds "pending"
+    # reads are never checked: without them the state is the gold one, and only ACTION (not in the basis) fails
+    reward, b = scored(opened, raw, "0", "no_reads", ["DB"])
+    assert reward == 1.0 and b["checks"]["actions"] == [False, False]
+    reward, b = scored(opened, raw, "0", "no_reads", ["DB", "ACTION"])
+    assert reward == 0.0 and b["reward_breakdown"] == {"DB": 1.0, "ACTION": 0.0}
+
+
+def test_only_a_stop_is_scored_and_the_users_transfer_is_one(fake_import):
+    opened, raw = fake_import
+    reward, b = scored(opened, raw, "0", "max_turns")
+    assert reward == 0.0 and b["checks"] is None and b["reward_breakdown"] is None
+    reward, b = scored(opened, raw, "0", "user_transfer")
+    assert reward == 1.0 and b["termination"] == "user_transfer"
+    assert set(STOPS) == {"user_stop", "user_transfer", "out_of_scope", "transfer"}
+    for termination in set(TERMINATIONS) - set(STOPS):  # max turns, too many errors, a timeout, any error
+        reward, b = score_tau2(opened.tasks[0], opened.compiled, None, episode(termination=termination))
+        assert reward == 0.0 and b["checks"] is None and not b["success"], termination
+
+
+def test_a_transfer_task_is_met_by_the_agents_transfer_wherever_it_comes(fake_import):
+    opened, raw = fake_import
+    transfer_task = next(tid for tid, t in raw.items()
+                         if any(a["name"] == "transfer_to_human_agents" for a in t["evaluation_criteria"]["actions"]))
+    reward, b = scored(opened, raw, transfer_task, "gold", ["DB", "ACTION"])
+    assert reward == 1.0 and b["termination"] == "transfer" and all(b["checks"]["actions"])
+    reward, b = scored(opened, raw, "0", "early_transfer", ["DB"])
+    assert reward == 1.0  # task 0 writes nothing: transferring at once leaves the gold state, and DB is the basis
+
+
+# ---------------------------------------------------------------- import, eval, the judge
+
+
+def test_import_sets_scoring_tau2_from_tau2s_tasks(fake_import):
+    opened, _ = fake_import
+    assert opened.spec.domain.scoring == "tau2" and opened.spec.domain.judge_prompt is None  # no evaluator source here
+    assert all(t.task.expect.reward_basis == ["DB"] for t in opened.tasks)  # the invented tasks name no basis
+    assert [t.task.expect.compare_args for t in opened.tasks] == [{}, {}, {}]
+
+
+@pytest.mark.slow
+def test_eval_says_which_scoring_it_used_and_old_imports_keep_muactls(tmp_path, monkeypatch):
+    from muactl.domain.open import open_domain
+
+    import_fake(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
+    opened = open_domain("tau2-retail")
+    assert all(t.task.expect.reward_basis == ["DB"] for t in opened.tasks)  # the invented tasks name no basis
+    r = runner.invoke(app, ["eval", "tau2-retail", "--split", "all"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    assert "tau2 (τ²-bench's evaluator)" in r.output
+    run_id = re.search(r"runs show (\S+)\)", r.output)[1]
+    shown = runner.invoke(app, ["runs", "show", run_id], env=WIDE)
+    assert "tau2 (τ²-bench's evaluator)" in shown.output
+    r = runner.invoke(app, ["eval", "tau2-retail", "--split", "all", "--scoring", "muactl"], env=WIDE)
+    assert r.exit_code == 0 and "muactl (muactl's reward)" in r.output, r.output
+    r = runner.invoke(app, ["eval", "tau2-retail", "--scoring", "tau3"], env=WIDE)
+    assert r.exit_code == 2 and "--scoring must be one of muactl, tau2" in r.output, r.output
+    # a folder imported before scoring: existed keeps muactl's reward
+    yaml = tmp_path / "domains" / "tau2-retail" / "domain.yaml"
+    yaml.write_text(re.sub(r"(?m)^scoring: tau2\n", "", yaml.read_text()))
+    r = runner.invoke(app, ["eval", "tau2-retail", "--split", "all"], env=WIDE)
+    assert r.exit_code == 0 and "muactl (muactl's reward)" in r.output, r.output
+
+
+JUDGE_SOURCE = '''
+class NLAssertionsEvaluator:
+    @classmethod
+    def evaluate_nl_assertions(cls, trajectory, nl_assertions):
+        trajectory_str = "\\n".join([f"{m.role}: {m.content}" for m in trajectory])
+        system_prompt = """
+        Grade each expected outcome. Reply {"results": [...]}
+        """
+        user_prompt = f"""
+        conversation:
+        {trajectory_str}
+        expectedOutcomes:
+        {nl_assertions}
+        """
+        raise SystemExit("never run")
+'''
+
+
+@pytest.mark.slow
+def test_nl_assertions_go_to_the_judge_with_tau2s_prompt_read_from_the_checkout(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FAKE, checkout)
+    (checkout / "src/tau2/evaluator").mkdir(parents=True)
+    (checkout / "src/tau2/evaluator/evaluator_nl_assertions.py").write_text(JUDGE_SOURCE)
+    tasks_json = checkout / "data/tau2/domains/retail/tasks.json"
+    tasks = json.loads(tasks_json.read_text())
+    tasks[0]["evaluation_criteria"].update(nl_assertions=["The agent says the order is pending.", "The agent sings."],
+                                           reward_basis=["DB", "NL_ASSERTION"])
+    tasks_json.write_text(json.dumps(tasks))
+    (tmp_path / "p").mkdir()
+    r = runner.invoke(app, ["import", "tau2", str(checkout), "--domain", "retail", "--dir", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    monkeypatch.chdir(tmp_path / "p")
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
+
+    def judge(body) -> Reply:  # the fake LLM: holds the outcomes that mention "pending"
+        asked = body["messages"][1]["content"].split("expectedOutcomes:")[1].strip()
+        outcomes = json.loads(asked.replace("'", '"'))
+        return Reply(content=json.dumps({"results": [
+            {"expectedOutcome": o, "reasoning": "read", "metExpectation": "pending" in o} for o in outcomes]}))
+
+    r = runner.invoke(app, ["eval", "tau2-retail", "--task", "0"], env=WIDE)
+    assert r.exit_code == 0 and "1 episode(s) have NL assertions in τ²'s reward basis that no judge checked" in r.output
+
+    with FakeOpenAI(judge) as server:
+        r = runner.invoke(app, ["eval", "tau2-retail", "--task", "0", "--judge", "openai/j", "--judge-api-base",
+                                server.base], env=WIDE)
+        assert r.exit_code == 0, r.output
+        system, user = server.requests[0]["messages"]
+    assert system["content"] == '\n        Grade each expected outcome. Reply {"results": [...]}\n        '
+    assert user["content"].startswith("\n        conversation:\n        assistant: Hi! How can I help you today?\n")
+    assert "\n        expectedOutcomes:\n        ['The agent says the order is pending.', 'The agent sings.']" in user["content"]
+    assert "tool: " in user["content"]  # τ²'s judge reads the whole trajectory, tool results included
+    from muactl.runs.store import RunStore
+
+    run_id = re.search(r"runs show (\S+)\)", r.output)[1]
+    ep = RunStore.open(run_id).episodes()[-1]
+    assert ep["reward"] == 0.0 and ep["breakdown"]["reward_breakdown"] == {"DB": 1.0, "NL_ASSERTION": 0.0}
+    assert ep["breakdown"]["checks"]["nl_assertions"] == [True, False]
+    out = runner.invoke(app, ["runs", "show", run_id, "--episode", "1"], env=WIDE).output
+    assert "τ² reward breakdown: basis=['DB', 'NL_ASSERTION'] counted={'DB': 1.0, 'NL_ASSERTION': 0.0}" in out
+    assert "nl assertion fails: The agent sings. (read)" in out
+
+
+# ---------------------------------------------------------------- against τ²'s recorded rewards
+
+
+@pytest.mark.slow
+@needs_tau2
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_scoring_tau2_equals_tau2s_evaluator_on_every_recorded_trajectory(domain, tmp_path, monkeypatch):
+    from muactl.domain.open import open_domain
+    from muactl.episode.tau2_scoring import agreement
+    from muactl.importers.tau2_input import read_tasks
+
+    checkout = Path(CHECKOUT).resolve()
+    r = runner.invoke(app, ["import", "tau2", str(checkout), "--domain", domain, "--dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    monkeypatch.chdir(tmp_path)
+    got = agreement(open_domain(f"tau2-{domain}"), read_tasks(checkout, checkout / f"data/tau2/domains/{domain}/tasks.json"),
+                    recorded(domain))
+    assert got["mismatches"] == [] and got["same"] == got["trajectories"] == recorded(domain)["trajectories"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CHECKOUT and TAU2_PYTHON), reason="set TAU2_BENCH and TAU2_PYTHON (a Python with τ²'s "
+                    "evaluator dependencies, benchmarks/tau2_reward_record.py) to record again")
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_recording_again_with_tau2s_evaluator_gives_the_stored_rewards(domain, tmp_path):
+    rec = recorded(domain)
+    subprocess.run([TAU2_PYTHON, str(ROOT / "benchmarks" / "tau2_reward_record.py"), CHECKOUT, "--domain", domain,
+                    "--every", str(rec["every"]), *(["--communicating"] if rec.get("communicating") else []),
+                    "--limit", "3", "--out", str(tmp_path)], check=True,
+                   capture_output=True, timeout=900, env={**os.environ, "PYTHONPATH": ""})
+    again = json.loads((tmp_path / f"{domain}_rewards.json").read_text())["tasks"]
+    assert again and again == {tid: rec["tasks"][tid] for tid in again}
+
