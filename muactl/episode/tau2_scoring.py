@@ -85,7 +85,7 @@ def score_tau2(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | N
     expect, basis = task.task.expect, basis_of(task)
     # muactl's partial signals ride along (the summary's first_call_right, gold_calls_made), never counted
     head = {"scoring": "tau2", "termination": episode.termination, "reward_basis": basis,
-            "partial": partial_credit(task, episode)}
+            "partial": partial_credit(task, episode, domain)}
     if episode.termination not in STOPS:
         return 0.0, {**head, "ended_normally": False, "checks": None, "reward_breakdown": None, "success": False}
     db_match = episode.final_hash == unsynced_gold_hash(task, domain)
