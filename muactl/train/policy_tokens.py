@@ -23,6 +23,8 @@ from trl import GRPOTrainer
 from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
 
+from .shared_prefix import hidden_at
+
 # config fields that change the logits after the LM head; TRL's own path knows them, this one does not
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
 
@@ -30,6 +32,8 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplie
 class PolicyTokenGRPOTrainer(GRPOTrainer):
     # (rows, completion positions) 0/1: which completion tokens need a log-prob; None: all of them
     _scored: Any = None
+    # compute each prefix that rows share once (exact); False: a plain pass per row, for benchmarks/grpo_step.py
+    share_prefixes = True
 
     def _generate(self, prompts: list):
         out = super()._generate(prompts)
@@ -63,7 +67,7 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
             end = start + batch_size
             lp, ent = policy_token_logps(causal, input_ids[start:end], attention_mask[start:end], scored[start:end],
                                          self.temperature, compute_entropy, self.args.cast_lm_head_to_fp32,
-                                         self.accelerator.autocast)
+                                         self.accelerator.autocast, self.share_prefixes)
             logps.append(lp)
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
@@ -97,18 +101,24 @@ def scored_positions(env_mask, attention_mask: torch.Tensor, width: int) -> torc
 
 
 def policy_token_logps(causal, input_ids, attention_mask, scored, temperature: float, entropy: bool,
-                       head_fp32: bool, autocast) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       head_fp32: bool, autocast, share_prefixes: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per completion position (the last scored.size(1) tokens): log p(token | prefix) / temperature, and the
-    entropy if asked, computed where `scored` holds and 0 elsewhere. One pass of the body, the LM head on
-    the gathered positions only."""
+    entropy if asked, computed where `scored` holds and 0 elsewhere. One pass of the body (each prefix that
+    rows share computed once: shared_prefix.py; `share_prefixes=False`: a plain pass per row, what
+    benchmarks/grpo_step.py compares with), the LM head on the gathered positions only."""
     width = scored.size(1)
+    # the hidden state at position t predicts token t+1: the positions one before the scored tokens
+    want = torch.zeros_like(input_ids, dtype=torch.bool)
+    want[:, -width - 1:-1] = scored
     with autocast():
-        hidden = causal.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    # the hidden state at position t predicts token t+1: shift by one into the completion's frame
-    hidden = hidden[:, -width - 1:-1]
+        if share_prefixes:
+            hidden = hidden_at(causal.base_model, input_ids, attention_mask, want)
+        else:
+            hidden = causal.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                       use_cache=False).last_hidden_state[want]
     targets = input_ids[:, -width:][scored]
     head = causal.get_output_embeddings()
-    rows = hidden[scored].to(head.weight.device)
+    rows = hidden.to(head.weight.device)
     ctx = torch.autocast(rows.device.type, enabled=False) if head_fp32 else autocast()
     with ctx:
         lp, ent, *_ = ChunkedLogProbFunction.apply(
