@@ -163,8 +163,12 @@ def _plain(body, input_ids, attention_mask, want, rows, batch_size, split=False)
     out = []
     for k in range(0, len(rows), step):
         chunk = rows[k:k + step]
-        hidden = body(input_ids=input_ids[chunk], attention_mask=attention_mask[chunk], use_cache=False).last_hidden_state
-        out += [hidden[j][want[i]] for j, i in enumerate(chunk)]
+        # only the columns where some row of the chunk has a real token
+        cols = attention_mask[chunk].bool().any(0).nonzero()[:, 0]
+        span = slice(int(cols[0]), int(cols[-1]) + 1) if len(cols) else slice(None)
+        hidden = body(input_ids=input_ids[chunk, span], attention_mask=attention_mask[chunk, span],
+                      use_cache=False).last_hidden_state
+        out += [hidden[j][want[i, span]] for j, i in enumerate(chunk)]
     return out if split else torch.cat(out)
 
 
