@@ -624,6 +624,41 @@ def test_plan_shares_groups_rollouts_by_what_they_share():
     assert plan_shares([system, system]) == [Share([0, 1], 99)]
 
 
+HEAD_PEAK = """
+import resource, sys, torch
+from muactl.train.policy_tokens import head_logps
+torch.manual_seed(0)
+n, vocab = 2048, 32768
+head = torch.nn.Linear(16, vocab, bias=False)
+rows = torch.randn(n, 16, requires_grad=True)
+targets = torch.randint(0, vocab, (n,))
+def rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+torch.log_softmax(head(rows[:8]), -1)  # allocator and kernels warmed up on a few rows
+before = rss()
+lp, ent = head_logps(rows, head, targets, 0.7, True, torch.autocast("cpu", enabled=False))
+(lp.sum() + ent.sum()).backward()
+grew = rss() - before
+logits = head(rows[:600]).detach() / 0.7
+plain = torch.log_softmax(logits, -1).gather(-1, targets[:600, None])[:, 0]
+entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+assert torch.allclose(lp[:600].detach(), plain, atol=1e-5) and torch.allclose(ent[:600].detach(), entropy, atol=1e-4)
+print(grew)
+"""
+
+
+@pytest.mark.slow  # a fresh process importing torch and trl
+def test_the_lm_head_pass_on_a_cpu_does_not_grow_with_the_batch():
+    """The policy tokens' log-probs through the LM head (2,048 tokens, a 32,768 vocabulary): the same as
+    log_softmax, and the peak memory bounded by fixed tiles, not by the batch (TRL's CPU tiles of 4,096 rows x
+    32,768 made several 256 MB float32 copies here: 2.4 GB). In a fresh process, so that the peak RSS is its own;
+    a fixed mmap threshold returns freed tiles to the system at once, so that the figure does not vary by run."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**20)}
+    out = subprocess.run([sys.executable, "-c", HEAD_PEAK], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) < 300, out.stdout  # MB
+
+
 def test_one_grpo_step_with_policy_token_logps_trains(tmp_path):
     """A real TRL GRPO step (rollout_func with env_mask, as muactl's) through the narrowed log-prob pass:
     finite loss, and the weights move. The episodes are fixed token lists (no environment needed here)."""
