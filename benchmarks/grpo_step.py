@@ -1,150 +1,165 @@
-"""The update half of a GRPO step on this CPU, in one run: log-probs + loss + backward of a batch of real bank
-conversations, with TRL's stock log-prob pass (every position through the LM head) vs muactl's
-(policy tokens only: muactl/train/policy_tokens.py), each for a full update and for LoRA (grpo.lora).
-Prints seconds and ratios; asserts nothing.
+"""The update half of a GRPO step on this CPU: the reference model's log-probs (grpo.beta > 0), then the
+policy's log-probs, the loss and its backward, for one group of rollouts that share their prompt, with each
+shared prefix computed once (muactl/train/shared_prefix.py, muactl's path) against a plain pass per row (the
+path before it; both compute log-probs at the policy's tokens only: muactl/train/policy_tokens.py).
+Prints seconds (wall and CPU), peak RSS and the ratios; asserts nothing.
 
-The conversations are the oracle agent's with the scripted user on the longest bank training tasks,
-rendered with the model's chat template; the policy's tokens (env_mask 1) are its assistant turns, the
-rest (system prompt, tools, user and tool turns) is context. Generation is not timed here.
+The group is synthetic at the sizes of a bank GRPO group: a shared prompt of --prompt tokens (system prompt,
+tools, greeting, first user turn: ~1,000 of ~1,600 in issue 26), then each rollout's own continuation,
+--length tokens in all on average (+-15%), policy turns (env_mask 1) and user/tool turns alternating. Token ids
+are random: the cost of the pass does not depend on them. Generation, the optimizer step and the Adam state
+are not measured here.
 
-    .venv/bin/python benchmarks/grpo_step.py [--model tiny|smollm2-135m] [--batch 8] [--repeats 2] [--fp32]
+Each arm runs in a fresh process (so that its peak RSS is its own), the arms take turns over --repeats rounds
+and the fastest round is kept. Arms: today (the code before issue 26: a plain pass per row, TRL's LM-head
+tiles), plain (a plain pass, muactl's head tiles: what the tiles alone change), shared (muactl's path).
 
-smollm2-135m takes about a minute per arm and repeat for 8 conversations on 2 cores; --batch 2 is quicker.
+    .venv/bin/python benchmarks/grpo_step.py [--model smollm2-135m|tiny] [--group 8] [--prompt 1000]
+                                             [--length 1600] [--repeats 1] [--threads N] [--arms today,shared]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 
-
-def conversations(model: str, n: int):
-    """The model's path, its tokenizer and n real bank conversations as (prompt_ids, completion_ids, env_mask),
-    the longest ones."""
-    from muactl.domain.open import open_domain
-    from muactl.domain.task_templates import domain_for
-    from muactl.episode.agents.oracle import OracleAgent
-    from muactl.episode.rollout import Job, RolloutConfig, run_many
-    from muactl.episode.user import ScriptedUser
-    from muactl.models.folder import load_tokenizer
-    from muactl.models.registry import resolve
-    from muactl.train.sft import tokenize_example
-    from muactl.train.synth import to_record
-
-    opened = open_domain("bank")
-    path = resolve(model, opened.compiled)
-    tokenizer = load_tokenizer(path)
-    tasks = [t for t in opened.tasks if t.split == "train"]
-    jobs = [Job(t, trial=0, domain=domain_for(opened, t)) for t in tasks]
-    episodes = asyncio.run(run_many(jobs, opened.compiled, OracleAgent(), ScriptedUser, RolloutConfig(), concurrency=8))
-    tools = [t.openai_schema() for t in opened.compiled.agent_tools()]
-    rows = []
-    for ep in episodes:
-        ex = tokenize_example(tokenizer, to_record(ep, tools), max_length=10**6)
-        ids, mask = ex["input_ids"], ex["assistant_masks"]
-        start = mask.index(1)  # the prompt: everything before the policy's first token
-        rows.append((ids[:start], ids[start:], mask[start:]))
-    rows.sort(key=lambda r: -(len(r[0]) + len(r[1])))
-    return path, tokenizer, rows[:n]
+ARMS = {"today": "plain pass per row, TRL's head tiles",  # the code before issue 26's speed item
+        "plain": "plain pass per row, muactl's head tiles",  # the head's tiles alone
+        "shared": "shared prefix once, muactl's head tiles"}  # muactl's path
 
 
-def batch_inputs(rows, pad_id: int):
-    """The tensors TRL's _compute_loss reads, padded as TRL pads them (prompts left, completions right)."""
+def group_inputs(group: int, prompt: int, length: int, vocab: int, pad_id: int, seed: int = 0):
+    """The tensors TRL's _compute_loss reads for one group, padded as TRL pads them (prompts left, completions
+    right; here every prompt is the same)."""
     import torch
 
-    P = max(len(p) for p, _, _ in rows)
-    K = max(len(c) for _, c, _ in rows)
-    out = {k: torch.full((len(rows), n), v, dtype=torch.long) for k, n, v in
-           (("prompt_ids", P, pad_id), ("prompt_mask", P, 0), ("completion_ids", K, pad_id), ("completion_mask", K, 0),
-            ("tool_mask", K, 1))}
-    for i, (p, c, m) in enumerate(rows):
-        out["prompt_ids"][i, P - len(p):] = torch.tensor(p)
-        out["prompt_mask"][i, P - len(p):] = 1
-        out["completion_ids"][i, :len(c)] = torch.tensor(c)
-        out["completion_mask"][i, :len(c)] = 1
-        out["tool_mask"][i, :len(m)] = torch.tensor(m)
-    out["advantages"] = torch.linspace(-1, 1, len(rows))  # a mix of signs, as a group-normalized batch has
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.randint(10, vocab, (prompt,), generator=g)
+    widths = [max(8, int((length - prompt) * (0.85 + 0.3 * i / max(1, group - 1)))) for i in range(group)]
+    K = max(widths)
+    out = {"prompt_ids": shared.repeat(group, 1), "prompt_mask": torch.ones(group, prompt, dtype=torch.long),
+           "completion_ids": torch.full((group, K), pad_id, dtype=torch.long),
+           "completion_mask": torch.zeros(group, K, dtype=torch.long), "tool_mask": torch.zeros(group, K, dtype=torch.long)}
+    turn = torch.arange(K)
+    for i, w in enumerate(widths):
+        out["completion_ids"][i, :w] = torch.randint(10, vocab, (w,), generator=g)
+        out["completion_mask"][i, :w] = 1
+        out["tool_mask"][i, :w] = ((turn[:w] // 60) % 2 == 0).long()  # 60 policy tokens, then 60 user/tool tokens
+    out["advantages"] = torch.linspace(-1, 1, group)  # a mix of signs, as a group-normalized batch has
     out["num_items_in_batch"] = (out["completion_mask"] * out["tool_mask"]).sum()
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="tiny", help="tiny (default: the run stays under 2 minutes) or smollm2-135m")
-    ap.add_argument("--batch", type=int, default=8, help="conversations per step (grpo.group_size x tasks_per_step)")
-    ap.add_argument("--repeats", type=int, default=2, help="timed runs per arm after one warm-up (the minimum is kept)")
-    ap.add_argument("--fp32", action="store_true", help="float32 instead of bf16 autocast (bf16 is muactl's default on CPUs with native bf16)")
-    args = ap.parse_args()
+def run_arm(args) -> dict:
+    """One arm in this process: a warm-up step, then one timed step; its seconds and memory."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
+    from muactl.domain.open import open_domain
+    from muactl.models.folder import load_tokenizer
     from muactl.models.precision import cpu_has_bf16, gradient_checkpointing, import_torch
+    from muactl.models.registry import resolve
 
     torch = import_torch()
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
+    from muactl.train import policy_tokens
     from muactl.train.policy_tokens import PolicyTokenGRPOTrainer
 
-    path, tokenizer, rows = conversations(args.model, args.batch)
-    inputs = batch_inputs(rows, tokenizer.pad_token_id)
-    tokens = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-    policy = int(inputs["num_items_in_batch"])
-    bf16 = not args.fp32 and cpu_has_bf16()
-    print(f"{args.model}: {len(rows)} bank conversations (oracle + scripted user), {tokens / len(rows):.0f} tokens each "
-          f"on average (longest {max(len(p) + len(c) for p, c, _ in rows)}), policy tokens {policy / tokens:.1%}; "
-          f"{'bf16 autocast' if bf16 else 'float32'}, {torch.get_num_threads()} threads")
-
-    dataset = Dataset.from_list([{"prompt": "x"}] * 2)
-    arms = [(update, name) for update in ("full", "lora") for name in ("TRL stock", "policy tokens")]
-    steps, seconds = {}, {arm: [] for arm in arms}
+    path = resolve(args.model, open_domain("bank", with_tasks=False).compiled)
+    tokenizer = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    inputs = group_inputs(args.group, args.prompt, args.length, model.config.vocab_size, tokenizer.pad_token_id)
     with tempfile.TemporaryDirectory() as out:
-        for update, name in arms:
-            torch.manual_seed(0)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-            # the trainer as muactl's GRPO stage configures it (gradient checkpointing included)
-            config = GRPOConfig(output_dir=out, use_cpu=True, bf16=bf16, per_device_train_batch_size=len(rows),
-                                num_generations=len(rows), loss_type="dapo", report_to=[], max_steps=1,
-                                gradient_checkpointing=gradient_checkpointing(None, "grpo"))
-            peft = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM") if update == "lora" else None
-            cls = GRPOTrainer if name == "TRL stock" else PolicyTokenGRPOTrainer
-            trainer = cls(model=model, args=config, reward_funcs=[_zero], train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=peft)
-            trainer.model.train()
-            trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(), which this skips
+        # the trainer as muactl's GRPO stage configures it: gradient checkpointing, a reference model (beta > 0)
+        config = GRPOConfig(output_dir=out, use_cpu=True, bf16=not args.fp32 and cpu_has_bf16(), report_to=[],
+                            per_device_train_batch_size=args.group, num_generations=args.group, beta=0.04,
+                            loss_type="grpo", max_steps=1, gradient_checkpointing=gradient_checkpointing(None, "grpo"))
+        trainer = PolicyTokenGRPOTrainer(model=model, args=config, reward_funcs=[_zero], processing_class=tokenizer,
+                                         train_dataset=Dataset.from_list([{"prompt": "x"}] * 2))
+    trainer.share_prefixes = args.arm == "shared"
+    if args.arm == "today":  # TRL's tile sizes: TOKEN_CHUNK_SIZE rows x _CHUNKED_LOGPROB_CHUNK_SIZE
+        policy_tokens.CPU_HEAD_ROWS, policy_tokens.CPU_HEAD_VOCAB = 4096, 32768
+    if config.gradient_checkpointing:  # Trainer.train() turns it on, and this skips train()
+        trainer.model.activation_checkpointing_enable(activation_checkpointing_kwargs=config.gradient_checkpointing_kwargs)
+    trainer.model.train()
+    if args.threads:  # after the trainer, which sets its own
+        torch.set_num_threads(args.threads)
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(), which this skips
 
-            def step(trainer=trainer):
-                loss = trainer._compute_loss(trainer.model, inputs)
-                loss.backward()
-                trainer.model.zero_grad(set_to_none=True)
+    def step(batch):
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        trainer._scored = batch["tool_mask"]
+        with torch.no_grad():
+            ref, _, _ = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, ids.size(1) - batch["prompt_ids"].size(1))
+        trainer._scored = None
+        loss = trainer._compute_loss(trainer.model, {**batch, "ref_per_token_logps": ref})
+        loss.backward()
+        trainer.model.zero_grad(set_to_none=True)
 
-            step()  # warm-up
-            steps[(update, name)] = step
-        # the arms take turns, so that a load change on the machine hits all of them alike
-        for _ in range(args.repeats):
-            for arm in arms:
-                seconds[arm].append(_seconds(steps[arm]))
-    results = {arm: min(s) for arm, s in seconds.items()}
-    for (update, name), t in results.items():
-        print(f"  {update:4s}  {name:13s}  {t:6.2f} s  ({t / tokens * 1e3:.2f} ms per token)")
-    for update in ("full", "lora"):
-        print(f"{update}: policy tokens only is {results[(update, 'TRL stock')] / results[(update, 'policy tokens')]:.2f}x "
-              f"faster than TRL stock")
-    print(f"LoRA vs full update (policy tokens): {results[('full', 'policy tokens')] / results[('lora', 'policy tokens')]:.2f}x")
+    warm = {k: (v[:2, :64] if k.startswith(("completion", "tool")) else v[:2]) for k, v in inputs.items() if v.dim()}
+    step({**warm, "num_items_in_batch": (warm["completion_mask"] * warm["tool_mask"]).sum()})  # warm-up, short
+    rss_before = _rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    step(inputs)
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "rss_before_mb": rss_before,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "tokens": int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()),
+            "policy_tokens": int(inputs["num_items_in_batch"]), "bf16": config.bf16, "threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")
+    ap.add_argument("--group", type=int, default=8, help="rollouts in the group (grpo.group_size)")
+    ap.add_argument("--prompt", type=int, default=1000, help="tokens of the prompt the rollouts share")
+    ap.add_argument("--length", type=int, default=1600, help="tokens of a rollout on average, prompt included")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds; each arm's fastest is kept")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per arm (0: torch's default; 1 measures the "
+                    "work more steadily on a loaded machine)")
+    ap.add_argument("--arms", default="today,shared", help=f"which of {', '.join(ARMS)}, in this order")
+    ap.add_argument("--fp32", action="store_true", help="float32 instead of bf16 autocast (muactl's default on CPUs with native bf16)")
+    ap.add_argument("--arm", choices=list(ARMS), help=argparse.SUPPRESS)  # one arm in this process (internal)
+    args = ap.parse_args()
+    if args.arm:
+        print(json.dumps(run_arm(args)))
+        return
+    arms = args.arms.split(",")
+    runs: dict[str, list[dict]] = {arm: [] for arm in arms}
+    for _ in range(args.repeats):
+        for arm in arms:
+            cmd = [sys.executable, __file__, "--arm", arm, *sys.argv[1:]]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            runs[arm].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    best = {arm: min(r, key=lambda x: x["wall_s"]) for arm, r in runs.items()}
+    first = best[arms[0]]
+    print(f"{args.model}: one group of {args.group} rollouts, {first['tokens'] / args.group:.0f} tokens each on average, "
+          f"the first {args.prompt} shared; {first['policy_tokens']} policy tokens; "
+          f"{'bf16 autocast' if first['bf16'] else 'float32'}, {first['threads']} thread(s), gradient checkpointing; "
+          f"reference log-probs + loss + backward; fastest of {args.repeats} round(s), each arm in its own process")
+    for arm, r in best.items():
+        print(f"  {arm:6s} {ARMS[arm]:40s} {r['wall_s']:7.2f} s wall {r['cpu_s']:7.2f} s CPU   peak RSS "
+              f"{r['peak_rss_mb'] / 1024:.2f} GB, the step's own {(r['peak_rss_mb'] - r['rss_before_mb']) / 1024:.2f} GB")
+    for arm in arms[1:]:
+        r = best[arm]
+        print(f"{arm} vs {arms[0]}: {first['wall_s'] / r['wall_s']:.2f}x faster in wall time, "
+              f"{first['cpu_s'] / r['cpu_s']:.2f}x in CPU time; peak RSS {r['peak_rss_mb'] - first['peak_rss_mb']:+.0f} MB")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _zero(completions, **kwargs):
     return [0.0] * len(completions)
-
-
-def _seconds(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

@@ -570,6 +570,130 @@ def test_policy_token_logps_under_bf16_autocast_match_trl(tmp_path):
     assert (ours != 0).all() and torch.allclose(ours, stock, atol=2e-2)
 
 
+def _group_batch(seed: int = 0):
+    """A GRPO-like batch as TRL pads it (prompts left, completions right): rows 0-3 one group's rollouts (the
+    same 40-token prompt, one pair also the same first 6 completion tokens), row 4 another task's prompt that
+    shares only the first 30 tokens (the system prompt), row 5 nothing. Returns ids, attention, env_mask, K."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+
+    def toks(n):
+        return torch.randint(5, 1000, (n,), generator=g).tolist()
+
+    system, group = toks(30), toks(10)
+    first = toks(6)
+    prompts = [system + group] * 4 + [system + toks(14), toks(25)]
+    completions = [first + toks(12), first + toks(17), toks(9), toks(14), toks(11), toks(16)]
+    P, K = max(map(len, prompts)), max(map(len, completions))
+    ids = torch.zeros(len(prompts), P + K, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    env_mask = []
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, P - len(p):P + len(c)] = torch.tensor(p + c)
+        attention[i, P - len(p):P + len(c)] = 1
+        env_mask.append((torch.rand(len(c), generator=g) < 0.6).int().tolist())
+    return ids, attention, env_mask, K
+
+
+@pytest.mark.parametrize("checkpointing", ["non-reentrant", "reentrant", "off"])
+def test_shared_prefix_logps_and_gradients_equal_a_plain_forward_pass(tmp_path, checkpointing):
+    """Each prefix that rows share is computed once (muactl/train/shared_prefix.py): the log-probs at the
+    policy's tokens and the gradients of a loss over them equal a plain full forward pass's in float32, in
+    training mode with gradient checkpointing as GRPO runs it; the body saw fewer tokens than the batch holds.
+    Reentrant checkpointing would detach the prefix's keys/values, so there the plain pass runs (same figures)."""
+    import torch
+
+    trainer = _policy_token_trainer(tmp_path)
+    model = trainer.model
+    model.train()
+    if checkpointing == "off":
+        model.gradient_checkpointing_disable()
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
+    ids, attention, env_mask, K = _group_batch()
+    weights = torch.randn(ids.size(0), K, generator=torch.Generator().manual_seed(1))
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: seen.append(args[0].numel()))
+
+    def grads(loss):
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    trainer._scored = env_mask
+    logps, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, K, compute_entropy=True)
+    shared_grads = grads((logps * weights).sum())
+    body_tokens = sum(seen)
+    hook.remove()
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, -K - 1:-1] / 0.7
+    plain = torch.log_softmax(logits, -1).gather(-1, ids[:, -K:, None])[..., 0]
+    scored = torch.zeros(ids.size(0), K, dtype=torch.bool)
+    for i, m in enumerate(env_mask):
+        scored[i, :len(m)] = torch.tensor(m, dtype=torch.bool)
+    plain_entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+    plain_grads = grads((plain * scored * weights).sum())
+
+    assert torch.allclose(logps[scored], plain[scored].detach(), atol=1e-5)
+    assert torch.allclose(entropy[scored], plain_entropy[scored].detach(), atol=1e-5)
+    for name, g in plain_grads.items():
+        assert torch.allclose(shared_grads[name], g, atol=1e-5 * max(1.0, g.abs().max().item())), name
+    if checkpointing == "reentrant":
+        assert body_tokens >= ids.numel()  # the plain pass (after a prefix pass found detached)
+    else:  # the group's 40-token prompt once, not four times
+        assert body_tokens <= ids.numel() - 3 * 40, (body_tokens, ids.numel())
+
+
+def test_plan_shares_groups_rollouts_by_what_they_share():
+    """Two groups of one step share their system prompt with each other and their prompt within the group: a
+    share per group beats one share of the system prompt; a row sharing little with the rest runs plain."""
+    from muactl.train.shared_prefix import MIN_SHARED, Share, plan_shares
+
+    system, a, b = list(range(100)), list(range(1000, 1300)), list(range(2000, 2300))
+    rows = [system + a + [7, i] for i in range(3)] + [system + b + [8, i] for i in range(3)] + [list(range(5000, 5400))]
+    rows.insert(2, system + b + [8, 9])
+    plan = plan_shares(rows)
+    assert plan == [Share([0, 1, 3], 401), Share([2, 4, 5, 6], 401), Share([7], 0)]
+    assert plan_shares([system[:MIN_SHARED - 1] + [1], system[:MIN_SHARED - 1] + [2]]) == [Share([0, 1], 0)]
+    # identical rows keep one token of their own each
+    assert plan_shares([system, system]) == [Share([0, 1], 99)]
+
+
+HEAD_PEAK = """
+import resource, sys, torch
+from muactl.train.policy_tokens import head_logps
+torch.manual_seed(0)
+n, vocab = 2048, 32768
+head = torch.nn.Linear(16, vocab, bias=False)
+rows = torch.randn(n, 16, requires_grad=True)
+targets = torch.randint(0, vocab, (n,))
+def rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+torch.log_softmax(head(rows[:8]), -1)  # allocator and kernels warmed up on a few rows
+before = rss()
+lp, ent = head_logps(rows, head, targets, 0.7, True, torch.autocast("cpu", enabled=False))
+(lp.sum() + ent.sum()).backward()
+grew = rss() - before
+logits = head(rows[:600]).detach() / 0.7
+plain = torch.log_softmax(logits, -1).gather(-1, targets[:600, None])[:, 0]
+entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+assert torch.allclose(lp[:600].detach(), plain, atol=1e-5) and torch.allclose(ent[:600].detach(), entropy, atol=1e-4)
+print(grew)
+"""
+
+
+@pytest.mark.slow  # a fresh process importing torch and trl
+def test_the_lm_head_pass_on_a_cpu_does_not_grow_with_the_batch():
+    """The policy tokens' log-probs through the LM head (2,048 tokens, a 32,768 vocabulary): the same as
+    log_softmax, and the peak memory bounded by fixed tiles, not by the batch (TRL's CPU tiles of 4,096 rows x
+    32,768 made several 256 MB float32 copies here: 2.4 GB). In a fresh process, so that the peak RSS is its own;
+    a fixed mmap threshold returns freed tiles to the system at once, so that the figure does not vary by run."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**20)}
+    out = subprocess.run([sys.executable, "-c", HEAD_PEAK], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) < 300, out.stdout  # MB
+
+
 def test_one_grpo_step_with_policy_token_logps_trains(tmp_path):
     """A real TRL GRPO step (rollout_func with env_mask, as muactl's) through the narrowed log-prob pass:
     finite loss, and the weights move. The episodes are fixed token lists (no environment needed here)."""

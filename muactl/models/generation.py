@@ -95,7 +95,7 @@ class LocalLM:
         self.end_ids = list(self.format.end_ids)
         self.eos_id = self.end_ids[0]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
-        self.prefix_cache = (prefix_cache_default() if prefix_cache is None else prefix_cache) and _full_attention_only(model)
+        self.prefix_cache = (prefix_cache_default() if prefix_cache is None else prefix_cache) and full_attention_only(model)
         # transformers 5 renamed past_key_values to cache (the old name still works there, with a warning)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._prefixes: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
@@ -288,7 +288,7 @@ class LocalLM:
         return self.format.strip_end(self.decode(ids)).strip()
 
 
-def _full_attention_only(model) -> bool:
+def full_attention_only(model) -> bool:
     """Sliding-window layers keep a rolling cache that a stored prefix cannot simply be copied into."""
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "is_encoder_decoder", False):

@@ -23,6 +23,8 @@ from trl import GRPOTrainer
 from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
 
+from .shared_prefix import hidden_at
+
 # config fields that change the logits after the LM head; TRL's own path knows them, this one does not
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
 
@@ -30,6 +32,8 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplie
 class PolicyTokenGRPOTrainer(GRPOTrainer):
     # (rows, completion positions) 0/1: which completion tokens need a log-prob; None: all of them
     _scored: Any = None
+    # compute each prefix that rows share once (exact); False: a plain pass per row, for benchmarks/grpo_step.py
+    share_prefixes = True
 
     def _generate(self, prompts: list):
         out = super()._generate(prompts)
@@ -63,7 +67,7 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
             end = start + batch_size
             lp, ent = policy_token_logps(causal, input_ids[start:end], attention_mask[start:end], scored[start:end],
                                          self.temperature, compute_entropy, self.args.cast_lm_head_to_fp32,
-                                         self.accelerator.autocast)
+                                         self.accelerator.autocast, self.share_prefixes)
             logps.append(lp)
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
@@ -97,24 +101,48 @@ def scored_positions(env_mask, attention_mask: torch.Tensor, width: int) -> torc
 
 
 def policy_token_logps(causal, input_ids, attention_mask, scored, temperature: float, entropy: bool,
-                       head_fp32: bool, autocast) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       head_fp32: bool, autocast, share_prefixes: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per completion position (the last scored.size(1) tokens): log p(token | prefix) / temperature, and the
-    entropy if asked, computed where `scored` holds and 0 elsewhere. One pass of the body, the LM head on
-    the gathered positions only."""
+    entropy if asked, computed where `scored` holds and 0 elsewhere. One pass of the body (each prefix that
+    rows share computed once: shared_prefix.py; `share_prefixes=False`: a plain pass per row, what
+    benchmarks/grpo_step.py compares with), the LM head on the gathered positions only."""
     width = scored.size(1)
+    # the hidden state at position t predicts token t+1: the positions one before the scored tokens
+    want = torch.zeros_like(input_ids, dtype=torch.bool)
+    want[:, -width - 1:-1] = scored
     with autocast():
-        hidden = causal.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    # the hidden state at position t predicts token t+1: shift by one into the completion's frame
-    hidden = hidden[:, -width - 1:-1]
+        if share_prefixes:
+            hidden = hidden_at(causal.base_model, input_ids, attention_mask, want)
+        else:
+            hidden = causal.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                       use_cache=False).last_hidden_state[want]
     targets = input_ids[:, -width:][scored]
     head = causal.get_output_embeddings()
-    rows = hidden[scored].to(head.weight.device)
-    ctx = torch.autocast(rows.device.type, enabled=False) if head_fp32 else autocast()
-    with ctx:
-        lp, ent, *_ = ChunkedLogProbFunction.apply(
-            rows.float() if head_fp32 else rows, head.weight, head.bias, targets.to(rows.device), temperature,
-            _CHUNKED_LOGPROB_CHUNK_SIZE, None, 1.0, ("log_probs", "entropy") if entropy else ("log_probs",))
+    rows = hidden.to(head.weight.device)
+    lp, ent = head_logps(rows.float() if head_fp32 else rows, head, targets.to(rows.device), temperature, entropy,
+                         torch.autocast(rows.device.type, enabled=False) if head_fp32 else autocast())
     # masked_scatter keeps the result attached to the graph even when nothing is scored (an all-excluded batch)
     mask = scored.to(lp.device)
     logps = lp.new_zeros(mask.shape).masked_scatter(mask, lp)
     return logps, (ent.new_zeros(mask.shape).masked_scatter(mask, ent) if entropy else None)
+
+
+# On a CPU, TRL's chunked log-prob pass folds each (rows x vocabulary chunk) tile of logits in torch ops, which
+# make several float32 copies of the tile: with its sizes (4,096 rows x 32,768) that is 512 MB a copy, and the
+# head's peak grew with the policy tokens of the batch (smollm2-135m: 1.6 GB over 1,260 tokens, 2.8 GB over
+# 2,520). These tiles keep it near 0.6 GB whatever the batch; the rows are independent, so the result is the same.
+CPU_HEAD_ROWS, CPU_HEAD_VOCAB = 512, 8192
+
+
+def head_logps(rows, head, targets, temperature: float, entropy: bool, ctx) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(target) / temperature (and the entropy) of each row through the LM head, without the logits."""
+    outputs = ("log_probs", "entropy") if entropy else ("log_probs",)
+    step, vocab = (CPU_HEAD_ROWS, CPU_HEAD_VOCAB) if rows.device.type == "cpu" else (max(1, len(rows)), _CHUNKED_LOGPROB_CHUNK_SIZE)
+    lps, ents = [], []
+    with ctx:
+        for start in range(0, max(1, len(rows)), step):
+            lp, ent, *_ = ChunkedLogProbFunction.apply(rows[start:start + step], head.weight, head.bias,
+                                                       targets[start:start + step], temperature, vocab, None, 1.0, outputs)
+            lps.append(lp)
+            ents.append(ent)
+    return torch.cat(lps), (torch.cat(ents) if entropy else None)
