@@ -100,6 +100,10 @@ class GoldReplayFailed(MuactlError):
 # Not MuactlErrors: these end an episode with an outcome (or are turned into a ModelError), they are not
 # reported to the user as a command's failure.
 
+class CallUnreadable(ValueError):
+    """A benchmark's gold call string that its own parser rejects (ACEBench's milestones; importers/acebench_truth)."""
+
+
 class FormatError(Exception):
     """A tokenizer whose chat template muactl cannot prompt with tools (models.py makes it a ModelError)."""
 
