@@ -198,3 +198,39 @@ def test_import_matches_acebenchs_own_classes(tmp_path, monkeypatch):
     assert result["mismatches"] == []
     assert result["tasks"] == 40 and result["same_state"] == 40 and result["same_verdict"] == 40
     assert result["calls"] == result["same_output"] > 200 and result["probes"] == result["probe_same"] > 2000
+
+
+@pytest.mark.slow  # litellm's import alone takes seconds
+def test_multi_turn_users_get_acebenchs_prompt_and_stop_on_finish_conversation(tmp_path, monkeypatch):
+    """The domain's user_prompt and user_stop (any domain may set them): an LLM user (a fake model behind a real
+    local OpenAI-compatible server) is prompted with ACEBench's user prompt, the task's instruction in place, and
+    its 'finish conversation' ends the episode as the user's stop."""
+    import asyncio
+
+    from muactl.domain.open import open_domain
+    from muactl.episode.agents.oracle import OracleAgent
+    from muactl.episode.rollout import RolloutConfig, run_episode
+    from muactl.episode.user import make_user
+    from tests.fakes.openai_server import FakeOpenAI, Reply
+
+    import_fake(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    opened = open_domain("acebench-phone-en")
+    task = opened.task("agent_multi_turn_0")
+    seen = []
+
+    def user_model(body):
+        seen.append(body["messages"])
+        if len(seen) == 1:
+            return Reply("Remind me to buy milk on 2024-05-04 at 09:00, title Milk, description Buy milk.")
+        return Reply("Thanks, that is all.\nfinish conversation")
+
+    with FakeOpenAI(user_model) as server:
+        user = make_user("openai/fake-user", api_base=server.base)
+        ep = asyncio.run(run_episode(task, opened.compiled, OracleAgent(), user, RolloutConfig()))
+    system = seen[0][0]["content"]
+    assert system == ("Invented user prompt. You play this instruction: " + task.task.user.reason +
+                      "\nWrite 'finish conversation' when it is done.")
+    assert seen[0][1] == {"role": "user", "content": "Anything I can do for you?"}  # ACEBench's opening line
+    assert ep.termination == "user_stop", ep.error
+    assert ep.messages[-1] == {"role": "user", "content": "Thanks, that is all."}  # the phrase is not shown

@@ -47,8 +47,11 @@ CLASS_FILES = {"BaseApi": "phone_platform/base_api.py", "MessageApi": "phone_pla
                "Travel": "travel.py"}
 SEEDED = {"MessageApi": ("user_list", "inbox", "message_id_counter"), "ReminderApi": ("reminder_list", "reminder_id_counter"),
           "FoodPlatform": ("users", "merchant_list"), "Travel": ("users", "flights", "reservations")}
-# the agent rules ACEBench adds to its multi-turn agent's prompt, per world (model_inference/prompt_<language>.py)
+# the agent rules ACEBench adds to its multi-turn agent's prompt, per world (model_inference/prompt_<language>.py),
+# and its multi-turn user's prompt (model_inference/multi_turn/APIModel_user.py)
 RULES = {"phone": "BASE_PROMPT", "travel": "TRAVEL_PROMPT"}
+USER_PROMPTS = {"phone": "SYSTEM_PROMPT_BASE", "travel": "SYSTEM_PROMPT_TRAVEL"}
+USER_FILE = "model_inference/multi_turn/APIModel_user.py"
 
 
 def domain_name(world: str, language: str) -> str:
@@ -362,7 +365,9 @@ def stage_domain(d: Path, root: Path, checkout: Path, world: str, language: str,
     prompts = checkout / "model_inference" / f"prompt_{language}.py"
     rules = prompt_constant(root, prompts, f"{RULES[world]}_{language.upper()}")
     (d / "policy.md").write_text(policy_text(world, language, rules))
-    use_descriptions(d / "domain.yaml", tool_descriptions(entries, world))
+    user = prompt_constant(root, checkout / USER_FILE, f"{USER_PROMPTS[world]}_{language.upper()}")
+    greeting = user_opening(root, checkout / USER_FILE, language)
+    use_descriptions(d / "domain.yaml", tool_descriptions(entries, world), {"user_prompt": user, "greeting": greeting})
     spec = load_domain(d)
     write_seeds(d / "data", seed_tables(world, data, where), spec.domain.database.tables, folder)
     spec = load_domain(d)
@@ -394,12 +399,30 @@ def tool_descriptions(entries: dict, world: str) -> dict[str, tuple[str, dict[st
     return out
 
 
-def use_descriptions(domain_yaml: Path, docs: dict) -> None:
+def user_opening(root: Path, path: Path, language: str) -> str:
+    """The line ACEBench's user model is shown first, as the agent's (get_init_prompt's "user" message): the
+    ASCII one for English, the other for Chinese."""
+    for node in ast.walk(read_python(root, path)):
+        if isinstance(node, ast.FunctionDef) and node.name == "get_init_prompt":
+            found = [v.value for d in ast.walk(node) if isinstance(d, ast.Dict)
+                     for k, v in zip(d.keys, d.values) if isinstance(k, ast.Constant) and k.value == "content"
+                     and isinstance(v, ast.Constant) and isinstance(v.value, str)]
+            for text in found:
+                if text.isascii() == (language == "en"):
+                    return text
+    raise SpecError.single(path, "no opening line in get_init_prompt (is the checkout at ACEBench commit e6db74b?)")
+
+
+def use_descriptions(domain_yaml: Path, docs: dict, top: dict[str, str]) -> None:
+    """ACEBench's tool descriptions, and its user prompt and opening line, into the staged domain.yaml."""
     from ruamel.yaml import YAML
+    from ruamel.yaml.scalarstring import LiteralScalarString
 
     yaml = YAML()
     yaml.width = 4096
     data = yaml.load(domain_yaml.read_text())
+    for key, value in top.items():
+        data[key] = LiteralScalarString(value) if "\n" in value else value
     for name, tool in data["tools"].items():
         if name in docs and docs[name][0]:
             text, args = docs[name]

@@ -337,6 +337,13 @@ class Domain(Strict):
     user_guidelines: str | None = Field(
         None, description="Replaces muactl's default instructions for the user simulator (file name or text)."
     )
+    user_prompt: str | None = Field(
+        None, description="The whole system prompt of LLM users, in place of muactl's (guidelines, company, persona, "
+        "goal): text in which {instruction} stands for the task's user goal (reason, then known, unknown and "
+        "instructions, one per line), e.g. a benchmark's own user prompt (ACEBench's). Scripted users ignore it.")
+    user_stop: list[str] = Field(
+        default_factory=list, description="Phrases that end the conversation as ###STOP### does when an LLM user's "
+        "message contains them (ACEBench's 'finish conversation'); removed from the message the agent sees.")
     greeting: str | None = Field(
         "Hi! How can I help you today?",
         description="The agent's fixed first message; null lets the user open the conversation.",
