@@ -145,9 +145,11 @@ def record(checkout: Path, language: str) -> dict:
             for r, ok in zip(original, passes):
                 assert acebench_verdict(r["state"], gt)[0] == ok, (entry["id"], "acebench_verdict disagrees with ACEBench")
             chosen = next((i for i, ok in enumerate(passes) if ok), 0)
-            path, repairs = (paths[chosen], []) if passes[chosen] else repaired(paths[chosen], entry, language, category)
-            run = execute(path, entry, language, category) if repairs else original[chosen]
-            ok = passes[chosen] or acebench_score(run["state"], gt, language, category)
+            path, repairs = repaired(paths[chosen], entry, language, category)  # as muactl's import chooses
+            run = execute(path, entry, language, category)
+            ok = acebench_score(run["state"], gt, language, category)
+            if not repairs or (not ok and passes[chosen]):
+                path, repairs, run, ok = paths[chosen], [], original[chosen], passes[chosen]
             out[entry["id"]] = {
                 "category": category, "path": chosen, "gold_passes": any(passes), "repairs": repairs, "oracle_passes": ok,
                 "misspelt_classes": misspelt_classes(gt, entry["involved_classes"]),
