@@ -316,7 +316,9 @@ def import_acebench(checkout: Path, project: Path, languages: tuple[str, ...] = 
         files = data_files(checkout, language)
         entries = {c: (read_lines(root, t), {a["id"]: a for a in read_lines(root, a)}) for c, (t, a) in files.items()}
         for world in WORLDS:
-            if shipped_yaml(world, language) is None:
+            if shipped_yaml(world, language) is None or not any(
+                    ("Travel" in (e.get("involved_classes") or [])) == (world == "travel")
+                    for tasks, _ in entries.values() for e in tasks):  # no tools for it yet, or no task in it
                 continue
             name = domain_name(world, language)
             dest = (project / "domains" / name, project / "tasks" / name)
