@@ -29,9 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from muactl.importers.acebench_truth import (LOGIN, PROBES, SAVED, CallUnreadable, acebench_verdict, digest,  # noqa: E402
+from muactl.importers.acebench_truth import (LOGIN, SAVED, CallUnreadable, acebench_verdict, digest,  # noqa: E402
                                               ground_truth_list, is_login_refusal, milestone_paths,
-                                              misspelt_classes, parse_calls, repaired_text, state_text)
+                                              misspelt_classes, parse_calls, probes, repaired_text, state_text)
 
 CATEGORIES = ("multi_step", "multi_turn")
 RUNS = itertools.count()
@@ -158,8 +158,8 @@ def record(checkout: Path, language: str) -> dict:
                           else {"unparsed": True} for s in run["steps"]],
                 "state": digest(state_text(run["state"]))}
             world = "travel" if "Travel" in entry["involved_classes"] else "phone"
-            if world in PROBES:
-                probed = execute(PROBES[world], entry, language, category)
+            if world in ("phone", "travel"):
+                probed = execute(probes(world, language), entry, language, category)
                 out[entry["id"]]["probes"] = [digest(o) for s in probed["steps"] for o in s["outputs"]]
     return out
 

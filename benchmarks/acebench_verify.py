@@ -45,7 +45,7 @@ def run(checkout: Path, language: str) -> list[dict]:
                 for category in CATEGORIES:
                     if (imp.domain.name, category) not in table:
                         continue
-                    mine = {"tasks": {k: v for k, v in truth["tasks"].items() if v["category"] == category}}
+                    mine = {**truth, "tasks": {k: v for k, v in truth["tasks"].items() if v["category"] == category}}
                     row = {**table[(imp.domain.name, category)], **verify(opened, mine),
                            "oracle": oracle_score(opened, category), "yaml_lines": len(shipped_yaml(world, language).read_text().splitlines()),
                            "yaml_code": code_lines(shipped_yaml(world, language)), "py_lines": py}

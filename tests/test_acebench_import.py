@@ -38,9 +38,15 @@ def test_recorded_ground_truth_is_complete_and_small():
     assert sum(x["oracle_passes"] and bool(x["repairs"]) for x in t.values()) == 19
     assert sorted(k for k, x in t.items() if not x["oracle_passes"]) == [
         f"agent_multi_step_{i}" for i in (0, 1, 12, 13, 14, 15, 16, 17)]
-    digests = [d for x in t.values() for s in x["steps"] for d in s.get("outputs", [])] + [x["state"] for x in t.values()]
-    assert len(digests) > 250 and all(re.fullmatch(r"[0-9a-f]{16}", d) for d in digests)
-    assert (DATA / "en.json").stat().st_size < 200_000  # digests, not ACEBench's data
+    z = truth("zh")["tasks"]
+    assert len(z) == 50 and sum(x["gold_passes"] for x in z.values()) == 40
+    assert sorted(k for k, x in z.items() if not x["oracle_passes"]) == [
+        *(f"agent_multi_step_{i}" for i in range(12, 18)), "agent_multi_turn_6"]
+    for language, recorded in (("en", t), ("zh", z)):
+        digests = [d for x in recorded.values() for s in x["steps"] for d in s.get("outputs", [])] + \
+            [d for x in recorded.values() for d in [x["state"], *x["probes"]]]
+        assert len(digests) > 3000 and all(re.fullmatch(r"[0-9a-f]{16}", d) for d in digests)
+        assert (DATA / f"{language}.json").stat().st_size < 200_000  # digests, not ACEBench's data
 
 
 def test_import_of_a_folder_that_is_not_acebench_is_a_clear_error(tmp_path):
@@ -191,11 +197,11 @@ def test_import_matches_acebenchs_own_classes(tmp_path, monkeypatch):
     from muactl.domain.validate import validate_domain
     from muactl.importers.acebench import verify
 
-    r = runner.invoke(app, ["import", "acebench", CHECKOUT, "--language", "en", "--dir", str(tmp_path)], env=WIDE)
+    r = runner.invoke(app, ["import", "acebench", CHECKOUT, "--dir", str(tmp_path)], env=WIDE)
     assert r.exit_code == 0, r.output
     monkeypatch.chdir(tmp_path)
-    for domain, tasks in (("acebench-phone-en", 40), ("acebench-travel-en", 10)):
-        result = verify(validate_domain(domain), truth("en"))
+    for language, world, tasks in (("en", "phone", 40), ("en", "travel", 10), ("zh", "phone", 40), ("zh", "travel", 10)):
+        result = verify(validate_domain(f"acebench-{world}-{language}"), truth(language))
         assert result["mismatches"] == []
         assert result["tasks"] == result["same_state"] == result["same_verdict"] == tasks
         assert result["calls"] == result["same_output"] > 2 * tasks and result["probes"] == result["probe_same"] > 40 * tasks

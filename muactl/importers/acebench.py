@@ -569,18 +569,18 @@ def verify(opened, truth: dict) -> dict[str, Any]:
         finally:
             env.close()
         if "probes" in rec:
-            p, same = probe(opened.compiled, task, rec["probes"], tid, mismatches)
+            p, same = probe(opened.compiled, task, rec["probes"], tid, mismatches, truth["language"])
             probes, probe_same = probes + p, probe_same + same
     return {"tasks": n, "calls": calls, "same_output": same_output, "same_state": same_state,
             "same_verdict": same_verdict, "probes": probes, "probe_same": probe_same, "mismatches": mismatches}
 
 
-def probe(compiled, task, digests: list[str], tid: str, mismatches: list[str]) -> tuple[int, int]:
+def probe(compiled, task, digests: list[str], tid: str, mismatches: list[str], language: str) -> tuple[int, int]:
     """The calls off the gold paths (acebench_truth.PROBES) after the task's setup, against ACEBench's outputs."""
-    from .acebench_truth import PROBES, digest
+    from .acebench_truth import digest, probes
 
     world = "travel" if "Travel" in task.setup[0]["load_scenario"]["classes"] else "phone"
-    calls = [c for text in PROBES[world] for c in parse_calls(text)]
+    calls = [c for text in probes(world, language) for c in parse_calls(text)]
     env = new_env(compiled)
     n = same = 0
     try:

@@ -237,3 +237,27 @@ PROBES: dict[str, list[str]] = {"phone": [
     "[get_reservation_details(user_id='user1')]", "[get_reservation_details(user_id='user2')]",
     "[get_user_details(user_id='user2', password='password456')]", "[get_user_details(user_id='user3', password='password789')]",
 ]}
+
+
+def probes(world: str, language: str) -> list[str]:
+    """The probes of a world in a language: the Chinese phone's merchants and products have Chinese names."""
+    calls = PROBES[world]
+    if world == "phone" and language == "zh":
+        names = {"Heytea": "喜茶", "Hema Fresh": "盒马生鲜", "Cheese Milk Tea": "芝士奶茶", "Fresh Gift Pack": "生鲜大礼包",
+                 "Organic Vegetable Pack": "有机蔬菜包", "Domino\\'s": "达美乐", "Margherita Pizza": "玛格丽特披萨",
+                 "heytea": "喜茶", "GIFT": "礼包"}
+        out = []
+        for text in calls:
+            for en, zh in names.items():
+                text = text.replace(f"'{en}'", f"'{zh}'")
+            out.append(text)
+        return out + ["[mark_as_notified(reminder_id=99)]", "[mark_as_notified(reminder_id=3)]",
+                      "[search_reminders(keyword='zzz')]", "[search_reminders(keyword='Meeting')]", "[view_all_reminders()]",
+                      "[search_orders(keyword='喜茶')]"]
+    if world == "travel" and language == "zh":
+        names = {"Economy Class": "经济舱", "Business Class": "商务舱", "The airline has canceled the flight.": "航空公司取消航班",
+                 "Beijing": "北京", "Shanghai": "上海", "Nanjing": "南京", "Shenzhen": "深圳", "Xiamen": "厦门",
+                 "Chengdu": "成都", "Fuzhou": "福州"}
+        for en, zh in names.items():
+            calls = [c.replace(f"'{en}'", f"'{zh}'") for c in calls]
+    return calls
