@@ -241,3 +241,21 @@ def test_multi_turn_users_get_acebenchs_prompt_and_stop_on_finish_conversation(t
     assert seen[0][1] == {"role": "user", "content": "Anything I can do for you?"}  # ACEBench's opening line
     assert ep.termination == "user_stop", ep.error
     assert ep.messages[-1] == {"role": "user", "content": "Thanks, that is all."}  # the phrase is not shown
+
+
+@pytest.mark.slow
+def test_strict_import_flags_what_only_acebenchs_loose_rule_passes(tmp_path, monkeypatch):
+    fake = tmp_path / "checkout"
+    shutil.copytree(FAKE, fake)
+    answers = fake / "data_all/data_en/possible_answer/data_agent_multi_turn.json"
+    answers.write_text(answers.read_text().replace('"ReminderApi"', '"ReminderAPI"'))  # misspelt, as ACEBench's own
+    loose = runner.invoke(app, ["import", "acebench", str(fake), "--language", "en", "--dir", str(tmp_path / "a")], env=WIDE)
+    assert re.search(r"multi_turn\s+1\s+1\s+1\s+0\s+0", loose.output), loose.output  # ACEBench's checker skips it
+    strict = runner.invoke(app, ["import", "acebench", str(fake), "--language", "en", "--strict", "--dir", str(tmp_path / "b")],
+                           env=WIDE)
+    assert re.search(r"multi_turn\s+1\s+1\s+0\s+0\s+1", strict.output), strict.output
+    assert "flagged  agent_multi_turn_0: ReminderAPI: not the task's class name" in strict.output
+    monkeypatch.chdir(tmp_path / "b")
+    r = runner.invoke(app, ["validate", "acebench-phone-en"], env=WIDE)
+    assert r.exit_code == 0 and "1 tasks" in r.output, r.output
+    assert "strict: true" in (tmp_path / "b/tasks/acebench-phone-en/multi_step.yaml").read_text()

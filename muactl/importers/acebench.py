@@ -33,7 +33,7 @@ from ..env.sandbox import new_env
 from ..errors import CallUnreadable, ScaffoldExists, SpecError, UsageError
 from ..limits import MAX_ACEBENCH_CALLS, MAX_ACEBENCH_JSON_BYTES, MAX_ACEBENCH_TASKS
 from .acebench_truth import (LOGIN, acebench_verdict, ground_truth_list, is_login_refusal, milestone_paths,
-                             misspelt_classes, parse_calls, repaired_text)
+                             misspelt_classes, parse_calls, repaired_text, strict_verdict)
 from .tau2_input import json_value, kind, read_python, read_text
 
 HERE = Path(__file__).resolve().parent / "acebench_domains"
@@ -271,6 +271,9 @@ def convert(compiled, entry: dict, answer: dict, category: str, language: str, s
     ok, why = acebench_verdict(state, gt)
     if not repairs or (not ok and given[chosen]):
         steps, repairs, why = as_given[chosen], [], [] if given[chosen] else why
+        state = json.loads(replay(compiled, setup, steps, language)[1])
+    if strict and not why:  # the reward is whole-state equality: the oracle must reach that too
+        why = strict_verdict(state, gt)[1]
     milestones = [[as_calls(s) for s in read_path(p)[0] if s is not None] for p in paths]
     task = {"id": entry["id"], "split": "test", "user": {"reason": entry["question"]},
             "solo": category == "multi_step", "setup": [setup],
@@ -333,6 +336,7 @@ def import_acebench(checkout: Path, project: Path, languages: tuple[str, ...] = 
         raise SpecError.single(checkout, f"the tasks' milestones make {calls:,} calls, over {MAX_ACEBENCH_CALLS:,} "
                                          "(MAX_ACEBENCH_CALLS)")
     out = []
+    project.mkdir(parents=True, exist_ok=True)  # --dir may name a folder still to make
     for language, world, entries, dest in plans:
         with tempfile.TemporaryDirectory(dir=project) as tmp:
             stage = Path(tmp)

@@ -145,6 +145,17 @@ def acebench_verdict(result_list: list[dict], ground_truth: list[dict]) -> tuple
     return not errors, errors
 
 
+def strict_verdict(result_list: list[dict], ground_truth: list[dict]) -> tuple[bool, list[str]]:
+    """muactl's strict rule (acebench_check strict): one entry per class, every class ground_truth names
+    is the task's, with every saved attribute equal whole (extra keys count)."""
+    if len(ground_truth) != len(result_list):
+        return False, ["wrong number of class"]
+    state = {k: v for entry in result_list for k, v in entry.items()}
+    errors = [f"{name}: not the task's class name" if name not in state else f"{name} differs (strict)"
+              for entry in ground_truth for name, want in entry.items() if state.get(name) != want]
+    return not errors, errors
+
+
 def task_number(task_id: str) -> int:
     m = re.search(r"(\d+)$", task_id)
     return int(m[1]) if m else -1
