@@ -105,6 +105,10 @@ class Tau2Unsupported(Exception):
     keeps muactl's own schema, and benchmarks/tau2_verify.py counts it as different. Never reaches the CLI."""
 
 
+class CallUnreadable(ValueError):
+    """A benchmark's gold call string that its own parser rejects (ACEBench's milestones; importers/acebench_truth)."""
+
+
 class FormatError(Exception):
     """A tokenizer whose chat template muactl cannot prompt with tools (models.py makes it a ModelError)."""
 

@@ -105,6 +105,15 @@ MAX_TAU2_RECORDS = 100_000  # database records, all tables together (airline: 2,
 MAX_TAU2_TASKS = 10_000  # tasks in tasks.json
 MAX_TAU2_CALLS = 20_000  # setup and gold calls of the imported tasks, all together (each is replayed once)
 
+# ---------------------------------------------------------------- ACEBench checkouts (muactl import acebench)
+
+# ACEBench's own files at commit e6db74b, for scale: its agent task files are JSON lines of at most 150 KB
+# (50 tasks per language), its environment classes at most 23 KB of Python (read with `ast`, within
+# MAX_TAU2_SOURCE_BYTES like τ²'s tools.py)
+MAX_ACEBENCH_JSON_BYTES = 4 * 1024 * 1024  # one task or answer file
+MAX_ACEBENCH_TASKS = 1_000  # tasks in one file
+MAX_ACEBENCH_CALLS = 20_000  # milestone calls of all imported tasks (each is replayed a few times)
+
 # ---------------------------------------------------------------- API replies
 
 # characters of one chat-completion reply (its text and tool-call arguments together); with max_tokens set a

@@ -141,6 +141,7 @@ BAD = {
     "export verl": ["export", "verl", "bank", "-o", "/proc/x"],
     "tasks generate": ["tasks", "generate", "bank", "--all-templates", "-o", "/proc/x/y.yaml"],
     "import tau2": ["import", "tau2", "no-such-checkout", "--domain", "retail"],
+    "import acebench": ["import", "acebench", "no-such-checkout"],
     "serve openenv": ["serve", "openenv", "nope"],
 }
 

@@ -1,4 +1,4 @@
-"""Commands on domains: init, validate, import tau2, domains, tools, call, schema."""
+"""Commands on domains: init, validate, import tau2 and acebench, domains, tools, call, schema."""
 
 from __future__ import annotations
 
@@ -96,6 +96,41 @@ def import_tau2_cmd(
     for note in notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
+
+
+@command("acebench", group=import_app)
+def import_acebench_cmd(
+    checkout: Path = typer.Argument(..., help="An ACEBench checkout (ACEBench/ACEBench)."),
+    language: list[str] = typer.Option(["en", "zh"], "--language", help="en | zh (repeat for both; default both)."),
+    strict: bool = typer.Option(False, "--strict", help="Reward a final state only when it equals ground_truth whole "
+                                "(every class named right, every attribute equal), not by ACEBench's looser rule."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
+) -> None:
+    """Import ACEBench Agent: writes domains/acebench-WORLD-LANG/ (muactl's YAML tools, ACEBench's initial data
+    and tool descriptions) and tasks/acebench-WORLD-LANG/ (its multi-step tasks, solo, and multi-turn tasks,
+    with an LLM user). Each task's milestones are replayed: the table says how many pass ACEBench's check as
+    given, how many the oracle passes, how many needed a repair (tag 'repaired') and how many are flagged
+    (milestones that miss ground_truth; listed with why in flagged.json, not in the task files).
+
+    Example: [bold]muactl import acebench ../ACEBench --language en && muactl validate acebench-phone-en[/bold]
+    """
+    from ..importers.acebench import import_acebench, table_rows
+
+    imported = import_acebench(checkout, directory, tuple(language), strict, force)
+    typer.echo(f"{'domain':22} {'category':10} {'tasks':>5} {'gold as given':>13} {'oracle passes':>13} "
+               f"{'repaired':>8} {'flagged':>7}")
+    for r in table_rows(imported):
+        typer.echo(f"{r['domain']:22} {r['category']:10} {r['tasks']:5} {r['gold_passes']:13} {r['oracle_passes']:13} "
+                   f"{r['repaired']:8} {r['flagged']:7}")
+    for imp in imported:
+        for c in imp.converted:
+            for line in c.repairs:
+                typer.echo(f"  repaired {c.id}: {line}")
+            if c.flagged:
+                typer.echo(f"  flagged  {c.id}: {'; '.join(c.flagged[:3])}")
+        typer.echo(f"wrote {imp.domain} and {imp.tasks}")
+    typer.echo("Next: muactl validate " + " && muactl validate ".join(i.domain.name for i in imported))
 
 
 @command("domains")

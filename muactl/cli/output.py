@@ -45,7 +45,7 @@ def print_summary(summary: dict, title: str) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     keys = [k for k in summary if k.startswith("pass^")]
-    for k in keys + ["tasks_in_pass_k", "avg_reward", "first_call_right", "gold_calls_made", "episodes", "counted", "infra_errors",
+    for k in keys + ["tasks_in_pass_k", "avg_reward", "first_call_right", "gold_calls_made", "process", "episodes", "counted", "infra_errors",
                      "user_errors", "tasks", "avg_turns", "effective_turns", "first_correct_write",
                      "correct_write_share", "user_turns", "tool_error_rate", "avg_tool_errors", "prompt_tokens", "completion_tokens", "cost"]:
         if k in summary:

@@ -31,11 +31,12 @@ You play a customer who contacts a company's support agent. Stay in character fo
 
 def user_system_prompt(spec, task) -> str:
     """The user simulator's system prompt for a task (a TaskSpec's model) of a domain (a DomainSpec): the
-    domain's `user_prompt` with the task's scenario, or muactl's guidelines and the goal's sections."""
+    domain's `user_prompt` with the task's scenario or instruction, or muactl's guidelines and the goal's sections."""
     domain, goal = spec.domain, task.user
     if spec.user_prompt_text is not None:
+        instruction = "\n".join(x.strip() for x in (goal.reason, goal.known, goal.unknown, goal.instructions) if x)
         return spec.user_prompt_text.replace("{scenario}", goal.scenario if goal.scenario is not None
-                                             else goal_sections(goal))
+                                             else goal_sections(goal)).replace("{instruction}", instruction)
     persona = domain.personas.get(task.persona or "", "")
     parts = [spec.guidelines_text or DEFAULT_GUIDELINES, f"\n# Company\n{domain.description.strip()}"]
     if persona:

@@ -47,6 +47,38 @@ def _py_number(x: Any) -> Any:
     return None if x is None else repr(x) if isinstance(x, float) else str(x)
 
 
+def _parsed(text: Any) -> Any:
+    """A JSON text as Python reads it (json.loads), within bounds; a ValueError for anything else."""
+    if not isinstance(text, str) or len(text) > 1_000_000:
+        raise ValueError("not JSON text")
+    return json.loads(text)
+
+
+def _py_json(text: Any) -> Any:
+    # Python's json.dumps of the value (", " and ": " separators, non-ASCII as \uXXXX): what a Python
+    # tool that returns json.dumps(result) prints; NULL for text that is not JSON
+    try:
+        return json.dumps(_parsed(text))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _py_str(text: Any) -> Any:
+    # Python's str() of the JSON value: single-quoted reprs inside lists and dicts, True/False/None
+    try:
+        return str(_parsed(text))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _py_equal(a: Any, b: Any) -> Any:
+    # the two JSON values equal as Python compares them (1 == 1.0 == true; key order never counts)
+    try:
+        return int(_parsed(a) == _parsed(b))
+    except (ValueError, RecursionError):
+        return None
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -90,7 +122,8 @@ class _PySum:
 # Deterministic helper functions muactl registers on every connection (README, "SQL functions").
 # SQLite's round() rounds half away from zero on the decimal text (round(2.675, 2) = 2.68); py_round is
 # Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
-SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1)}
+SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
+                 "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 

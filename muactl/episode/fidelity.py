@@ -89,6 +89,8 @@ def _turns(messages: list[dict[str, Any]]):
 
 def user_fidelity(task, episode, writes=lambda name: False) -> dict[str, bool | None]:
     """The checks of the module docstring for one finished episode. `writes(tool)` tells writes from reads."""
+    if task.task.solo:  # no simulated user played: nothing to check
+        return dict.fromkeys(CHECKS)
     goal = task.task.user
     msgs = episode.messages
     turns = list(_turns(msgs))
@@ -119,8 +121,9 @@ def user_fidelity(task, episode, writes=lambda name: False) -> dict[str, bool | 
     term = episode.termination
     if term in ("agent_error", "infra_error", "too_many_errors"):  # the agent or an API ended it first
         return out
-    want = "transfer" if task.task.expect.transfer else "user_stop"
-    out["right_stop"] = term == want
+    from .reward import expected_ending
+
+    out["right_stop"] = term == expected_ending(task)
     out["within_budget"] = term not in ("max_turns", "timeout")
     return out
 

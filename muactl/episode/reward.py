@@ -122,10 +122,14 @@ def call_label(call) -> str:
     return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
 
 
+def expected_ending(task) -> str:
+    """A transfer task ends with the agent's transfer tool call, a solo task with the agent's reply without a
+    call, every other task with the user's stop. The user's own ###TRANSFER### (user_transfer) earns nothing."""
+    return "transfer" if task.task.expect.transfer else "agent_done" if task.task.solo else "user_stop"
+
+
 def ended_as_expected(task, episode) -> bool:
-    """A transfer task ends with the agent's transfer tool call; every other task with the user's stop.
-    The user's own ###TRANSFER### (termination user_transfer) earns nothing."""
-    return episode.termination == ("transfer" if task.task.expect.transfer else "user_stop")
+    return episode.termination == expected_ending(task)
 
 
 def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
@@ -178,7 +182,38 @@ def partial_credit(task, episode, domain) -> dict[str, float | None]:
     gold = [(name, args) for name, args in map(call_parts, task.task.expect.actions) if agents(name)]
     made = [(c["name"], c["arguments"]) for m in episode.messages if m["role"] == "assistant"
             for c in m.get("tool_calls") or []]
-    if not gold:
-        return {"first_call_right": None, "gold_calls_made": None}
-    return {"first_call_right": float(bool(made) and made[0] == gold[0]),
-            "gold_calls_made": sum(g in made for g in gold) / len(gold)}
+    out: dict[str, float | None] = {"first_call_right": None, "gold_calls_made": None}
+    if gold:
+        out = {"first_call_right": float(bool(made) and made[0] == gold[0]),
+               "gold_calls_made": sum(g in made for g in gold) / len(gold)}
+    if task.task.expect.milestones:
+        out["process"] = process_score(task.task.expect.milestones, episode.messages)
+    return out
+
+
+def process_score(paths: list[list[list[dict]]], messages: list[dict[str, Any]]) -> float:
+    """ACEBench's process score: over the alternative milestone paths, the best share of a path's steps
+    found in order among the agent's turns (each turn used once; a turn matches a step when its calls are
+    the step's calls, arguments equal as values)."""
+    from ..spec.models import call_parts
+
+    turns = [[(c["name"], c.get("arguments") if isinstance(c.get("arguments"), dict) else {})
+              for c in m.get("tool_calls") or []] for _, m in _agent_turns(messages) if m.get("tool_calls")]
+    best = 0.0
+    for steps in paths:
+        if not steps:
+            return 1.0
+        found, at = 0, 0
+        for step in steps:
+            want = [call_parts(c) for c in step]
+            while at < len(turns):
+                at += 1
+                if _same_calls(turns[at - 1], want):
+                    found += 1
+                    break
+        best = max(best, found / len(steps))
+    return best
+
+
+def _same_calls(got: list[tuple[str, dict]], want: list[tuple[str, dict]]) -> bool:
+    return got == want  # names and arguments, as Python compares them (1 == 1.0)

@@ -4,6 +4,9 @@ One state machine serves eval, SFT synthesis, GRPO and chat:
 
     [greeting or user opens] -> user turn -> agent turn -> (tool calls -> agent turn)* -> user turn -> ...
 
+A solo task (`solo: true`) has no user after its goal: the goal opens, the agent works, and its first
+reply without a tool call ends the episode (agent_done).
+
 Agent text goes to the user; agent tool calls go to the sandbox and the results back to the agent;
 user text goes to the agent. The user simulator never sees tool calls. An episode ends on a user stop
 token, the agent's transfer, out-of-scope, max turns, too many tool errors, a timeout, or an
@@ -101,11 +104,14 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
             except GoldReplayFailed as e:  # the task is broken, not the agent: it cannot be scored
                 ep.error = str(e)
                 return "infra_error"
+        solo = task.task.solo
         greeting = domain.spec.domain.greeting
         opening = cfg.opening or ("agent" if greeting else "user")
-        if opening == "agent":
+        if solo:  # the goal is the only user message; no simulator is asked for anything
+            await emit({"role": "user", "content": task.task.user.reason})
+        elif opening == "agent":
             await emit({"role": "assistant", "content": greeting or "Hi! How can I help you today?", "fixed": True})
-        next_is_user = True
+        next_is_user = not solo
         while True:
             if next_is_user:
                 t0 = time.perf_counter()
@@ -159,6 +165,8 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
             if ep.tool_errors > cfg.max_tool_errors:
                 return "too_many_errors"
             if not calls and not out.error:
+                if solo:  # the agent's own word that it is done
+                    return "agent_done"
                 next_is_user = True
 
     try:

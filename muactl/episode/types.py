@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ..env.sandbox import Environment
     from ..spec.tasks import TaskSpec
 
-TERMINATIONS = ("user_stop", "transfer", "user_transfer", "out_of_scope", "max_turns", "too_many_errors", "timeout",
+TERMINATIONS = ("user_stop", "agent_done", "transfer", "user_transfer", "out_of_scope", "max_turns", "too_many_errors", "timeout",
                 "agent_error", "user_error", "infra_error")
 
 

@@ -51,8 +51,9 @@ class UserReply:
     usage: dict[str, float] = field(default_factory=dict)
 
 
-def split_stop(text: str) -> UserReply:
-    for token, reason in STOP_TOKENS.items():
+def split_stop(text: str, phrases: list[str] = ()) -> UserReply:
+    """The reply and the ending it asks for: a stop token, or one of the domain's `user_stop` phrases."""
+    for token, reason in [*STOP_TOKENS.items(), *((p, "user_stop") for p in phrases)]:
         if token in text:
             return UserReply(text.replace(token, "").strip(), reason)
     return UserReply(text.strip())
@@ -246,7 +247,7 @@ class LiteLLMUser(UserSimulator):
                 ctx.state.setdefault("user_calls", []).append({"name": c["name"], "arguments": c["arguments"]})
                 log.append(f"- {c['name']}({c['arguments']}) -> {result.content[:200]}")
                 messages.append({"role": "tool", "tool_call_id": c["id"], "content": result.content})
-        reply = split_stop(msg["content"] or "")
+        reply = split_stop(msg["content"] or "", ctx.domain.spec.domain.user_stop)
         reply.usage = total
         return reply
 
@@ -312,7 +313,7 @@ class HFUser(UserSimulator):
 
         lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
         ids, _ = await self.queue(lm).submit(lm.prompt_ids(messages), self.max_new_tokens, self.temperature, ctx.seed)
-        return split_stop(lm.reply_text(ids))
+        return split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
 
     def queue(self, lm):
         """This user's queue on `lm` in the running event loop, shared by the users with its settings (a batch

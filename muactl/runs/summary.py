@@ -98,7 +98,7 @@ def summarize(episodes: list[dict[str, Any]], k_max: int) -> dict[str, Any]:
     for k in range(1, k_max + 1):
         out[f"pass^{k}"] = pass_hat_k(full, k)
     out["tasks_in_pass_k"], out["left_out_of_pass_k"] = len(full), left
-    for key in ("first_call_right", "gold_calls_made"):
+    for key in ("first_call_right", "gold_calls_made", "process"):
         vals = [v for e in counted if (v := ((e.get("breakdown") or {}).get("partial") or {}).get(key)) is not None]
         out[key] = sum(vals) / len(vals) if vals else None
     out.update({k: v for k, v in interaction_summary(episodes).items() if k != "tool_errors"})  # avg_tool_errors

@@ -255,7 +255,8 @@ class SqlTool(ToolBase):
     writes: list[str] = Field(default_factory=list, description="INSERT/UPDATE/DELETE statements run in one transaction.")
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
-        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x) and calc(text) (README).")
+        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
+        "py_str(json) and py_equal(json, json) (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
@@ -385,7 +386,11 @@ class Domain(Strict):
     user_prompt: str | None = Field(
         None, description="The user simulator's whole system prompt, in place of user_guidelines and muactl's goal "
         "sections: a file name or inline text, in which `{scenario}` stands for the task's `user.scenario` (a task "
-        "without one: its goal's sections). `muactl import tau2` writes τ²-bench's.")
+        "without one: its goal's sections) and `{instruction}` for the goal as one line each (reason, known, unknown, "
+        "instructions). `muactl import tau2` and `import acebench` write their benchmark's. Scripted users ignore it.")
+    user_stop: list[str] = Field(
+        default_factory=list, description="Phrases that end the conversation as ###STOP### does when an LLM user's "
+        "message contains them (ACEBench's 'finish conversation'); removed from the message the agent sees.")
     greeting: str | None = Field(
         "Hi! How can I help you today?",
         description="The agent's fixed first message; null lets the user open the conversation.",
@@ -482,6 +487,12 @@ class Expect(Strict):
     nl_assertions: list[str] = Field(
         default_factory=list, description="Statements about the conversation an LLM judge checks (--judge MODEL); "
         "they join the reward only when a judge is given, else they are reported as not judged.")
+    milestones: list[list[list[ToolCall]]] = Field(
+        default_factory=list, description="The process score's expected call sequence (ACEBench's mile_stone): one or "
+        "more alternative paths, each a list of steps, each step the calls of one agent turn, e.g. "
+        "[[[{login: {}}], [{send: {to: Frank}}]]]. The score (breakdown.partial.process, `process` in eval and "
+        "runs show) is the best path's share of steps found, in order, among the agent's turns (a turn matches a "
+        "step when its calls are the step's, arguments equal as values). Not part of the reward.")
     required_calls: list[ToolCall] = Field(
         default_factory=list, description="Calls the agent itself must make: evidence of the work where the right "
         "outcome changes nothing (the look-ups a policy asks for before a refusal, an answer or a transfer). Each is "
@@ -529,6 +540,10 @@ class Task(Strict):
     split: Literal["train", "test"] | None = Field(None, description="Defaults to the file's name (train.yaml, test.yaml).")
     persona: str | None = Field(None, description="A persona name declared in domain.yaml.")
     user: UserGoal
+    solo: bool = Field(
+        False, description="No user after the goal: user.reason is sent as the one user message, as written, and "
+        "the agent works alone; the episode ends normally (termination agent_done) when the agent replies without "
+        "a tool call. No simulator runs (ACEBench's multi-step tasks).")
     setup: list[ToolCall] = Field(default_factory=list, description="Tool calls applied before the episode starts.")
     expect: Expect = Field(default_factory=Expect)
     tags: list[str] = Field(default_factory=list, description="Free labels (write, info, refuse...) for filtering.")

@@ -91,7 +91,7 @@ class OracleAgent(Agent):
         st = ctx.state.setdefault("oracle", {"asked": False, "step": 0, "confirmed": -1, "done": False, "unclear": 0})
         task = ctx.task.task
         actions = [call_parts(c) for c in task.expect.actions]
-        if task.user.known and not st["asked"]:
+        if task.user.known and not st["asked"] and not task.solo:
             st["asked"] = True
             return AgentReply(self.say(ctx, "ask"))
         if st["step"] < len(actions):
@@ -100,7 +100,7 @@ class OracleAgent(Agent):
             if tool is not None and tool.side == "user":  # dual control: the user does it on their side
                 st["step"] += 1
                 return AgentReply(self.say(ctx, "user_side", call=_describe(name, args)))
-            if ctx.domain.writes(name):
+            if ctx.domain.writes(name) and not task.solo:  # a solo task has nobody to ask
                 if st["confirmed"] != st["step"]:
                     st["confirmed"] = st["step"]
                     return AgentReply(self.say(ctx, "confirm", call=_describe(name, args)))
