@@ -3,6 +3,8 @@ muactl agent follows), and the user simulator's guidelines where the domain brin
 
 from __future__ import annotations
 
+import re
+
 AGENT_CONVENTIONS = """\
 You are a customer service agent. Help the user with their request while following the policy below.
 - Use the tools to look up and change data; never invent ids, prices or facts the tools did not give you.
@@ -34,9 +36,10 @@ def user_system_prompt(spec, task) -> str:
     domain's `user_prompt` with the task's scenario or instruction, or muactl's guidelines and the goal's sections."""
     domain, goal = spec.domain, task.user
     if spec.user_prompt_text is not None:
-        instruction = "\n".join(x.strip() for x in (goal.reason, goal.known, goal.unknown, goal.instructions) if x)
-        return spec.user_prompt_text.replace("{scenario}", goal.scenario if goal.scenario is not None
-                                             else goal_sections(goal)).replace("{instruction}", instruction)
+        fields = {"scenario": goal.scenario if goal.scenario is not None else goal_sections(goal),
+                  "instruction": "\n".join(x.strip() for x in (goal.reason, goal.known, goal.unknown, goal.instructions) if x)}
+        # one pass: a scenario that happens to contain "{instruction}" is left as written
+        return re.sub(r"\{(scenario|instruction)\}", lambda m: fields[m.group(1)], spec.user_prompt_text)
     persona = domain.personas.get(task.persona or "", "")
     parts = [spec.guidelines_text or DEFAULT_GUIDELINES, f"\n# Company\n{domain.description.strip()}"]
     if persona:

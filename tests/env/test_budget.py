@@ -122,8 +122,9 @@ def test_a_runaway_tool_call_is_a_tool_error_naming_the_budget(runaway, tool):
 
 
 def test_muactl_call_on_a_runaway_returns_quickly(runaway):
+    """A tool stopped by the budget answers with an error: exit 3, as any tool that refuses (README "call")."""
     r, took = _timed(lambda: runner.invoke(app, ["call", "runaway", "count_forever", "{}"]))
-    assert r.exit_code == 1 and "ran past the budget" in r.output
+    assert r.exit_code == 3 and "ran past the budget" in r.output
     assert took < 10
 
 
@@ -171,7 +172,7 @@ def test_a_tool_result_is_json_values_only(runaway):
     rows = env.call("many_rows", {})
     assert not rows.error and len(rows.content) > 10_000
     r = runner.invoke(app, ["call", "runaway", "blob", "{}"])
-    assert r.exit_code == 1 and "BLOB" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 3 and "BLOB" in r.output and "Traceback" not in r.output
 
 
 def test_muactl_schema_documents_the_limits():

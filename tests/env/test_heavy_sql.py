@@ -119,7 +119,7 @@ def _timed(fn):
 def test_muactl_call_stops_heavy_rows_at_the_budgets_wall_time(project):
     make(project)
     r, took = _timed(lambda: runner.invoke(app, ["call", "heavy", "heavy", "{}"]))
-    assert r.exit_code == 1 and "ran past 2 seconds" in r.output and "limits.sql_steps" in r.output, r.output
+    assert r.exit_code == 3 and "ran past 2 seconds" in r.output and "limits.sql_steps" in r.output, r.output
     assert "Traceback" not in r.output
     assert took < 6, f"muactl call ran {took:.1f} s"
 
