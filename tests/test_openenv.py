@@ -173,6 +173,11 @@ def test_a_step_after_the_server_side_timeout_gets_the_finished_episode(bank):
         assert not env.reset(task_id="move-mia").done  # the session goes on
 
 
+# Quarantined to the slow run: on a fresh clone (0c4ea5a) it hung once in a futex wait with ~450 threads alive
+# (passed in two full runs the same day); a hang would stall CI's default run, so it runs only in `make test-all`
+# with a timeout until the deadlock is found.
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_abandoned_sessions_end_cleanly(bank, monkeypatch):
     """Clients that leave mid-episode (a closed WebSocket, or a dropped connection) cancel their episode:
     the cancellation ends the run (no 'Task exception was never retrieved' from the server's loop),
