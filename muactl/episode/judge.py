@@ -37,16 +37,21 @@ def transcript(messages: list[dict[str, Any]]) -> str:
     return "\n".join(lines) or "(nothing was said)"
 
 
-def parse_verdicts(text: str, assertions: list[str]) -> list[dict[str, Any]]:
-    """The verdicts in a judge's answer, one per assertion; ValueError says what is wrong with it."""
-    text = text.strip()
+def json_object_in(text: str) -> Any:
+    """The JSON object a judge's answer holds (from its first `{` to its last `}`, prose around it ignored);
+    ValueError when there is none or it does not parse."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
         raise ValueError("the answer holds no JSON object")
     try:
-        data = json.loads(text[start:end + 1])
+        return json.loads(text[start:end + 1])
     except (json.JSONDecodeError, RecursionError) as e:
         raise ValueError(f"the answer is not valid JSON ({e})") from None
+
+
+def parse_verdicts(text: str, assertions: list[str]) -> list[dict[str, Any]]:
+    """The verdicts in a judge's answer, one per assertion; ValueError says what is wrong with it."""
+    data = json_object_in(text)
     items = data.get("verdicts") if isinstance(data, dict) else None
     if not isinstance(items, list) or len(items) != len(assertions):
         raise ValueError(f"expected {len(assertions)} verdicts in a 'verdicts' list")

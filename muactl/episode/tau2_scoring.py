@@ -25,7 +25,6 @@ error) pays 0 with no checks, as in τ².
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 # muactl's endings that τ² counts as a stop (USER_STOP; the agent's transfer tool call is followed by the
@@ -135,13 +134,9 @@ def judge_messages(prompt: dict[str, str], assertions: list[str], messages: list
 def parse_results(text: str) -> list[dict[str, Any]]:
     """τ²'s judge answer ({"results": [{"expectedOutcome", "reasoning", "metExpectation"}]}) as muactl's
     verdicts; ValueError says what is wrong with it."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        raise ValueError("the answer holds no JSON object")
-    try:
-        data = json.loads(text[start:end + 1])
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"the answer is not valid JSON ({e})") from None
+    from .judge import json_object_in
+
+    data = json_object_in(text)
     items = data.get("results") if isinstance(data, dict) else None
     if not isinstance(items, list):
         raise ValueError("expected a 'results' list")
