@@ -10,7 +10,8 @@ InfraError: the episode cannot be scored, so it is excluded and retried on resum
 
 from __future__ import annotations
 
-import json
+from .answers import json_object_in
+
 from typing import Any
 
 from ..errors import InfraError, RequestRejected
@@ -35,18 +36,6 @@ def transcript(messages: list[dict[str, Any]]) -> str:
         elif shown_to_user(m):
             lines.append(f"agent: {m['content']}")
     return "\n".join(lines) or "(nothing was said)"
-
-
-def json_object_in(text: str) -> Any:
-    """The JSON object a judge's answer holds (from its first `{` to its last `}`, prose around it ignored);
-    ValueError when there is none or it does not parse."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        raise ValueError("the answer holds no JSON object")
-    try:
-        return json.loads(text[start:end + 1])
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"the answer is not valid JSON ({e})") from None
 
 
 def parse_verdicts(text: str, assertions: list[str]) -> list[dict[str, Any]]:

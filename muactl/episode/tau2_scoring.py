@@ -134,7 +134,7 @@ def judge_messages(prompt: dict[str, str], assertions: list[str], messages: list
 def parse_results(text: str) -> list[dict[str, Any]]:
     """τ²'s judge answer ({"results": [{"expectedOutcome", "reasoning", "metExpectation"}]}) as muactl's
     verdicts; ValueError says what is wrong with it."""
-    from .judge import json_object_in
+    from .answers import json_object_in
 
     data = json_object_in(text)
     items = data.get("results") if isinstance(data, dict) else None
