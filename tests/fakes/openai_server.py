@@ -8,6 +8,7 @@ import hashlib
 import json
 import random
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -82,6 +83,32 @@ class FakeOpenAI:
         class Server(ThreadingHTTPServer):
             request_queue_size = 512  # the default backlog of 5 refuses connections at concurrency 128
 
+            def __init__(self, *args):
+                super().__init__(*args)
+                self.connections: set[socket.socket] = set()
+
+            def process_request(self, request, client_address):
+                with server.lock:
+                    self.connections.add(request)
+                super().process_request(request, client_address)
+
+            def shutdown_request(self, request):
+                with server.lock:
+                    self.connections.discard(request)
+                super().shutdown_request(request)
+
+            def hang_up(self):
+                """End the clients' kept-alive connections: each holds a handler thread that would wait for
+                its next request long after the test (hundreds over a run, each still answering with this
+                server's responder)."""
+                with server.lock:
+                    connections = list(self.connections)
+                for conn in connections:
+                    try:
+                        conn.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
             def handle_error(self, request, client_address):
                 import sys
 
@@ -103,6 +130,7 @@ class FakeOpenAI:
 
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
+        self.httpd.hang_up()
         self.httpd.server_close()
 
 
