@@ -314,6 +314,7 @@ def random_model_folder(folder, tmp_path):
     return out
 
 
+@pytest.mark.slow  # ~7 s each: builds and loads a model (test_grpo_trains_... checks model.thinking in the default run)
 @pytest.mark.parametrize("flag", [[], ["--thinking"]], ids=["default", "thinking"])
 def test_eval_thinking_reaches_the_template(folder, tmp_path, monkeypatch, flag):
     """End to end from the command line: a real (random) model on the Qwen3-like template; the stored trace's
