@@ -274,6 +274,31 @@ def test_the_reward_the_user_and_the_judge_read_only_the_visible_reply(bank, tok
     assert said in said_to_judge and not any(t in said_to_judge for t, _ in script)
 
 
+def test_an_api_models_reasoning_is_set_apart_too(bank, tmp_path, monkeypatch):
+    """An OpenAI-compatible server that leaves <think> in the content (vLLM without a reasoning parser): the
+    agent's reasoning is stored apart, the LLM user never reads it, the reward counts what was said."""
+    from muactl.eval.config import EvalConfig
+    from muactl.eval.evaluate import run_eval
+    from tests.fakes.openai_server import gold_agent, is_user_request, two_sided
+
+    gold = gold_agent([bank.task("balance-sam").task])
+
+    def thinking_agent(body: dict) -> Reply:
+        reply = gold(body)
+        return Reply(content=f"<think>\nsecret plan 999\n</think>\n\n{reply.content or ''}", tool_calls=reply.tool_calls)
+
+    monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
+    with FakeOpenAI(two_sided(thinking_agent, thinking_user)) as server:
+        store, summary = run_eval(EvalConfig(domain="bank", agent="openai/thinker", api_base=server.base, user="openai/user",
+                                             user_api_base=server.base, tasks=["balance-sam"], max_turns=8))
+    assert summary["pass^1"] == 1.0
+    [ep] = store.episodes()
+    agent = [m for m in store.messages(ep["id"]) if is_agent(m)]
+    assert agent and all(m["reasoning"] == "secret plan 999" and "<think>" not in m["content"] for m in agent)
+    users = [r for r in server.requests if is_user_request(r)]
+    assert users and "secret plan" not in json.dumps([r["messages"] for r in users])
+
+
 # ---------------------------------------------------------------- the stored episode, runs show, and the CLI switch
 
 

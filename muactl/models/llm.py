@@ -117,9 +117,10 @@ def visible_reply(msg) -> dict[str, str | None]:
     as vLLM's reasoning parsers and litellm give it) and any <think> block left in the content. No caller
     (agent, user, judge, simulated tool) reads a model's thinking as what it said."""
     content, thought = split_reasoning(msg.content or "")
-    given = getattr(msg, "reasoning_content", None)
-    parts = [p for p in (given if isinstance(given, str) else None, thought) if p and p.strip()]
-    return {"content": content, "reasoning": "\n\n".join(parts) or None}
+    given = getattr(msg, "reasoning_content", None)  # litellm also moves a leading <think> block here
+    parts = [p.strip() for p in (given if isinstance(given, str) else None, thought) if p and p.strip()]
+    reasoning = "\n\n".join(parts) or None
+    return {"content": content.strip() if reasoning else content, "reasoning": reasoning}
 
 
 async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict] | None = None,
