@@ -246,6 +246,31 @@ async def test_ending_while_the_agent_thinks_is_acknowledged_at_once(bank):
         assert app.screen.episode.termination == "user_stop"
 
 
+class ThinkingAgent(Agent):
+    """A model that thinks before it replies (its reply parsed as a local model's is: reasoning apart)."""
+
+    name = "thinker"
+
+    async def act(self, ctx) -> AgentReply:
+        return AgentReply("Which account should the money come from?", reasoning="The user wants a transfer; ask first.")
+
+
+async def test_the_transcript_shows_the_agents_reasoning_and_the_chat_keeps_it(bank):
+    app = make_app(bank, agent=ThinkingAgent(), task="move-mia")
+    async with app.run_test(size=SIZE) as pilot:
+        await say(pilot, "Move 150 please.")
+        await until(pilot, lambda: your_turn(app))
+        chat = app.screen
+        [thought] = texts(chat, ".msg.thinking")
+        assert "not shown to the user" in thought and "ask first" in thought
+        assert any("Which account" in t for t in texts(chat, ".msg.assistant"))
+        await pilot.press("ctrl+e")
+        await until(pilot, lambda: isinstance(app.screen, EndScreen))
+    [row] = app.chats.store.episodes()
+    agent = [m for m in app.chats.store.messages(row["id"]) if m["role"] == "assistant" and m["reasoning"]]
+    assert [m["reasoning"] for m in agent] == ["The user wants a transfer; ask first."]
+
+
 async def test_failed_turn_then_end_saves_agent_error(bank):
     app = make_app(bank, agent=FlakyAgent(), task="move-mia")
     async with app.run_test(size=SIZE) as pilot:

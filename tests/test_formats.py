@@ -111,12 +111,13 @@ FAMILIES = {
 END_TOKEN = {"hermes": "<|im_end|>", "llama3": "<|eot_id|>", "mistral": "</s>"}
 
 
-def build_family_tokenizer(family: str, corpus: list[str], out, template: str | None = None):
-    """A byte-level BPE tokenizer with the family's special tokens and chat template, saved to `out`."""
+def build_family_tokenizer(family: str, corpus: list[str], out, template: str | None = None, special: tuple[str, ...] = ()):
+    """A byte-level BPE tokenizer with the family's special tokens (and `special`) and chat template, saved to `out`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    spec = FAMILIES[family]
+    spec = dict(FAMILIES[family])
+    spec["special"] = spec["special"] + list(special)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

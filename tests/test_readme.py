@@ -125,6 +125,7 @@ TOUR = {
     "muactl synth bank --agent oracle --user scripted --trials 8 -o data/bank-sft.jsonl": (0, "duplicates dropped"),
     "muactl data show data/bank-sft.jsonl --index 3": (0, "agent:"),
     "muactl report RUN_ID": (0, "report: "),
+    "muactl train sft model=Qwen/Qwen3-8B model.thinking=true --cfg": (0, "thinking: true"),  # Models: thinking
 }
 
 

@@ -96,7 +96,7 @@ class ChatApp(App):
 
             cfg = self.cfg
             self.agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                                    max_new_tokens=cfg.max_new_tokens, max_tokens=cfg.max_tokens,
+                                    max_new_tokens=cfg.max_new_tokens, max_tokens=cfg.max_tokens, thinking=cfg.thinking,
                                     timeout_s=cfg.llm_timeout_s, retries=cfg.retries)
 
     def retry_load(self) -> bool:

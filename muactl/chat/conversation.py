@@ -160,6 +160,8 @@ class ChatScreen(Screen):
             if msg.get("content"):
                 conv.add(who, msg["content"])
         elif role == "assistant":
+            if msg.get("reasoning"):  # shown to the person, as the episode keeps it; the simulated user never sees it
+                conv.add("thinking", msg["reasoning"])
             if (msg.get("content") or "").strip():
                 conv.add("assistant", msg["content"])
             elif not msg.get("tool_calls") and not msg.get("malformed"):

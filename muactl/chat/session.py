@@ -39,6 +39,7 @@ class ChatConfig:
     trust: bool = False
     temperature: float = 0.0
     max_new_tokens: int = 256
+    thinking: bool = False  # a local agent's template switch (--thinking)
     max_turns: int = 60
     # A person types slowly: the engine's default 10-minute episode timeout would cut real chats.
     timeout_s: float = 24 * 3600.0

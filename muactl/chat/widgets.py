@@ -35,7 +35,8 @@ class ConversationView(VerticalScroll):
         self.anchor()
 
     def add(self, role: str, text: str, note: str | None = None) -> Message:
-        who = {"user": "you", "assistant": "agent", "sim": "simulated user", "system": "·"}.get(role, role)
+        who = {"user": "you", "assistant": "agent", "sim": "simulated user", "system": "·",
+               "thinking": "agent (thinking, not shown to the user)"}.get(role, role)
         body = Text()
         if role not in ("note", "system"):
             body.append(f"{who}\n", style="bold")

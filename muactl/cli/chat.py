@@ -26,6 +26,7 @@ def chat(
     max_tokens: int = field_option(EvalConfig, "max_tokens"),
     request_timeout: float = field_option(EvalConfig, "llm_timeout_s"),
     retries: int = field_option(EvalConfig, "retries"),
+    thinking: bool = field_option(EvalConfig, "thinking"),
     trust: bool = typer.Option(False, "--trust", help="Allow the domain's Python tools to run."),
 ) -> None:
     """Talk to an agent as its user in a terminal UI; see every tool call and what it did to the database.
@@ -52,7 +53,7 @@ def chat(
 
     cfg = ChatConfig(domain=domain, agent=agent, task=task, show_goal=show_goal, watch=watch, user=user,
                      api_base=api_base, user_api_base=api_base, trust=trust, pace_s=pace, max_tokens=max_tokens,
-                     llm_timeout_s=request_timeout, retries=retries)
+                     llm_timeout_s=request_timeout, retries=retries, thinking=thinking)
     chats = run_chat(cfg, opened)
     if chats.store is None:
         typer.echo("no chat was saved")

@@ -49,7 +49,8 @@ def runs_show(
     run_id: str = typer.Argument(..., help="Run id (a folder name under runs/) or a run folder."),
     episode: Optional[int] = typer.Option(None, "--episode", "-e", help="Show one episode's transcript (its number in the table)."),
 ) -> None:
-    """Show a run's per-task table, or one episode's transcript with its tool calls.
+    """Show a run's per-task table, or one episode's transcript with its tool calls (and a thinking model's
+    reasoning, which the user never saw).
 
     Example: [bold]muactl runs show RUN_ID --episode 3[/bold]
     """
@@ -93,6 +94,8 @@ def runs_show(
         if role == "system":
             console.print(f"[dim]system: {content[:200]}{'...' if len(content) > 200 else ''}[/dim]")
         elif role == "assistant":
+            if m.get("reasoning"):  # a thinking model's <think> text: stored, never shown to the user
+                console.print(f"[dim italic]agent thinking: {escape(m['reasoning'])}[/dim italic]")
             if content:
                 console.print(f"[cyan]agent:[/cyan] {content}")
             for c in m["tool_calls"] or []:

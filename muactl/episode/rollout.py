@@ -133,6 +133,8 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
             _add_usage(ep.usage, out.usage, "agent")
             calls = [dict(c, id=c.get("id") or f"call_{ep.turns}_{i}") for i, c in enumerate(out.tool_calls)]
             msg: dict[str, Any] = {"role": "assistant", "content": out.content}
+            if out.reasoning:  # beside the content, which is all the user, the reward and the judge read
+                msg["reasoning"] = out.reasoning
             if calls:
                 msg["tool_calls"] = calls
             if out.error:

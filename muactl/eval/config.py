@@ -52,6 +52,10 @@ class EvalConfig:
                                      recipe="user.temperature")
     max_new_tokens: int = option(256, "--max-new-tokens", help="Tokens per agent turn (local models).",
                                  recipe="model.max_new_tokens")
+    thinking: bool = option(False, "--thinking", help="A local model whose chat template has a "
+                            "thinking switch (Qwen3's enable_thinking): think before replying. Default off, MUA-RL's "
+                            "non-thinking mode. Any <think> block is stored as the turn's reasoning, never shown.",
+                            recipe="model.thinking")
     tool_model: str | None = option(None, "--tool-model", help="litellm model that plays simulated tools.",
                                     recipe="synth.tool_model")
     opening: str | None = option(None, "--opening", help="Who speaks first: agent (greeting) or user.",

@@ -58,7 +58,7 @@ def build_parts(cfg: EvalConfig, opened):
     from ..episode.user import make_user
 
     agent = make_agent(cfg.agent, api_base=cfg.api_base, temperature=cfg.temperature,
-                       max_new_tokens=cfg.max_new_tokens, **cfg.llm_options())
+                       max_new_tokens=cfg.max_new_tokens, thinking=cfg.thinking, **cfg.llm_options())
     if cfg.tool_model:
         from ..episode.simulated import simulated_player
 

@@ -85,6 +85,33 @@ class Parsed:
     content: str
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"name": str, "arguments": dict}]
     error: str | None = None
+    reasoning: str | None = None  # what the model wrote inside <think>...</think> (never shown, never parsed)
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_reasoning(text: str) -> tuple[str, str | None]:
+    """(the visible reply, the reasoning or None) of a turn a thinking model wrote. Every <think>...</think>
+    block is reasoning; so is the text before a `</think>` that opens no block (a template whose
+    generation prompt already opened it) and everything after a `<think>` left open (a turn cut short).
+    What is left is all the user, the reward, the judge and the tool-call parser get to read."""
+    if THINK_OPEN not in text and THINK_CLOSE not in text:
+        return text, None
+    thoughts, visible = [], []
+    head, sep, rest = text.partition(THINK_CLOSE)
+    if sep and THINK_OPEN not in head:  # opened by the prompt
+        thoughts.append(head)
+        text = rest
+    while text:
+        before, sep, after = text.partition(THINK_OPEN)
+        visible.append(before)
+        if not sep:
+            break
+        thought, _, text = after.partition(THINK_CLOSE)
+        thoughts.append(thought)
+    reasoning = "\n\n".join(t.strip() for t in thoughts if t.strip())
+    return "".join(visible).replace(THINK_CLOSE, "").strip(), reasoning or None
 
 
 _CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.S)

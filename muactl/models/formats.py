@@ -22,6 +22,11 @@ turn>] + new messages`, with the generation prompt. A stand-in keeps system prom
 (which some templates move to the last user message) out of it, and counting end tokens instead of
 comparing text lets a template rewrite earlier turns (Qwen3 drops past reasoning); tools stay where
 the first prompt put them.
+
+Thinking models: a turn's `<think>...</think>` blocks are its reasoning (chatml.split_reasoning), kept apart
+from the visible reply, which alone is parsed for calls and shown to the user. Its ids stay in the trace as
+sampled, so GRPO trains on the reasoning the model wrote even where the template would drop it from a
+re-rendering. `thinking` (model.thinking) goes to templates that take `enable_thinking`.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 
 from ..errors import FormatError
 from .chatml import (answers_no_call, decode_arguments, AFTER_TURN, CHAT_TEMPLATE, GENERATION_PROMPT, IM_END, Parsed, parse_assistant, prompt_tools,
-                     render, to_chat_template_messages)
+                     render, split_reasoning, to_chat_template_messages)
 
 FAMILIES = ("chatml", "hermes", "llama3", "mistral")  # and "plain": a template without tools (fine for a user)
 END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>")
@@ -53,6 +58,9 @@ class ChatFormat:
     end_ids: list[int] = field(default_factory=list)  # the first closes a turn cut at max_new_tokens
     tool_list: str = "json"  # chatml only: json schemas or compact lines
     refusal: str | None = None  # why this model cannot be an agent (family "plain"); None: it can
+    # model.thinking: passed to a template that reads `enable_thinking` (Qwen3's); False is MUA-RL's non-thinking
+    # mode, whose generation prompt holds an empty <think></think> block (template text, mask 0)
+    thinking: bool = False
 
     # ------------------------------------------------ prompts
 
@@ -61,13 +69,19 @@ class ChatFormat:
             return render(messages, prompt_tools(tools, self.tool_list), add_generation_prompt)
         from jinja2 import TemplateError
 
+        switch = {"enable_thinking": self.thinking} if self.reads_thinking else {}
         try:
             return self.tokenizer.apply_chat_template(_with_ids(messages), tools=tools or None, tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt)
+                                                      add_generation_prompt=add_generation_prompt, **switch)
         except TemplateError as e:
             from ..errors import AgentError
 
             raise AgentError(f"the model's chat template refused the conversation: {e}") from None
+
+    @property
+    def reads_thinking(self) -> bool:
+        """Whether the chat template has a thinking switch (`enable_thinking`, as Qwen3's does)."""
+        return self.family != "chatml" and "enable_thinking" in (_template_text(self.tokenizer) or "")
 
     def opening(self, messages: list[dict], tools: list[dict] | None) -> list[str]:
         """The first prompt, as text segments (each tokenized on its own)."""
@@ -110,11 +124,17 @@ class ChatFormat:
         return text
 
     def parse(self, text: str) -> Parsed:
-        """Split a generated turn into text for the user and tool calls; malformed calls are reported in
-        `error` (the agent sees it as an error turn), never raised."""
+        """Split a generated turn into its reasoning (<think> blocks), text for the user and tool calls;
+        malformed calls are reported in `error` (the agent sees it as an error turn), never raised. Only the
+        visible text is parsed: a call written while thinking is not made."""
+        visible, reasoning = split_reasoning(self.strip_end(text))
+        parsed = self._parse_visible(visible)
+        parsed.reasoning = reasoning
+        return parsed
+
+    def _parse_visible(self, text: str) -> Parsed:
         if self.family in ("chatml", "hermes"):
-            return parse_assistant(self.strip_end(text))
-        text = self.strip_end(text)
+            return parse_assistant(text)
         if self.family == "llama3":
             return parse_llama3(text)
         if self.family == "mistral":

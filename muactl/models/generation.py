@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelError
 from .batcher import Batcher
+from .chatml import split_reasoning
 from .folder import chat_format, load_tokenizer
 from .precision import import_torch, training_precision
 from .registry import resolve
@@ -285,7 +286,8 @@ class LocalLM:
         return self.encode(self.format.render(messages, add_generation_prompt=True))
 
     def reply_text(self, ids: list[int]) -> str:
-        return self.format.strip_end(self.decode(ids)).strip()
+        """What the model said, without its end token or its reasoning (a thinking user or judge)."""
+        return split_reasoning(self.format.strip_end(self.decode(ids)))[0].strip()
 
 
 def full_attention_only(model) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InfraError, RequestRejected
 from ..limits import MAX_REPLY_CHARS
+from .chatml import split_reasoning
 
 
 @dataclass
@@ -111,6 +112,17 @@ def reply_parts(resp) -> tuple[Any, list[dict[str, Any]]]:
     return msg, calls
 
 
+def visible_reply(msg) -> dict[str, str | None]:
+    """A reply's content without its reasoning, and the reasoning: a server's own field (reasoning_content,
+    as vLLM's reasoning parsers and litellm give it) and any <think> block left in the content. No caller
+    (agent, user, judge, simulated tool) reads a model's thinking as what it said."""
+    content, thought = split_reasoning(msg.content or "")
+    given = getattr(msg, "reasoning_content", None)  # litellm also moves a leading <think> block here
+    parts = [p.strip() for p in (given if isinstance(given, str) else None, thought) if p and p.strip()]
+    reasoning = "\n\n".join(parts) or None
+    return {"content": content.strip() if reasoning else content, "reasoning": reasoning}
+
+
 async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict] | None = None,
                    seed: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
     """One chat completion. Returns (message as a dict, usage with prompt/completion tokens and cost)."""
@@ -138,7 +150,7 @@ async def complete(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[d
             cost = (getattr(resp, "_hidden_params", None) or {}).get("response_cost")
             if cost:
                 usage["cost"] = float(cost)
-            return {"content": msg.content or "", "tool_calls": calls}, usage
+            return {**visible_reply(msg), "tool_calls": calls}, usage
         except asyncio.CancelledError:
             raise
         except Exception as e:  # classify below: permanent errors are not retried

@@ -101,6 +101,8 @@ class RunStore:
             for column in ("fidelity", "interaction", "outcome"):  # added later: runs made before them gain the columns
                 if column not in db["episodes"].columns_dict:
                     db["episodes"].add_column(column, str)
+            if "reasoning" not in db["messages"].columns_dict:
+                db["messages"].add_column("reasoning", str)
             return
         db["runs"].create({"id": str, "kind": str, "domain": str, "status": str, "created": str, "updated": str,
                            "config": str, "summary": str}, pk="id", if_not_exists=True)
@@ -113,7 +115,7 @@ class RunStore:
         }, pk="id", if_not_exists=True)
         db["episodes"].create_index(["run_id", "task_id", "trial", "step"], unique=True, if_not_exists=True)
         db["messages"].create({"episode_id": int, "idx": int, "role": str, "content": str, "tool_calls": str,
-                               "tool_call_id": str, "name": str, "error": int, "meta": str},
+                               "tool_call_id": str, "name": str, "error": int, "meta": str, "reasoning": str},
                               pk=("episode_id", "idx"), if_not_exists=True)
         db["traces"].create({"episode_id": int, "ids": str, "mask": str, "logprobs": str, "prompt_len": int},
                             pk="episode_id", if_not_exists=True)
@@ -187,7 +189,8 @@ class RunStore:
                 [{"episode_id": eid, "idx": i, "role": m["role"], "content": m.get("content") or "",
                   "tool_calls": json.dumps(m["tool_calls"], ensure_ascii=False) if m.get("tool_calls") else None,
                   "tool_call_id": m.get("tool_call_id"), "name": m.get("name"), "error": int(bool(m.get("error"))),
-                  "meta": json.dumps({k: v for k, v in m.items() if k in ("fixed", "malformed")}) or None}
+                  "meta": json.dumps({k: v for k, v in m.items() if k in ("fixed", "malformed")}) or None,
+                  "reasoning": m.get("reasoning")}
                  for i, m in enumerate(ep.messages)])
             if keep_trace and ep.trace is not None:
                 t = ep.trace

@@ -95,7 +95,7 @@ class Rollouts:
             self.step, self.calls = step, 0
         self.store.forget_step(step + 1)  # left over from a run killed before this step's checkpoint
         agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens,
-                        max_batch=len(prompts))
+                        max_batch=len(prompts), thinking=self.cfg.model.thinking)
         was_training = model.training
         model.eval()
         try:

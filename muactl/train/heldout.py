@@ -34,7 +34,7 @@ class HeldOut:
         lm = LocalLM.from_model(model, self.tokenizer)
         lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # as the rollouts generate
         agent = HFAgent("policy", lm=lm, temperature=0.0, max_new_tokens=cfg.model.max_new_tokens,
-                        max_batch=cfg.eval.concurrency)
+                        max_batch=cfg.eval.concurrency, thinking=cfg.model.thinking)
         lim = cfg.episode
         rcfg = RolloutConfig(max_turns=cfg.eval.max_turns, max_tool_errors=lim.max_tool_errors, timeout_s=lim.timeout_s,
                              opening=lim.opening, seed=cfg.seed)  # the same users' draws at every step

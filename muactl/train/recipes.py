@@ -26,6 +26,7 @@ class ModelConf:
     gradient_checkpointing: Optional[bool] = None
     max_new_tokens: int = 96
     temperature: float = 0.0
+    thinking: bool = False  # enable_thinking of a template that has it (Qwen3); false: MUA-RL's non-thinking mode
 
 
 @dataclass

@@ -36,6 +36,9 @@ class SynthConfig(EvalConfig):
     max_new_tokens: int = option(256, "--max-new-tokens", help="Tokens per teacher turn (local models).",
                                  not_in_recipe="model.max_new_tokens is the trained model's; a local teacher gets "
                                  "the command's default")
+    thinking: bool = option(False, "--thinking", help="A local teacher thinks before replying (its "
+                            "template's enable_thinking); SFT data keeps only the visible turns.",
+                            not_in_recipe="model.thinking is the trained model's; a local teacher gets the command's default")
     tool_model: str | None = option(None, "--tool-model", help="litellm model for simulated tools.",
                                     recipe="synth.tool_model")
     output: str | None = option(None, "-o", "--output", cli_type=Path, help="JSONL to write (default runs/<id>/sft.jsonl).",

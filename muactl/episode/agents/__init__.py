@@ -7,9 +7,9 @@ from .base import Agent
 
 def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0, max_new_tokens: int = 256,
                timeout_s: float = 60.0, retries: int = 4, max_batch: int = 64, backoff_s: float = 1.0,
-               max_tokens: int | None = 1024) -> Agent:
+               max_tokens: int | None = 1024, thinking: bool = False) -> Agent:
     """'oracle' | 'oracle:varied' | 'adversary:<name>' | 'hf:<model>' | 'vllm:<model>' | a litellm model id (openai/gpt-4o-mini,
-    hosted_vllm/x ...)."""
+    hosted_vllm/x ...). `thinking` (model.thinking) is a local model's: its template's enable_thinking."""
     if spec in ("oracle", "oracle:varied"):
         from .oracle import OracleAgent
 
@@ -26,12 +26,14 @@ def make_agent(spec: str, api_base: str | None = None, temperature: float = 0.0,
     if spec.startswith("hf:"):
         from .local import HFAgent
 
-        return HFAgent(spec[3:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch)
+        return HFAgent(spec[3:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch,
+                       thinking=thinking)
     if spec.startswith("vllm:"):
         from .local import VLLMAgent, import_vllm
 
         import_vllm()
-        return VLLMAgent(spec[5:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch)
+        return VLLMAgent(spec[5:], temperature=temperature, max_new_tokens=max_new_tokens, max_batch=max_batch,
+                         thinking=thinking)
     from ...models.llm import LLMConfig
     from .api import APIAgent
 

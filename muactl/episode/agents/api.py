@@ -48,7 +48,7 @@ class APIAgent(Agent):
             raise AgentError(str(e)) from e
         # arguments that are not JSON stay text: the sandbox reports them to the agent as the tool's error
         calls = [{"id": c["id"], "name": c["name"], "arguments": decode_arguments(c["arguments"])} for c in msg["tool_calls"]]
-        return AgentReply(msg["content"] or "", calls, usage=usage)
+        return AgentReply(msg["content"] or "", calls, usage=usage, reasoning=msg.get("reasoning"))
 
     def describe(self) -> dict[str, Any]:
         return {"agent": "litellm", "model": self.cfg.model, "api_base": self.cfg.api_base, "temperature": self.cfg.temperature}

@@ -16,6 +16,7 @@ class AgentReply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"id", "name", "arguments": dict}]
     error: str | None = None  # malformed output: shown to the agent as an error turn
     usage: dict[str, float] = field(default_factory=dict)  # prompt_tokens, completion_tokens, cost
+    reasoning: str | None = None  # a thinking model's <think> text: stored with the turn, never shown to the user
 
 
 class Agent(ABC):

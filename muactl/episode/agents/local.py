@@ -26,10 +26,11 @@ class LocalAgent(Agent):
 
     keeps_tokens = True
 
-    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 256):
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 256, thinking: bool = False):
         self.model_ref = model_ref
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
+        self.thinking = thinking  # model.thinking: the template's enable_thinking, where it has one
         self.tokenizer = None
         self.format = None  # ChatFormat: how turns render and parse, and the end-of-turn ids
 
@@ -70,19 +71,29 @@ class LocalAgent(Agent):
         parsed = self.format.parse(self._decode(ids))
         if self.format.family != "chatml":  # some templates check ids (Mistral's: 9 letters or digits)
             parsed.tool_calls = [dict(c, id=f"c{len(ctx.messages):04d}{i:04d}") for i, c in enumerate(parsed.tool_calls)]
-        return AgentReply(parsed.content, parsed.tool_calls, parsed.error,
+        return AgentReply(parsed.content, parsed.tool_calls, parsed.error, reasoning=parsed.reasoning,
                           usage={"prompt_tokens": len(prompt), "completion_tokens": len(ids)})
 
     def describe(self) -> dict[str, Any]:
         return {"agent": self.name, "model": self.model_ref, "temperature": self.temperature,
-                "max_new_tokens": self.max_new_tokens}
+                "max_new_tokens": self.max_new_tokens, "thinking": self.thinking}
+
+    def agent_format(self):
+        """The tokenizer's chat format with this agent's thinking switch (a copy: a user simulator on the
+        same tokenizer keeps its own)."""
+        from dataclasses import replace
+
+        from ...models.folder import chat_format
+
+        return replace(chat_format(self.tokenizer), thinking=self.thinking)
 
 
 class BatchedAgent(LocalAgent):
     """A local model loaded on first use, whose concurrent episodes share generate calls (Batcher)."""
 
-    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 256, max_batch: int = 64):
-        super().__init__(model_ref, temperature=temperature, max_new_tokens=max_new_tokens)
+    def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 256, max_batch: int = 64,
+                 thinking: bool = False):
+        super().__init__(model_ref, temperature=temperature, max_new_tokens=max_new_tokens, thinking=thinking)
         self.max_batch = max_batch
         self.batcher: Batcher | None = None
         self._loading: asyncio.Lock | None = None
@@ -115,10 +126,8 @@ class HFAgent(BatchedAgent):
             from ...models.generation import load_model
 
             self.lm = load_model(self.model_ref, domain)
-        from ...models.folder import chat_format
-
         self.tokenizer = self.lm.tokenizer
-        self.format = chat_format(self.tokenizer)
+        self.format = self.agent_format()
         self.batcher = Batcher(self.lm.generate, self.max_batch, getattr(self.lm, "context_length", None),
                                stop=getattr(self.lm, "stop", None))
 
@@ -134,12 +143,12 @@ class VLLMAgent(BatchedAgent):
 
     def _load(self, domain) -> None:
         vllm = import_vllm()
-        from ...models.folder import chat_format, load_tokenizer
+        from ...models.folder import load_tokenizer
         from ...models.registry import resolve
 
         path = resolve(self.model_ref, domain)
         self.tokenizer = load_tokenizer(path)
-        self.format = chat_format(self.tokenizer)
+        self.format = self.agent_format()
         if self.engine is None:
             self.engine = vllm.LLM(model=str(path), tokenizer=str(path), gpu_memory_utilization=self.gpu_memory_utilization)
         self._vllm = vllm
