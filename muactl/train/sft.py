@@ -90,8 +90,8 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from ..models.folder import load_tokenizer
     from ..models.precision import gradient_checkpointing, import_torch, precision_note, sft_batch, training_precision
     from ..models.registry import resolve
-    from ..domain.open import open_domain
     from .checkpoints import card_on_save, quiet_trl_logs, train_and_save
+    from .mix import model_domains
     from .synth import read_jsonl
 
     torch = import_torch()
@@ -99,7 +99,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from trl import SFTConfig, SFTTrainer
 
     records = read_jsonl(data_path)
-    domain = open_domain(cfg.domain, with_tasks=False, trust=cfg.trust).compiled if cfg.model.name == "tiny" else None
+    domain = model_domains(cfg) if cfg.model.name == "tiny" else None
     path = resolve(cfg.model.name, domain)
     tokenizer = load_tokenizer(path)
     dataset, skipped = build_dataset(tokenizer, records, cfg.sft.max_length)
