@@ -128,10 +128,11 @@ def test_grpo_draws_each_groups_domain_by_weight_within_a_binomial_bound(in_tmp)
     assert stored[("bank", False)] == 2 * bank
 
 
-@pytest.mark.slow  # ~9 s: the oracle plays every training task of both domains
-def test_a_pipeline_over_bank_and_retail_mixes_sft_data_and_data_show_names_the_domain(in_tmp):
-    (in_tmp / "mix.yaml").write_text("stages: [synth]\nsynth: {trials: 1}\ndomains:\n  - {name: bank, weight: 3}\n  - retail\n")
-    r = runner.invoke(app, ["train", str(in_tmp / "mix.yaml"), "run_id=s1"])
+@pytest.mark.slow  # ~30 s: the oracle plays every training task of both domains, tiny their test tasks
+def test_a_pipeline_over_bank_and_retail_mixes_sft_data_and_evaluates_each_domain_and_all(in_tmp):
+    (in_tmp / "mix.yaml").write_text("stages: [synth, eval]\nsynth: {trials: 1}\neval: {max_turns: 1, concurrency: 20}\n"
+                                     "domains:\n  - {name: bank, weight: 3}\n  - retail\n")
+    r = runner.invoke(app, ["train", str(in_tmp / "mix.yaml"), "run_id=s1", "model.max_new_tokens=4"])
     assert r.exit_code == 0, r.output
     run = in_tmp / "runs" / "s1"
     stages = json.loads((run / "stages.json").read_text())
@@ -141,6 +142,10 @@ def test_a_pipeline_over_bank_and_retail_mixes_sft_data_and_data_show_names_the_
     assert counts == {d: f["mixed"] for d, f in figures.items()} and stages["synth"]["kept"] == len(rows)
     assert abs(counts["bank"] / len(rows) - 0.75) <= 1 / len(rows)  # 3:1 up to rounding
     assert (run / "sft-bank.jsonl").is_file() and (run / "synth-retail" / "runs.sqlite").is_file()
+    base = stages["eval"]["base"]  # the row is over both domains' test tasks, each domain's figures beside it
+    assert base["episodes"] == base["domains"]["bank"]["episodes"] + base["domains"]["retail"]["episodes"]
+    assert {t.split("/")[0] for t in base["per_task"]} == {"bank", "retail"} and "tiny-bank+retail-" in base["model"]
+    assert "base by domain: bank pass^1 0.000 over 20 episodes, retail pass^1" in r.output, r.output
     at = next(i for i, row in enumerate(rows) if row["domain"] == "retail")
     r = runner.invoke(app, ["data", "show", str(run / "sft.jsonl"), "--index", str(at)])
     assert r.exit_code == 0 and f"#{at}: domain retail, task " in r.output, r.output
