@@ -41,6 +41,12 @@ def test_domains_compose_into_parts_with_their_shares_and_their_own_settings(in_
     assert (bank.cfg.domain, bank.cfg.tasks, bank.cfg.synth.tasks, bank.cfg.db) == ("bank", "template:all", "template:all", "random")
     assert (retail.cfg.domain, retail.cfg.tasks, retail.cfg.synth.tasks, retail.cfg.db) == ("retail", None, "train", "fixed")
 
+    # a domain named by its folder: a label without '/' names its files, metrics and the run
+    from muactl.spec.library import find_domain
+    from muactl.train.mix import run_domain
+
+    by_path = compose(None, [f"domains=[bank, {{name: '{find_domain('retail').root}/'}}]"])
+    assert run_domain(by_path) == "bank+retail" and run_domain(compose(None, [])) == "bank"
     # a run saves its resolved config (domain: null beside domains:); --resume composes it back unchanged
     from omegaconf import OmegaConf
 

@@ -42,8 +42,9 @@ def several(cfg) -> bool:
 
 
 def run_domain(cfg) -> str:
-    """What a run's folder and records name as its domain: the one, or the several joined by '+'."""
-    return "+".join(p.name for p in parts(cfg))
+    """What a run's folder and records name as its domain: the one as given, or the several's labels joined by
+    '+' (a label is a folder's last part: a run id holds no '/')."""
+    return "+".join(p.label for p in parts(cfg)) if several(cfg) else str(cfg.domain)
 
 
 def model_domains(cfg):
