@@ -141,6 +141,14 @@ def test_grpo_draws_each_groups_domain_by_weight_within_a_binomial_bound(in_tmp)
     stored = Counter((e["domain"], e["task_id"] in retail_ids) for e in store.episodes())
     assert set(stored) == {("bank", False), ("retail", True)}  # each episode stored with the domain it was played in
     assert stored[("bank", False)] == 2 * bank
+    # a resumed run rebuilds each domain's pass rates from the episodes stored with that domain
+    resumed = Rollouts(cfg, playing[0].opened, store, lm.tokenizer, ScriptedUser, playing=playing)
+    resumed._replay(step=100)
+
+    def rates(r):
+        return [{n: list(q) for n, q in s.curriculum.recent.items()} for s in r.sources]
+
+    assert rates(resumed) == rates(rollouts) and any(rates(resumed)[1].values())
 
 
 @pytest.mark.slow  # ~30 s: the oracle plays every training task of both domains, tiny their test tasks
