@@ -39,6 +39,11 @@ per-token entropy of the policy's tokens from the update's forward pass (on the 
 `rollout/all_equal_groups` counts groups without signal as first drawn; TRL's `frac_reward_zero_std` is the share
 without signal in the update, after re-drawing (`signal_note` says so in the terminal). The terminal shows one
 line per step (`step_line`) instead of TRL's raw dicts, which stay in the run's store.
+
+Several domains (a recipe's `domains:`, train/mix.py): one policy; each group's domain is drawn by the domains'
+weights from the step's seeded generator, then one of that domain's templates or training tasks (each domain has
+its own curriculum, and a re-draw stays in the domain); episodes are stored with their domain, and each step logs
+domain/<name>/groups, groups_with_signal, reward and success (`Drawing.domain_figures`).
 """
 
 from __future__ import annotations
