@@ -199,3 +199,20 @@ def test_grpo_over_bank_and_retail_logs_per_domain_metrics_heldout_and_report(in
     r = runner.invoke(app, ["report", "g1"])
     page = (in_tmp / "runs" / "g1" / "report" / "index.html").read_text()
     assert r.exit_code == 0 and "<h2>Domains</h2>" in page and "<td>retail</td>" in page
+
+
+def test_sft_says_per_domain_how_many_rows_fit_max_length():
+    """A row longer than sft.max_length is skipped, which shifts a mix away from its weights: SFT says so."""
+    from muactl.domain.open import open_domain
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.registry import resolve
+    from muactl.train.sft import domains_fitting
+
+    tokenizer = load_tokenizer(resolve("tiny", open_domain("bank", with_tasks=False).compiled))
+
+    def row(domain: str, words: int) -> dict:
+        return {"domain": domain, "messages": [{"role": "user", "content": "hello " * words},
+                                               {"role": "assistant", "content": "Yes."}]}
+
+    rows = [row("bank", 3), row("bank", 3), row("retail", 3), row("retail", 400)]
+    assert domains_fitting(tokenizer, rows, max_length=200) == "bank 2 of 2, retail 1 of 2"
