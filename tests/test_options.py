@@ -102,3 +102,19 @@ def test_model_and_user_options_only_set_declared_keys():
     for group, keys in schema.items():
         for path in Path(CONF_DIR / group).glob("*.yaml"):
             assert set(yaml.safe_load(path.read_text())) <= keys, path
+
+
+def test_every_field_of_a_domains_entry_is_documented():
+    """A recipe's `domains:` entries (DomainEntry) are declared once; train.yaml's comment and the README name
+    every field, and the check of an entry knows exactly those fields."""
+    from muactl.train.recipes import DomainEntry
+
+    names = [f.name for f in fields(DomainEntry)]
+    conf = (CONF_DIR / "train.yaml").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("**Several domains, one policy**"):]
+    for name in names:
+        assert f"{name}:" in conf.split("domains:", 1)[1].split("\ndata:", 1)[0] or name == "name", name
+        assert f"`{name}`" in section or name == "name", name
+    r = runner.invoke(app, ["train", "grpo", "domains=[{name: bank, colour: red}]", "--cfg"])
+    assert r.exit_code == 2 and f"an entry has {', '.join(names)}" in r.output

@@ -272,6 +272,8 @@ def test_example_configs_compose():
     assert quick.model.name == "smollm2-135m" and list(quick.stages) == ["synth", "sft", "grpo", "eval"]
     gpu = compose(examples / "gpu-qwen3.yaml", [])
     assert "Qwen3" in gpu.model.name and gpu.user.kind == "litellm"
+    mix = compose(examples / "two-domains.yaml", [])
+    assert mix.domain is None and [(d.name, d.weight) for d in mix.domains] == [("bank", 3.0), ("retail", 1.0)]
 
 
 def test_gradient_checkpointing_only_where_memory_is_scarce(monkeypatch):

@@ -137,7 +137,8 @@ def data_show(
         raise UsageError(f"{path} has conversations 0..{len(rows) - 1}")
     row = rows[index]
     console = command_console()
-    console.print(f"[bold]{path}[/bold] #{index}: task {row.get('task_id', '?')}, {len(row['messages'])} messages, "
+    where = f"domain {row['domain']}, " if row.get("domain") else ""  # rows from before #31 do not say
+    console.print(f"[bold]{path}[/bold] #{index}: {where}task {row.get('task_id', '?')}, {len(row['messages'])} messages, "
                   f"{len(row.get('tools') or [])} tools")
     for m in row["messages"]:
         role, content = m["role"], escape(m.get("content") or "")

@@ -139,5 +139,9 @@ def print_before_after(state: dict) -> None:
         table.add_row(r["stage"], " ".join(filter(None, [fmt_value(r.get("pass^1")), r.get("95% interval")])),
                       fmt_value(r.get("first_call_right")), fmt_value(r.get("gold_calls_made")), fmt_value(r.get("avg_turns")))
     command_console().print(table)
+    for label, row in rows.items():  # a run over several domains: the table is over all; each domain's own
+        if row.get("domains"):
+            typer.echo(f"{label} by domain: " + ", ".join(f"{d} pass^1 {fmt_value(f.get('pass^1'))} over {f.get('episodes')} "
+                                                         "episodes" for d, f in row["domains"].items()))
     for line in comparisons(rows):  # paired over the same tasks: the honest test of a gain
         typer.echo(line)

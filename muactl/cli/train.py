@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +23,8 @@ def train(
                                          "saved config; overrides may extend it (e.g. grpo.steps=N)."),
     show_config: bool = typer.Option(False, "--show-config", "--cfg", help="Print the resolved config and exit "
                                      "(a run saves it as runs/<id>/config.yaml)."),
+    domain: Optional[list[str]] = typer.Option(None, "--domain", help="NAME or NAME:WEIGHT; repeat it to train one "
+                                               "policy on several domains (the recipe's domains:, weight 1 unless given)."),
 ) -> None:
     """Train: SFT, GRPO with the simulated user in the loop, or a whole recipe from a config file.
 
@@ -32,16 +36,20 @@ def train(
       [bold]muactl train grpo model=runs/<sft>/checkpoint-final domain=bank grpo.group_size=8 grpo.steps=50[/bold]
       [bold]muactl train grpo ... user=litellm user.model=openai/gpt-4o-mini[/bold]
       [bold]muactl train grpo ... grpo.reward=userrl grpo.turn_credit=r2g grpo.trajectory_score=r2g[/bold]
+      [bold]muactl train grpo --domain bank:3 --domain retail:1 ...[/bold]   (one policy over two domains, 3:1)
       [bold]muactl train --resume RUN_ID[/bold]   (a sft, grpo or recipe run, from its saved config)
     """
     from omegaconf import OmegaConf
 
+    from ..train.mix import parts, run_domain
     from ..train.recipes import compose, to_yaml
     from ..runs.store import RunStore, runs_dir
 
     overrides = list(ctx.args)
     if what is not None and "=" in what and Path(what).suffix not in (".yaml", ".yml"):
         overrides, what = [what, *overrides], None  # `train --resume RUN x=1`: the first override took its place
+    if domain:
+        overrides.append(domains_override(domain))
     store = None
     if resume:
         store = RunStore.open(resume)
@@ -68,7 +76,7 @@ def train(
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():
         store = RunStore.open(cfg.run_id)  # naming an existing run continues it, like --resume
     if store is None:
-        store = RunStore.create(kind, str(cfg.domain), resolved, run_id=cfg.run_id)
+        store = RunStore.create(kind, run_domain(cfg), resolved, run_id=cfg.run_id)
         store.lock()
     else:
         store.lock()  # one process at a time writes a run (two --resume of it would double its work)
@@ -81,7 +89,9 @@ def train(
 
             final, stats = run_sft(cfg, store, Path(cfg.data), log=typer.echo)
             store.update(status="finished", summary={"sft": stats, "checkpoint": str(final)})
-            typer.echo(f"checkpoint: {final}\nevaluate it: muactl eval {cfg.domain} --agent hf:{final} --split test")
+            typer.echo(f"checkpoint: {final}")
+            for part in parts(cfg):
+                typer.echo(f"evaluate it: muactl eval {part.name} --agent hf:{final} --split test")
         elif stage == "grpo":
             from ..train.grpo import run_grpo
 
@@ -104,6 +114,17 @@ def train(
     finally:
         store.unlock()
 
+
+
+def domains_override(given: list[str]) -> str:
+    """Repeated --domain NAME[:WEIGHT] as the recipe's `domains=[...]` override (checked where the recipe's are)."""
+    entries = []
+    for item in given:
+        name, sep, weight = item.rpartition(":")
+        if not sep or not name or not re.fullmatch(r"[-+0-9.eE]+", weight):
+            name, weight = item, "1"
+        entries.append(f"{{name: {json.dumps(name)}, weight: {weight}}}")
+    return f"domains=[{', '.join(entries)}]"
 
 
 TRAIN_KINDS = {"sft": "sft", "grpo": "grpo", "train": None}  # a run's kind -> the stage it ran (None: a recipe)

@@ -264,6 +264,7 @@ class Job:
     task: TaskSpec
     trial: int
     domain: Any = None  # a random database instance for this episode; None: run_many's domain
+    make_user: Callable[[], UserSimulator] | None = None  # this episode's user (a domain of a mix); None: run_many's
 
 
 async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_user: Callable[[], UserSimulator],
@@ -277,7 +278,8 @@ async def run_many(jobs: list[Job], domain: CompiledDomain, agent: Agent, make_u
 
     async def one(i: int, job: Job) -> None:
         async with sem:
-            ep = await run_episode(job.task, job.domain or domain, agent, make_user(), cfg, trial=job.trial, judge=judge)
+            user = (job.make_user or make_user)()
+            ep = await run_episode(job.task, job.domain or domain, agent, user, cfg, trial=job.trial, judge=judge)
             results[i] = ep
             if on_done is not None:
                 on_done(ep)

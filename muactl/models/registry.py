@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from ..compile import CompiledDomain
 
 
-def resolve(ref: str, domain: CompiledDomain | None = None) -> Path | str:
-    """A model reference -> a local folder (or an HF id, for machines with a hub)."""
+def resolve(ref: str, domain: CompiledDomain | list[CompiledDomain] | None = None) -> Path | str:
+    """A model reference -> a local folder (or an HF id, for machines with a hub); `tiny` is built from the
+    domain's text, or from several domains' (a run over a mix)."""
     if ref == "tiny":
         if domain is None:
             raise ModelError("the tiny model is built from a domain's text; use it with a domain")

@@ -69,12 +69,12 @@ def build_tokenizer(corpus: list[str]):
     return tok
 
 
-def build_tiny(domain: CompiledDomain, out: Path, seed: int = 0) -> Path:
-    """Write a tiny random-init Qwen2 model and its domain tokenizer to `out` (atomically)."""
+def build_tiny(domains: list[CompiledDomain], out: Path, seed: int = 0) -> Path:
+    """Write a tiny random-init Qwen2 model and its tokenizer, trained on the domains' text, to `out` (atomically)."""
     torch = import_torch()
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    tok = build_tokenizer(domain_corpus(domain))
+    tok = build_tokenizer([text for d in domains for text in domain_corpus(d)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token="<|endoftext|>",
                                    additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in (IM_END, "<|endoftext|>")])
     fast.muactl_tools = "compact"
@@ -88,6 +88,10 @@ def build_tiny(domain: CompiledDomain, out: Path, seed: int = 0) -> Path:
     return save_atomically(model, fast, out)
 
 
-def tiny_path(domain: CompiledDomain) -> Path:
-    digest = hashlib.sha256(f"{TINY_FORMAT}:{domain.content_hash}:{json.dumps(TINY_CONFIG, sort_keys=True)}".encode()).hexdigest()[:16]
-    return cached_model(cache_dir() / "models" / f"tiny-{domain.name}-{digest}", lambda out: build_tiny(domain, out))
+def tiny_path(domain: CompiledDomain | list[CompiledDomain]) -> Path:
+    """The tiny model of a domain, or of several (a run over a mix: one tokenizer covers all their text)."""
+    domains = domain if isinstance(domain, list) else [domain]
+    hashes = ":".join(d.content_hash for d in domains)
+    digest = hashlib.sha256(f"{TINY_FORMAT}:{hashes}:{json.dumps(TINY_CONFIG, sort_keys=True)}".encode()).hexdigest()[:16]
+    name = "+".join(d.name for d in domains)
+    return cached_model(cache_dir() / "models" / f"tiny-{name}-{digest}", lambda out: build_tiny(domains, out))

@@ -63,6 +63,34 @@ HELDOUT_PNG = "heldout.png"
 TRAIN_REWARD = PLOTS[0][3]  # the names the reward plot reads
 
 
+def domain_rows(series: dict[str, list[tuple[int, float]]], state: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run over several domains, one row per domain: GRPO's groups (the mix it drew), those with signal, its
+    mean reward and success per step, its last held-out pass^1, and each eval stage's pass^1 on it."""
+    names = sorted({k.split("/")[1] for k in series if k.startswith("domain/") and k.count("/") == 2})
+    evals = state.get("eval", {})
+    names += sorted({d for row in evals.values() for d in row.get("domains", {})} - set(names))
+    total = sum(v for n in names for _, v in series.get(f"domain/{n}/groups", []))
+    rows = []
+    for n in names:
+        def values(metric: str) -> list[float]:
+            return [v for _, v in series.get(f"domain/{n}/{metric}", [])]
+
+        groups = values("groups")
+        row: dict[str, Any] = {"domain": n, "groups": int(sum(groups)),
+                               "share of groups": sum(groups) / total if total else None,
+                               "groups with signal": int(sum(values("groups_with_signal"))),
+                               "mean reward": _mean(values("reward")), "mean success": _mean(values("success")),
+                               "held-out (last)": (values("heldout_success") or [None])[-1]}
+        for label, ev in evals.items():
+            row[f"eval {label} pass^1"] = (ev.get("domains", {}).get(n) or {}).get("pass^1")
+        rows.append(row)
+    return rows
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
 def heldout_figure(plt, series: dict[str, list[tuple[int, float]]]):
     """The learning curve of a run with grpo.eval_every: held-out success and the training reward per step,
     then beside it, when logged, the share of groups without signal (all rewards equal) and the KL."""
@@ -213,6 +241,12 @@ def write_report(run_id: str, transcripts: int = 3) -> Path:
 
         parts.append("<h2>Before / after</h2>" + _table(table))
         parts += [f"<p>{html.escape(line)}</p>" for line in comparisons(state.get("eval", {}))]
+    domains = domain_rows(metric_series(store), state)
+    if domains:
+        parts.append("<h2>Domains</h2><p>one policy over several domains: the GRPO groups each drew (by the "
+                     "recipe's weights), with signal, mean reward and success over the steps, the last held-out "
+                     "pass^1 and each eval stage's pass^1 on its own test tasks (the table above is over all of "
+                     "them)</p>" + _table(domains))
     summary = {k: v for k, v in (info["summary"] or {}).items() if not isinstance(v, (dict, list))}
     if summary:
         from .summary import pass_k_note

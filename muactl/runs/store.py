@@ -98,7 +98,7 @@ class RunStore:
     def _ensure_schema(self) -> None:
         db = self.db
         if {"traces", "metrics"} <= set(db.table_names()):
-            for column in ("fidelity", "interaction", "outcome"):  # added later: runs made before them gain the columns
+            for column in ("fidelity", "interaction", "outcome", "domain"):  # added later: older runs gain the columns
                 if column not in db["episodes"].columns_dict:
                     db["episodes"].add_column(column, str)
             if "reasoning" not in db["messages"].columns_dict:
@@ -112,6 +112,7 @@ class RunStore:
             "prompt_tokens": int, "completion_tokens": int, "cost": float, "wall_s": float,
             "breakdown": str, "records": str, "usage": str, "timing": str, "final_hash": str, "error": str,
             "human": int, "rating": int, "note": str, "step": int, "created": str, "fidelity": str, "interaction": str,
+            "domain": str,  # the domain of a run over several (GRPO's rollouts); null: the run's one domain
         }, pk="id", if_not_exists=True)
         db["episodes"].create_index(["run_id", "task_id", "trial", "step"], unique=True, if_not_exists=True)
         db["messages"].create({"episode_id": int, "idx": int, "role": str, "content": str, "tool_calls": str,
@@ -168,7 +169,8 @@ class RunStore:
 
     # ------------------------------------------------------------ write
 
-    def save_episode(self, ep, step: int = 0, human: bool = False, keep_trace: bool = True) -> int:
+    def save_episode(self, ep, step: int = 0, human: bool = False, keep_trace: bool = True,
+                     domain: str | None = None) -> int:
         from ..episode.types import Episode
 
         assert isinstance(ep, Episode)
@@ -182,7 +184,7 @@ class RunStore:
                "wall_s": ep.timing.get("wall", 0.0), "breakdown": json.dumps(ep.breakdown), "records": json.dumps(ep.records),
                "usage": json.dumps(usage), "timing": json.dumps(ep.timing), "final_hash": ep.final_hash, "error": ep.error,
                "human": int(human), "step": step, "created": _now(), "fidelity": json.dumps(ep.fidelity),
-               "interaction": json.dumps(ep.interaction)}
+               "interaction": json.dumps(ep.interaction), "domain": domain}
         with self.db.conn:
             eid = self.db["episodes"].insert(row).last_pk
             self.db["messages"].insert_all(

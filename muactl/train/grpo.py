@@ -39,6 +39,11 @@ per-token entropy of the policy's tokens from the update's forward pass (on the 
 `rollout/all_equal_groups` counts groups without signal as first drawn; TRL's `frac_reward_zero_std` is the share
 without signal in the update, after re-drawing (`signal_note` says so in the terminal). The terminal shows one
 line per step (`step_line`) instead of TRL's raw dicts, which stay in the run's store.
+
+Several domains (a recipe's `domains:`, train/mix.py): one policy; each group's domain is drawn by the domains'
+weights from the step's seeded generator, then one of that domain's templates or training tasks (each domain has
+its own curriculum, and a re-draw stays in the domain); episodes are stored with their domain, and each step logs
+domain/<name>/groups, groups_with_signal, reward and success (`Drawing.domain_figures`).
 """
 
 from __future__ import annotations
@@ -61,23 +66,41 @@ from .shaping import episode_reward
 
 
 class Rollouts:
-    """The rollout_func: task ids in, token-exact episodes out (see the module docstring)."""
+    """The rollout_func: task ids in, token-exact episodes out (see the module docstring). Over several domains
+    (`playing`, train/mix.py) each group's domain is drawn by the domains' shares, then one of its prompts; a
+    group re-drawn for want of signal stays in its domain, so the groups of an update follow the mix."""
 
-    def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, log=print):
-        self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.log = cfg, opened, store, tokenizer, make_user, log
-        self.tasks = {t.task.id: t for t in opened.tasks}
+    def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, log=print, playing: list | None = None):
+        from .mix import Part, Playing, several
+
+        self.cfg, self.store, self.tokenizer, self.log = cfg, store, tokenizer, log
+        g = cfg.grpo
+        playing = playing or [Playing(Part(str(cfg.domain), 1.0, cfg), opened, make_user)]
+        self.sources = [Source(p, Curriculum(prompt_names(p.part.cfg, p.opened), g.band_low, g.band_high,
+                                             window=2 * g.group_size, known=g.group_size)) for p in playing]
+        self.several = several(cfg)
         # rollout calls so far in the current step: seeds derive from (step, call), so a run resumed from a
         # checkpoint draws what the uninterrupted run drew
         self.step, self.calls = None, 0
-        g = cfg.grpo
-        self.curriculum = Curriculum(prompt_names(cfg, opened), g.band_low, g.band_high, window=2 * g.group_size,
-                                     known=g.group_size)
         self.judge = None
         if g.judge:
             from .recipes import api_options
             from ..episode.judge import Judge
 
             self.judge = Judge(g.judge, api_base=g.judge_api_base, **api_options(cfg))
+
+    # a run over one domain: its one source
+    opened = property(lambda self: self.sources[0].opened)
+    tasks = property(lambda self: self.sources[0].tasks)
+    make_user = property(lambda self: self.sources[0].make_user)
+
+    @property
+    def curriculum(self) -> Curriculum:
+        return self.sources[0].curriculum
+
+    @curriculum.setter
+    def curriculum(self, value: Curriculum) -> None:
+        self.sources[0].curriculum = value
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         from ..episode.agents.local import HFAgent
@@ -91,7 +114,7 @@ class Rollouts:
         step = trainer.state.global_step
         if step != self.step:
             if self.step is None:  # a fresh or resumed run: the pass rates are those of the episodes stored so far
-                self.curriculum.replay(self.store.episodes(), until_step=step)
+                self._replay(step)
             self.step, self.calls = step, 0
         self.store.forget_step(step + 1)  # left over from a run killed before this step's checkpoint
         agent = HFAgent("policy", lm=lm, temperature=g.temperature, max_new_tokens=g.max_new_tokens,
@@ -106,37 +129,66 @@ class Rollouts:
         gen_s = time.perf_counter() - t0
         episodes = [e for grp in drawing.groups for e in grp]
         out = self._batch(episodes)
-        for ep in drawing.drawn:  # every episode played, the groups replaced for want of signal too
-            self.store.save_episode(ep, step=step + 1, keep_trace=False)
-        metrics = {**step_figures(episodes, out), **drawing.figures(g), **self.curriculum.figures(),
+        for ep, label in zip(drawing.drawn, drawing.origins):  # every episode played, re-drawn groups' too
+            self.store.save_episode(ep, step=step + 1, keep_trace=False, domain=label if self.several else None)
+        metrics = {**step_figures(episodes, out), **drawing.figures(g), **self._pass_rates(),
                    "rollout/timeouts": float(sum(e.timed_out for e in drawing.drawn)), "time/generation_s": gen_s}
+        if self.several:
+            metrics.update(drawing.domain_figures(g, [s.label for s in self.sources]))
         for k, v in metrics.items():  # TRL logs these with its own (reward, kl, entropy ...)
             trainer._metrics["train"][k].append(v)
         return out
 
+    def _replay(self, step: int) -> None:
+        rows = self.store.episodes()
+        for s in self.sources:
+            s.curriculum.replay([r for r in rows if r.get("domain") == s.label] if self.several else rows, until_step=step)
+
+    def _pass_rates(self) -> dict[str, float]:
+        if not self.several:
+            return self.curriculum.figures()
+        return {k.replace("rollout/pass_rate/", f"rollout/pass_rate/{s.label}/"): v
+                for s in self.sources for k, v in s.curriculum.figures().items()}
+
+    def _first_pick(self, name: str, used: dict[str, set], rng) -> tuple[Source, str]:
+        """A group's domain and what it plays: over one domain the prompt TRL handed in (or another in the
+        pass-rate band); over several a domain drawn by share, then one of its prompts, then the band's say."""
+        from .mix import draw_part
+
+        if not self.several:
+            source = self.sources[0]
+        else:
+            source = draw_part(rng, self.sources)
+            name = rng.choice(source.curriculum.names)
+        return source, source.curriculum.choose(name, used[source.label], rng)
+
     def _draw(self, names: list[str], step: int, agent) -> Drawing:
         """DAPO's dynamic sampling over the curriculum: one group per name (a template or a training task), the
         names out of the pass-rate band replaced first; then, up to grpo.draw_rounds rounds, every group without
-        signal is drawn again on another name (a fresh template, not the same one) until each has signal."""
+        signal is drawn again on another name of its domain (a fresh template, not the same one) until each has
+        signal."""
         import random
 
         g = self.cfg.grpo
         size = g.group_size
         rng = random.Random(self.cfg.seed * 7919 + step * 31)
-        used: set[str] = set()
-        names = [self.curriculum.choose(n, used, rng) for n in names]
-        drawing = Drawing(groups=[[] for _ in names])
-        pending = list(range(len(names)))
+        used: dict[str, set[str]] = {s.label: set() for s in self.sources}
+        picks = [self._first_pick(n, used, rng) for n in names]
+        drawing = Drawing(groups=[[] for _ in picks], domains=[s.label for s, _ in picks])
+        pending = list(range(len(picks)))
         for round_ in range(max(1, g.draw_rounds)):
             if round_:
-                names = [self.curriculum.other(n, used, rng) if i in pending else n for i, n in enumerate(names)]
+                picks = [(s, s.curriculum.other(n, used[s.label], rng)) if i in pending else (s, n)
+                         for i, (s, n) in enumerate(picks)]
             rcfg = rollout_config(self.cfg, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls)
-            jobs = self._jobs([names[i] for i in pending for _ in range(size)], step)
+            jobs = self._jobs([picks[i] for i in pending for _ in range(size)], step)
             played = self._run(jobs, agent, rcfg)
             for k, i in enumerate(pending):
                 drawing.groups[i] = played[k * size:(k + 1) * size]
-                self.curriculum.record(names[i], drawing.groups[i])
+                source, name = picks[i]
+                source.curriculum.record(name, drawing.groups[i])
             drawing.drawn += played
+            drawing.origins += [picks[i][0].label for i in pending for _ in range(size)]
             drawing.rounds += 1
             pending = [i for i in pending if not has_signal(drawing.groups[i], g)]
             if round_ == 0:
@@ -166,35 +218,35 @@ class Rollouts:
             out["episode_reward"].append(episode_reward(ep, g))
         return out
 
-    def _jobs(self, names: list[str], step: int) -> list:
-        """One job per name. A `template:<id>` name gets a fresh instance per group (a group's names are next to
-        each other), or per rollout with grpo.instance_per_rollout, drawn from the train seed stream at a place
-        fixed by step and call."""
+    def _jobs(self, picks: list[tuple[Source, str]], step: int) -> list:
+        """One job per (domain, name). A `template:<id>` name gets a fresh instance per group (a group's names are
+        next to each other), or per rollout with grpo.instance_per_rollout, drawn from the train seed stream at a
+        place fixed by step and call, on a random database when its domain's db is random."""
         from ..episode.rollout import Job
         from ..domain.task_templates import domain_for, draw, select_templates, stream_seed
 
         g = self.cfg.grpo
-        db = getattr(self.cfg, "db", "fixed")
         call = self.calls
         self.calls += 1  # the next call (a re-draw) draws at a new place in the seed stream
         jobs, current = [], None
-        for i, name in enumerate(names):
+        for i, (source, name) in enumerate(picks):
             if not name.startswith("template:"):
-                t = self.tasks[name]
-                jobs.append(Job(t, trial=i, domain=domain_for(self.opened, t)))
+                t = source.tasks[name]
+                jobs.append(Job(t, trial=i, domain=domain_for(source.opened, t), make_user=source.make_user))
                 continue
             if i % g.group_size == 0 or g.instance_per_rollout or current is None:
                 base = step * 1_000_000 + (call % 100) * 10_000 + i * 10
+                db = getattr(source.cfg, "db", "fixed")
 
-                def seed_of(j: int, base=base) -> tuple[int, int | None]:
+                def seed_of(j: int, base=base, db=db) -> tuple[int, int | None]:
                     s = stream_seed("train", self.cfg.seed, base + j)
                     return s, (s if db == "random" else None)
 
-                drawn = draw(self.opened, select_templates(self.opened, name), 1, seed_of, "train", max_tries=10)
+                drawn = draw(source.opened, select_templates(source.opened, name), 1, seed_of, "train", max_tries=10)
                 if not drawn.tasks:
                     raise RuntimeError(f"no instance of {name} could be drawn: {drawn.dropped[-1][3]}")
                 current = drawn.tasks[0]
-            jobs.append(Job(current, trial=i, domain=domain_for(self.opened, current)))
+            jobs.append(Job(current, trial=i, domain=domain_for(source.opened, current), make_user=source.make_user))
         return jobs
 
     def _run(self, jobs, agent, rcfg):
@@ -205,11 +257,32 @@ class Rollouts:
 
 
 @dataclass
+class Source:
+    """One domain GRPO draws from: the domain opened for play (its tasks, its users) and the pass rates of
+    what its prompts name (its own curriculum)."""
+
+    playing: Any  # train/mix.py's Playing
+    curriculum: Curriculum
+
+    def __post_init__(self):
+        self.tasks = {t.task.id: t for t in self.playing.opened.tasks}
+
+    label = property(lambda self: self.playing.label)
+    share = property(lambda self: self.playing.part.share)
+    cfg = property(lambda self: self.playing.part.cfg)
+    opened = property(lambda self: self.playing.opened)
+    make_user = property(lambda self: self.playing.make_user)
+
+
+@dataclass
 class Drawing:
-    """What one step's dynamic sampling drew: the groups it hands TRL (in order), every episode played."""
+    """What one step's dynamic sampling drew: the groups it hands TRL (in order) and the domain of each, every
+    episode played and the domain of each."""
 
     groups: list[list]
+    domains: list[str] = field(default_factory=list)
     drawn: list = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
     rounds: int = 0
     first_equal: int = 0  # groups without signal as first drawn: what the task mix gives
     still_equal: int = 0  # ... in the update
@@ -222,6 +295,20 @@ class Drawing:
                 "rollout/all_equal_groups": float(self.first_equal),
                 "rollout/all_equal_share": self.first_equal / n,
                 "rollout/equal_after_resample": float(self.still_equal)}
+
+    def domain_figures(self, g, labels: list[str]) -> dict[str, float]:
+        """Per domain of a mix: its groups in the update (drawn by share), those with signal, and the reward TRL
+        saw and the success of their scored episodes (none when no group of the domain came up)."""
+        out = {}
+        for label in labels:
+            mine = [grp for grp, d in zip(self.groups, self.domains) if d == label]
+            scored = [e for grp in mine for e in grp if e.counted]
+            out[f"domain/{label}/groups"] = float(len(mine))
+            out[f"domain/{label}/groups_with_signal"] = float(sum(has_signal(grp, g) for grp in mine))
+            if scored:
+                out[f"domain/{label}/reward"] = sum(episode_reward(e, g) for e in scored) / len(scored)
+                out[f"domain/{label}/success"] = sum(e.outcome == "success" for e in scored) / len(scored)
+        return out
 
 
 class Curriculum:
@@ -481,7 +568,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     from ..models.folder import load_tokenizer
     from ..models.precision import import_torch, precision_note, training_precision
     from ..models.registry import resolve
-    from ..domain.open import open_domain
+    from .mix import open_parts, several
 
     torch = import_torch()
     import datasets
@@ -494,9 +581,11 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
 
     g = cfg.grpo
     check_settings(cfg)
-    opened = open_domain(cfg.domain, trust=cfg.trust)
-    names = prompt_names(cfg, opened)
-    path = resolve(str(model_path), opened.compiled)
+    playing = open_parts(cfg, user_factory)
+    opened = playing[0].opened
+    # over several domains the prompts only count the steps (each group's domain is drawn by share)
+    names = [f"{p.label}/{n}" if several(cfg) else n for p in playing for n in prompt_names(p.part.cfg, p.opened)]
+    path = resolve(str(model_path), [p.opened.compiled for p in playing] if several(cfg) else opened.compiled)
     tokenizer = load_tokenizer(path)
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
@@ -505,8 +594,9 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": name}]} for name in names])
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(store.path / "tensorboard" / "grpo")
     args = trainer_args(cfg, store.path / "grpo", cuda=cuda, bf16=bf16)
-    rollouts = Rollouts(cfg, opened, store, tokenizer, user_factory(cfg), log)
-    heldout = HeldOut(cfg, opened, store, tokenizer, user_factory(cfg), rollouts.judge, log) if g.eval_every else None
+    rollouts = Rollouts(cfg, opened, store, tokenizer, playing[0].make_user, log, playing=playing)
+    heldout = HeldOut(cfg, opened, store, tokenizer, playing[0].make_user, rollouts.judge, log,
+                      playing=playing) if g.eval_every else None
     peft_config = None
     if g.lora:
         from peft import LoraConfig

@@ -13,14 +13,22 @@ class HeldOut:
     greedily, with the eval stage's limits (eval.max_turns, model.max_new_tokens), the run's user and judge;
     pass^1 (muactl/runs/summary.py) is logged as heldout/success at the step. The set is drawn once, so every
     point of the curve scores the same tasks: a split or task ids, or template instances from the test seed
-    stream, which training never draws from (muactl/domain/task_templates.py), on random databases when db=random."""
+    stream, which training never draws from (muactl/domain/task_templates.py), on random databases when db=random.
+    Over several domains (`playing`, train/mix.py) each domain's set is its own, played with its user; the figure
+    is over all their tasks, and each domain's is logged as domain/<name>/heldout_success."""
 
-    def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, judge=None, log=print):
+    def __init__(self, cfg, opened, store: RunStore, tokenizer, make_user, judge=None, log=print,
+                 playing: list | None = None):
         from ..domain.task_templates import domain_for
+        from .mix import Part, Playing, several
 
         self.cfg, self.opened, self.store, self.tokenizer, self.make_user, self.judge, self.log = \
             cfg, opened, store, tokenizer, make_user, judge, log
-        self.tasks = [(t, domain_for(opened, t)) for t in heldout_tasks(cfg, opened)]
+        self.several = several(cfg)
+        playing = playing or [Playing(Part(str(cfg.domain), 1.0, cfg), opened, make_user)]
+        # (task, its database, its user, its domain's label)
+        self.tasks = [(t, domain_for(p.opened, t), p.make_user, p.label)
+                      for p in playing for t in heldout_tasks(p.part.cfg, p.opened)]
 
     def __call__(self, trainer, step: int) -> float | None:
         from ..episode.agents.local import HFAgent
@@ -39,7 +47,7 @@ class HeldOut:
         rcfg = RolloutConfig(max_turns=cfg.eval.max_turns, max_tool_errors=lim.max_tool_errors, timeout_s=lim.timeout_s,
                              opening=lim.opening, seed=cfg.seed)  # the same users' draws at every step
         # an evaluation: a wall-clock timeout is scored (`timeout`), as in muactl eval, not excluded as in the rollouts
-        jobs = [Job(t, trial=0, domain=d) for t, d in self.tasks]
+        jobs = [Job(t, trial=0, domain=d, make_user=u) for t, d, u, _ in self.tasks]
         was_training = model.training
         model.eval()
         try:
@@ -48,11 +56,17 @@ class HeldOut:
         finally:
             if was_training:
                 model.train()
-        counts = {ep.task_id: (1, int(ep.outcome == "success")) for ep in episodes if ep.counted}
+        # task ids are a domain's own: over several, each is counted with its domain's label
+        counts = {(label, ep.task_id): (1, int(ep.outcome == "success"))
+                  for ep, (*_, label) in zip(episodes, self.tasks) if ep.counted}
         success = pass_hat_k(counts, 1)
         metrics = {"heldout/episodes": float(len(counts)), "time/heldout_s": time.perf_counter() - t0}
         if success is not None:  # every episode excluded (a user or API failing): no figure, not a zero
             metrics["heldout/success"] = success
+        for label in dict.fromkeys(label for *_, label in self.tasks) if self.several else ():
+            mine = pass_hat_k({k: v for k, v in counts.items() if k[0] == label}, 1)
+            if mine is not None:
+                metrics[f"domain/{label}/heldout_success"] = mine
         self.store.log_metrics(step, metrics)
         self.log(f"grpo: step {step}: held-out pass^1 {'-' if success is None else f'{success:.3f}'} "
                  f"over {len(counts)} of {len(jobs)} tasks ({metrics['time/heldout_s']:.0f} s)")

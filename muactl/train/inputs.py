@@ -9,28 +9,46 @@ from pathlib import Path
 
 def check_train_inputs(cfg, stage: str | None) -> None:
     """Raise a UsageError, SpecError or ModelError for the first bad input of what `stage` (sft, grpo, or
-    None: the recipe's cfg.stages) will run; cheap: nothing is trained, generated or drawn."""
-    from ..domain.open import open_domain
-    from ..eval.preflight import check_backend
-
+    None: the recipe's cfg.stages) will run; cheap: nothing is trained, generated or drawn. Over several
+    domains each is checked as the stages will run it (its own tasks, db and user), the error naming it."""
+    from ..errors import UsageError
+    from .grpo import check_settings
+    from .mix import parts
     from .pipeline import check_stages
 
     stages = [stage] if stage else list(cfg.stages)
     check_stages(stages)
-    opened = open_domain(cfg.domain, trust=cfg.trust, start_mcp=False)
     check_model(str(cfg.model.name))
     if "sft" in stages and "synth" not in stages:
         check_data(cfg.data)
-    # an LLM user or teacher that cannot answer fails here, not as infra errors in the run
+    if "synth" in stages:
+        from ..eval.preflight import check_backend
+
+        check_backend(str(cfg.synth.agent), None, "synth.agent")
+    if "grpo" in stages:
+        check_settings(cfg)
+    domains = parts(cfg)
+    for part in domains:
+        try:
+            check_domain_inputs(part.cfg, stages)
+        except UsageError as e:
+            raise UsageError(str(e) if len(domains) == 1 else f"domain {part.name}: {e}") from None
+
+
+def check_domain_inputs(cfg, stages: list[str]) -> None:
+    """One domain's inputs (a one-domain recipe, or one domain's view of a mix: train/mix.py)."""
+    from ..domain.open import open_domain
+    from ..eval.preflight import check_backend
+
+    opened = open_domain(cfg.domain, trust=cfg.trust, start_mcp=False)
+    # an LLM user that cannot answer fails here, not as infra errors in the run
     if cfg.user.kind != "scripted":
         check_backend(str(cfg.user.model), cfg.user.api_base, "user.model")
     if "synth" in stages:
-        check_backend(str(cfg.synth.agent), None, "synth.agent")
         check_tasks(opened, cfg.synth.tasks, "synth.tasks")
     if "grpo" in stages:
-        from .grpo import check_settings, prompt_names
+        from .grpo import prompt_names
 
-        check_settings(cfg)
         prompt_names(cfg, opened)  # the templates named by `tasks`, or training tasks outside the test split
         if cfg.grpo.eval_every:
             from .heldout import heldout_tasks

@@ -35,24 +35,12 @@ def local_agent(model: str) -> str:
 
 def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
                  on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    from ..eval.evaluate import run_eval
-    from .synth import run_synth
-
     state = stages_state(store)
     stages = list(cfg.stages)
     check_stages(stages)
-    model = str(cfg.model.name)
-
     if "synth" in stages and "synth" not in state:
-        scfg = synth_config(cfg, store.path / "sft.jsonl")
         log("== synth: cold-start data from the teacher")
-        sub = _substore(store, "synth", cfg, asdict_cfg=scfg)
-        t0 = time.perf_counter()
-        _, stats = run_synth(scfg, resume=sub, on_progress=on_progress)
-        from .synth import describe
-
-        log(f"synth: {describe(stats)} ({took(t0)})")
-        state["synth"] = {"data": stats["output"], "kept": stats["kept"], "episodes": stats["episodes"]}
+        state["synth"] = synth_stage(cfg, store, log, on_progress)
         save_stages(store, state)
 
     data = cfg.data or state.get("synth", {}).get("data")
@@ -67,7 +55,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         state["sft"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
 
-    start = state.get("sft", {}).get("checkpoint", model)
+    start = state.get("sft", {}).get("checkpoint", str(cfg.model.name))
     if "grpo" in stages and "grpo" not in state:
         from .grpo import run_grpo
 
@@ -78,26 +66,96 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
 
     if "eval" in stages:
         rows = state.setdefault("eval", {})
-        models = [("base", model)]
+        models = [("base", base_model(cfg))]
         if "sft" in state:
             models.append(("sft", state["sft"]["checkpoint"]))
         if "grpo" in state:
             models.append(("grpo", state["grpo"]["checkpoint"]))
         for label, ref in models:
-            if label in rows:
-                continue
-            ecfg = eval_config(cfg, ref)
-            where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
-            log(f"== eval: {label} ({ref}) on {where}")
-            sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
-            t0 = time.perf_counter()
-            estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
-            log(f"eval {label}: pass^1 {_figure(summary.get('pass^1'))} over {summary.get('episodes')} episodes ({took(t0)})")
-            rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
-                                                                          "gold_calls_made", "avg_turns", "episodes")},
-                           "per_task": per_task_success(estore.episodes())}
-            save_stages(store, state)
+            if label not in rows:
+                rows[label] = eval_stage(cfg, store, label, ref, log, on_progress)
+                save_stages(store, state)
     return state
+
+
+def synth_stage(cfg, store: RunStore, log, on_progress) -> dict[str, Any]:
+    """Cold-start data: a teacher's reward-1 episodes in runs/<id>/sft.jsonl. Over several domains each domain's
+    synth runs alone (runs/<id>/synth-<domain>/, sft-<domain>.jsonl) and sft.jsonl is their mix by weight."""
+    from .mix import mix_rows, parts
+    from .synth import describe, read_jsonl, run_synth, write_jsonl
+
+    domains = parts(cfg)
+    one = len(domains) == 1
+    outputs, stats = {}, {}
+    for part in domains:
+        name = "synth" if one else f"synth-{part.label}"
+        default = store.path / ("sft.jsonl" if one else f"sft-{part.label}.jsonl")
+        scfg = synth_config(part.cfg, default)
+        sub = _substore(store, name, part.cfg, asdict_cfg=scfg)
+        t0 = time.perf_counter()
+        _, stats[part.name] = run_synth(scfg, resume=sub, on_progress=on_progress)
+        log(f"synth{'' if one else f' {part.name}'}: {describe(stats[part.name])} ({took(t0)})")
+        outputs[part.name] = Path(stats[part.name]["output"])
+    if one:
+        only = stats[domains[0].name]
+        return {"data": only["output"], "kept": only["kept"], "episodes": only["episodes"]}
+    mixed, figures = mix_rows({d: read_jsonl(path) for d, path in outputs.items()},
+                              {p.name: p.share for p in domains}, cfg.seed)
+    data = Path(cfg.synth.output) if cfg.synth.output else store.path / "sft.jsonl"
+    write_jsonl(data, mixed)
+    log("synth: the mix by weight: " + ", ".join(f"{d} {f['mixed']} of {f['kept']} kept rows" for d, f in figures.items())
+        + f" -> {data}")
+    for d, f in figures.items():
+        figures[d]["episodes"] = stats[d]["episodes"]
+    return {"data": str(data), "kept": len(mixed), "episodes": sum(s["episodes"] for s in stats.values()),
+            "domains": figures}
+
+
+def eval_stage(cfg, store: RunStore, label: str, ref: str, log, on_progress) -> dict[str, Any]:
+    """One model's row of the before/after table: pass^1 and friends on the held-out tasks; over several domains
+    each domain is evaluated alone (runs/<id>/eval-<label>-<domain>/) and the row is over all their tasks, with
+    each domain's own figures under `domains`."""
+    from ..eval.evaluate import run_eval
+    from ..runs.summary import summarize
+    from .mix import parts
+
+    domains = parts(cfg)
+    one = len(domains) == 1
+    episodes, figures = [], {}
+    for part in domains:
+        ecfg = eval_config(part.cfg, ref)
+        where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
+        log(f"== eval: {label} ({ref}) on {where}{'' if one else f' of {part.name}'}")
+        sub = _substore(store, f"eval-{label}" if one else f"eval-{label}-{part.label}", part.cfg, asdict_cfg=ecfg)
+        t0 = time.perf_counter()
+        estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
+        log(f"eval {label}{'' if one else f' {part.name}'}: pass^1 {_figure(summary.get('pass^1'))} over "
+            f"{summary.get('episodes')} episodes ({took(t0)})")
+        figures[part.name] = {k: summary.get(k) for k in EVAL_FIGURES}
+        # task ids are a domain's own: over several, each is named with its domain
+        episodes += [e if one else {**e, "task_id": f"{part.name}/{e['task_id']}"} for e in estore.episodes()]
+    if one:
+        return {"model": ref, **figures[domains[0].name], "per_task": per_task_success(episodes)}
+    overall = summarize(episodes, cfg.eval.trials)
+    log(f"eval {label}: pass^1 {_figure(overall.get('pass^1'))} over all {len(domains)} domains' "
+        f"{overall.get('episodes')} episodes")
+    return {"model": ref, **{k: overall.get(k) for k in EVAL_FIGURES}, "per_task": per_task_success(episodes),
+            "domains": figures}
+
+
+EVAL_FIGURES = ("pass^1", "avg_reward", "first_call_right", "gold_calls_made", "avg_turns", "episodes")
+
+
+def base_model(cfg) -> str:
+    """The model the run starts from, as the eval stage loads it: over several domains `tiny` is the one built
+    from all their text (models/tiny.py), the model SFT and GRPO train."""
+    from .mix import model_domains, several
+
+    if str(cfg.model.name) != "tiny" or not several(cfg):
+        return str(cfg.model.name)
+    from ..models.registry import resolve
+
+    return str(resolve("tiny", model_domains(cfg)))
 
 
 def took(t0: float) -> str:

@@ -124,6 +124,18 @@ EvalConf, SynthConf, APIConf, EpisodeConf = _stage_groups().values()
 
 
 @dataclass
+class DomainEntry:
+    """One domain of a run over several (`domains:` in a recipe): what it trains on, and how much of it. Every
+    field but `name` defaults to the run's own setting, so `domains: [bank, retail]` mixes two domains evenly."""
+
+    name: str = "???"  # required (omegaconf's MISSING); built-in, ./domains/NAME, or a folder holding domain.yaml
+    weight: float = 1.0  # its share of the mix: weight / the sum of the weights (GRPO's groups, the SFT rows)
+    tasks: Any = None  # split | [task ids] | template:<id>|all, for synth and grpo; null: synth.tasks and tasks
+    db: Optional[str] = None  # fixed | random; null: the run's db
+    user: Optional[str] = None  # scripted | a litellm model id (with user.api_base, user.temperature); null: the run's
+
+
+@dataclass
 class TrainConf:
     model: ModelConf = field(default_factory=ModelConf)
     user: UserConf = field(default_factory=UserConf)
@@ -133,7 +145,8 @@ class TrainConf:
     eval: EvalConf = field(default_factory=EvalConf)
     api: APIConf = field(default_factory=APIConf)
     episode: EpisodeConf = field(default_factory=EpisodeConf)
-    domain: str = "bank"
+    domain: Optional[str] = "bank"  # one domain; null when `domains` names several
+    domains: list[DomainEntry] = field(default_factory=list)
     data: Optional[str] = None
     seed: int = 0
     trust: bool = False
@@ -207,12 +220,13 @@ def compose(config_file: Path | None = None, overrides: list[str] | None = None)
                 del file_cfg[g]
         overrides = picks + overrides
     overrides = _normalize(overrides)
+    # the user's file sits between the composed defaults and the command-line overrides
+    dotted = [o for o in overrides if "=" in o and o.split("=")[0] not in GROUPS]
+    groups = [o for o in overrides if o not in dotted]
+    entries = pop_domains(config_file, file_cfg, dotted)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="muactl"):
-            # the user's file sits between the composed defaults and the command-line overrides
-            dotted = [o for o in overrides if "=" in o and o.split("=")[0] not in GROUPS]
-            groups = [o for o in overrides if o not in dotted]
             cfg = hydra_compose(config_name="train", overrides=groups)
         schema = OmegaConf.structured(TrainConf)
         merged = OmegaConf.merge(schema, cfg)
@@ -220,6 +234,8 @@ def compose(config_file: Path | None = None, overrides: list[str] | None = None)
             merged = OmegaConf.merge(merged, file_cfg)
         if dotted:
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([_plain_override(o) for o in dotted]))
+        if entries is not None:
+            merged = OmegaConf.merge(merged, {"domain": None, "domains": entries})
         OmegaConf.to_container(merged, throw_on_missing=True)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", "") or ""
@@ -232,6 +248,97 @@ def compose(config_file: Path | None = None, overrides: list[str] | None = None)
             hint = " Groups and options: " + "; ".join(f"{g}: {', '.join(options(g))}" for g in GROUPS)
         raise UsageError(f"bad override: {msg[0] if msg else e}.{hint}") from None
     return merged
+
+
+DB_MODES = ("fixed", "random")
+
+
+def pop_domains(config_file: Path | None, file_cfg, dotted: list[str]) -> list[dict] | None:
+    """`domains:` taken out of the user's file and the overrides (an override wins), each entry checked and
+    made a mapping (a bare name is `{name: NAME}`); None when the run names one domain, `domain:` as it always
+    meant. A run that names both is an error naming where each is set."""
+    from omegaconf import OmegaConf
+
+    one, raw, where = None, None, None  # where `domain:` is set; the entries and where they come from
+    if file_cfg is not None:
+        if file_cfg.get("domain") is not None:
+            one = _in_file(config_file, ("domain",))
+        if "domains" in file_cfg:
+            value = OmegaConf.to_container(file_cfg.pop("domains"))
+            if value:
+                raw, where = value, lambda path: _in_file(config_file, path)
+    for o in list(dotted):
+        key, _, value = _plain_override(o).partition("=")
+        if key == "domain" and value.strip() not in ("", "null"):
+            one = f"the override {o}"
+        elif key.startswith(("domains.", "domains[")):
+            raise UsageError(f"the override {o}: set domains as a whole, e.g. domains=[bank,{{name: retail, weight: 2}}]")
+        elif key == "domains":
+            dotted.remove(o)
+            value = OmegaConf.to_container(OmegaConf.from_dotlist([_plain_override(o)]))["domains"]
+            raw, where = value, (lambda path, o=o: f"the override {o}")
+    if not raw:
+        return None
+    if not isinstance(raw, list):
+        raise UsageError(f"{where(('domains',))}: domains: a list of domains (names, or mappings with "
+                         f"{', '.join(f.name for f in fields(DomainEntry))}), not {raw!r}")
+    if one is not None:
+        raise UsageError(f"{where(('domains',))}: domains: and {one} (domain:) both say what the run trains on; "
+                         "give either domain: (one domain) or domains: (a list), not both")
+    entries = [domain_entry(e, i, where) for i, e in enumerate(raw)]
+    names = [e["name"] for e in entries]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise UsageError(f"{where(('domains', i, 'name'))}: domains[{i}].name: {name} is listed twice")
+    return entries
+
+
+def domain_entry(entry: Any, i: int, where) -> dict:
+    """One entry of `domains:` as a mapping of DomainEntry's fields, or a UsageError at `where((path))`."""
+    from ..errors import DomainNotFound
+    from ..spec.library import find_domain
+
+    keys = [f.name for f in fields(DomainEntry)]
+    entry = {"name": entry} if isinstance(entry, str) else entry
+    at = f"domains[{i}]"
+    if not isinstance(entry, dict):
+        raise UsageError(f"{where(('domains', i))}: {at}: a domain name or a mapping with {', '.join(keys)}, not {entry!r}")
+    for key in entry:
+        if key not in keys:
+            raise UsageError(f"{where(('domains', i, key))}: {at}.{key}: unknown field; an entry has {', '.join(keys)}")
+
+    def bad(key: str, message: str):
+        return UsageError(f"{where(('domains', i, key))}: {at}.{key}: {message}")
+
+    name, weight = entry.get("name"), entry.get("weight", 1.0)
+    if not isinstance(name, str) or not name.strip():
+        raise bad("name", "a domain name or folder is required")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+        raise bad("weight", f"must be a number > 0, not {weight!r}")
+    if entry.get("db") not in (None, *DB_MODES):
+        raise bad("db", f"must be {' or '.join(DB_MODES)}, not {entry['db']!r}")
+    if entry.get("user") is not None and not isinstance(entry["user"], str):
+        raise bad("user", f"scripted or a litellm model id, not {entry['user']!r}")
+    tasks = entry.get("tasks")
+    if not (tasks is None or isinstance(tasks, str) or (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks))):
+        raise bad("tasks", f"a split, a list of task ids or template:<id>|all, not {tasks!r}")
+    try:
+        find_domain(name)
+    except DomainNotFound as e:
+        raise bad("name", str(e)) from None
+    return {**entry, "weight": float(weight)}
+
+
+def _in_file(config_file: Path, path: tuple) -> str:
+    """`FILE:LINE` of a key path in the user's config file (the line of the deepest part of it found)."""
+    from ..errors import MuactlError
+    from ..spec.source import load_yaml
+
+    try:
+        line, _ = load_yaml(config_file).pos(path)
+    except MuactlError:  # OmegaConf read the file; a position is a courtesy
+        return str(config_file)
+    return f"{config_file}:{line}"
 
 
 def _did_you_mean(key: str, error: Exception) -> str:

@@ -74,6 +74,15 @@ def build_dataset(tokenizer, records: list[dict[str, Any]], max_length: int):
     return Dataset.from_list(rows), skipped
 
 
+def domains_fitting(tokenizer, records: list[dict[str, Any]], max_length: int) -> str:
+    """Per domain of a mix, the rows that fit max_length of those in the data ("bank 30 of 30, retail 0 of 10")."""
+    from collections import Counter
+
+    given = Counter(r.get("domain") or "?" for r in records)
+    fit = Counter(r.get("domain") or "?" for r in records if tokenize_example(tokenizer, r, max_length) is not None)
+    return ", ".join(f"{d} {fit[d]} of {n}" for d, n in given.items())
+
+
 def sft_line(step: int, steps: int, logs: dict) -> str:
     """One SFT logging step as a line (TRL's dict of it stays in the run's store and TensorBoard)."""
     parts = [f"sft step {step}/{steps}:"]
@@ -90,8 +99,8 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from ..models.folder import load_tokenizer
     from ..models.precision import gradient_checkpointing, import_torch, precision_note, sft_batch, training_precision
     from ..models.registry import resolve
-    from ..domain.open import open_domain
     from .checkpoints import card_on_save, quiet_trl_logs, train_and_save
+    from .mix import model_domains
     from .synth import read_jsonl
 
     torch = import_torch()
@@ -99,12 +108,14 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from trl import SFTConfig, SFTTrainer
 
     records = read_jsonl(data_path)
-    domain = open_domain(cfg.domain, with_tasks=False, trust=cfg.trust).compiled if cfg.model.name == "tiny" else None
+    domain = model_domains(cfg) if cfg.model.name == "tiny" else None
     path = resolve(cfg.model.name, domain)
     tokenizer = load_tokenizer(path)
     dataset, skipped = build_dataset(tokenizer, records, cfg.sft.max_length)
     n_tokens = sum(len(x) for x in dataset["input_ids"])
     log(f"sft: {len(dataset)} examples ({skipped} longer than max_length skipped), {n_tokens} tokens, model {path}")
+    if len({r.get("domain") for r in records}) > 1:  # a skipped row shifts the mix away from its weights: say so
+        log(f"sft: examples per domain: {domains_fitting(tokenizer, records, cfg.sft.max_length)}")
     cuda = torch.cuda.is_available()
     dtype, bf16 = training_precision(cfg.model.dtype)
     batch, accum = sft_batch(str(cfg.model.name), cfg.sft.batch_size, cfg.sft.grad_accum, cuda)

@@ -20,11 +20,12 @@ from ..runs.store import RunStore
 from .synth_config import SynthConfig
 
 
-def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
+def to_record(ep, tools: list[dict[str, Any]], domain: str | None = None) -> dict[str, Any]:
     """An episode as one training example in OpenAI's chat shape (what TRL's SFTTrainer and chat
     templates read): each assistant tool call carries its `id` and each tool result the `tool_call_id`
     it answers. The greeting is template text, not policy output: it is rendered but never trained on,
-    and the row lists it by index in `not_trained` (messages carry no muactl-only keys)."""
+    and the row lists it by index in `not_trained` (messages carry no muactl-only keys). `domain` names the
+    domain the episode was played in (a mix of several keeps it per row)."""
     from ..models.chatml import to_chat_template_messages
 
     messages, not_trained = to_chat_template_messages(ep.messages), []
@@ -37,6 +38,8 @@ def to_record(ep, tools: list[dict[str, Any]]) -> dict[str, Any]:
         if src.get("tool_call_id"):
             msg["tool_call_id"] = src["tool_call_id"]
     record = {"messages": messages, "tools": tools, "task_id": ep.task_id, "trial": ep.trial, "reward": ep.reward}
+    if domain is not None:
+        record["domain"] = domain
     if not_trained:
         record["not_trained"] = not_trained
     return record
@@ -65,6 +68,13 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def run_synth(cfg: SynthConfig, resume: str | None = None,
               on_progress: Callable[[dict[str, Any]], None] | None = None) -> tuple[RunStore, dict[str, Any]]:
     from ..errors import UsageError
@@ -89,7 +99,7 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
             state["keys"] = {record_key(r) for r in existing}
         if ep.reward < 1:
             return
-        record = to_record(ep, ep_tools(ep))
+        record = to_record(ep, ep_tools(ep), opened.spec.domain.name)
         key = record_key(record)
         if key in state["keys"]:
             return
@@ -182,13 +192,10 @@ def export_chats(run_id: str, output: Path, min_rating: int = 4) -> dict[str, An
                    "tool_call_id": m["tool_call_id"], **json.loads(m["meta"] or "{}")}
             messages.append(msg)
         ep = SimpleNamespace(messages=messages, task_id=e["task_id"], trial=e["trial"], reward=e["reward"])
-        record = {**to_record(ep, tools), "rating": e["rating"], "note": e["note"]}
+        record = {**to_record(ep, tools, info["domain"]), "rating": e["rating"], "note": e["note"]}
         key = record_key(record)
         if key not in keys:
             keys.add(key)
             kept.append(record)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
-        for record in kept:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_jsonl(output, kept)
     return {"output": str(output), "chats": len(rows), "kept": len(kept), "min_rating": min_rating}
