@@ -166,3 +166,24 @@ def test_turns_are_in_the_schema():
     assert "agent_done" in props["turns"]["description"] and "turn_steps" in props
     turn = Task.model_json_schema()["$defs"]["UserTurn"]["properties"]
     assert "BFCL" in turn["actions"]["description"] and "hidden" in turn["tools"]["description"]
+
+
+def test_a_tasks_own_tools_hide_the_others(bank):
+    task = dataclasses.replace(bank.task("move-mia"), task=Task.model_validate(
+        {**bank.task("move-mia").task.model_dump(by_alias=True, exclude_none=True), "solo": True,
+         "tools": ["find_customer", "list_accounts"]}))
+    agent = Script([[FIND, MOVE], "Done."])
+    ep = asyncio.run(run_episode(task, bank.compiled, agent, NoUser(), RolloutConfig()))
+    assert sorted(agent.seen_tools[0]) == ["find_customer", "list_accounts"]
+    found, moved = [m for m in ep.messages if m["role"] == "tool"]
+    assert not found["error"] and moved["error"] and "unknown tool" in moved["content"]
+    assert not ep.breakdown["db_match"] and ep.reward == 0.0
+
+
+def test_py_format_writes_numbers_as_python_does():
+    from muactl.compile.sql import SQL_FUNCTIONS
+
+    fmt = SQL_FUNCTIONS["py_format"][0]
+    assert fmt(0.125, ".2f") == "0.12" and fmt(22716.000000000004, ".2f") == "22716.00" and fmt(3, ".1f") == "3.0"
+    assert fmt(1234.5, ",.2f") == "1,234.50"
+    assert fmt("1", ".2f") is None and fmt(1.0, "999999999f") is None and fmt(1.0, "{}") is None

@@ -111,15 +111,16 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         greeting = domain.spec.domain.greeting
         opening = cfg.opening or ("agent" if greeting else "user")
         steps = 0  # agent steps with calls in the current fixed turn
+        ctx.tools[:] = visible_tools(domain, task, 0)
         if turns:  # fixed user turns: no simulator; the tools of later turns stay hidden until theirs
-            ctx.tools[:] = visible_tools(domain, task, 0)
             await emit({"role": "user", "content": turns[0].message, "turn": 0})
         elif solo:  # the goal is the only user message; no simulator is asked for anything
             await emit({"role": "user", "content": task.task.user.reason})
         elif opening == "agent":
             await emit({"role": "assistant", "content": greeting or "Hi! How can I help you today?", "fixed": True})
         next_is_user = not (solo or turns)
-        hidden = {n for t in turns for n in t.tools}
+        hidden = {n for t in turns for n in t.tools} | {t.name for t in domain.agent_tools()
+                                                         if task.task.tools is not None and t.name not in task.task.tools}
         while True:
             if next_is_user:
                 t0 = time.perf_counter()
@@ -231,9 +232,11 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
 
 
 def visible_tools(domain: CompiledDomain, task: TaskSpec, turn: int) -> list[dict[str, Any]]:
-    """The agent's tool schemas in fixed turn `turn`: all but those that appear in a later turn."""
+    """The agent's tool schemas in fixed turn `turn` (0 for a task without turns): the task's own tools (all the
+    domain's agent tools when it names none), less those that appear in a later turn."""
     later = {n for t in task.task.turns[turn + 1:] for n in t.tools}
-    return [t.openai_schema() for t in domain.agent_tools() if t.name not in later]
+    mine = task.task.tools
+    return [t.openai_schema() for t in domain.agent_tools() if t.name not in later and (mine is None or t.name in mine)]
 
 
 async def _abandon(env: Environment) -> None:

@@ -109,6 +109,10 @@ class Table(Strict):
     foreign_keys: dict[str, str] = Field(
         default_factory=dict, description="Column -> 'other_table.column' it references."
     )
+    state: bool = Field(True, description="false: the table is scratch space, not part of the state hash (the "
+                        "answer a write computed before it changed anything, a private counter such as a random "
+                        "stream's position): end states and per-turn states compare without it, as BFCL's state "
+                        "check skips a class's private attributes.")
 
     def pk_columns(self) -> list[str]:
         if self.primary_key is None:
@@ -256,7 +260,7 @@ class SqlTool(ToolBase):
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
         "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
-        "py_str(json) and py_equal(json, json) (README).")
+        "py_str(json), py_equal(json, json) and py_format(x, spec) (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
@@ -569,6 +573,9 @@ class Task(Strict):
         "`turn_steps` ends the episode (max_turns, BFCL's forced quit); the run's max agent turns does not apply. "
         "Each turn with actions is checked when it ends (see actions), and the reward needs every check to pass. "
         "expect.actions is the turns' actions in order (filled in when left out). user.reason is unused.")
+    tools: list[str] | None = Field(
+        None, description="The agent's tools in this task, in place of all the domain's agent tools (BFCL's involved "
+        "classes' functions, less its excluded ones): the others are not shown, and a call to one is an unknown tool.")
     turn_steps: int = Field(20, ge=1, le=1000, description="Most agent steps with tool calls in one turn "
                             "(BFCL's MAXIMUM_STEP_LIMIT); only with turns.")
     expect: Expect = Field(default_factory=Expect)
