@@ -40,14 +40,16 @@ DOMAIN = "bfcl"
 LEADERBOARD = "berkeley-function-call-leaderboard"
 SOURCES = "eval_checker/multi_turn_eval/func_source_code"
 # the classes muactl has tables for: their load tool, source module and default-state literal
-IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE")}
+IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE"),
+            "MessageAPI": ("load_message_api", "message_api.py", "DEFAULT_STATE")}
+# what each class draws from its random.Random: (kind, n) for randrange(n), the offset of its randint
+DRAW_KINDS = {"TradingBot": ("timestamp", 86401), "MessageAPI": ("message_id", 90000)}
 # long_context.py's data the imported classes read
 EXTENSIONS = ("MA_5_EXTENSION", "MA_20_EXTENSION", "ORDER_DETAIL_EXTENSION", "TECHNOLOGY_EXTENSION",
               "AUTOMOBILE_EXTENSION", "TRANSACTION_HISTORY_EXTENSION", "WATCH_LIST_EXTENSION")
 # kept as the text str() prints for their items: WATCH_LIST_EXTENSION ends in Python's Ellipsis, no JSON value
 PRINTED = ("WATCH_LIST_EXTENSION",)
 DRAWS = 200  # draws kept per random seed: more than any entry's gold path or a 20-step turn can use
-TIMESTAMP_SPAN = 86401  # TradingBot's randint(start, start + 1 day), less start: randrange(86401)
 ADDED_FUNCTIONS = "DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC"
 
 
@@ -136,9 +138,25 @@ class Converted:
     classes: list[str] = field(default_factory=list)
 
 
-def class_state(cls: str, config: dict, defaults: dict) -> dict:
-    """The attributes _load_scenario sets: each from the entry's initial_config, else the class default."""
-    return {k: config[k] if k in config else v for k, v in defaults.items()}
+def class_state(config: dict, defaults: dict) -> dict:
+    """The attributes _load_scenario sets: each from the entry's initial_config, else the class default (its
+    random seed included); a set (MessageAPI's generated_ids) as a sorted list."""
+    state = {k: config[k] if k in config else v for k, v in defaults.items()}
+    return {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in state.items()}
+
+
+def default_seed(root: Path, path: Path, cls: str) -> int | None:
+    """The seed `cls._load_scenario` falls back on, where it writes it as a literal
+    (scenario.get("random_seed", 200191)); None where it takes it from DEFAULT_STATE."""
+    for node in ast.walk(python_tree(root, path)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "get" \
+                        and len(call.args) == 2 and isinstance(call.args[0], ast.Constant) \
+                        and call.args[0].value == "random_seed":
+                    arg = call.args[1]
+                    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, int) else None
+    raise SpecError.single(path, f"class {cls} reads no random_seed in _load_scenario (is the checkout gorilla's of 2026?)")
 
 
 def gold_turns(entry: dict, answer: dict, params: dict[str, list[str]], path: Path) -> list[list[dict]]:
@@ -180,7 +198,7 @@ def convert(entry: dict, answer: dict, category: str, docs: dict, defaults: dict
         raise SpecError.single(path, f"entry {entry['id']!r}: 'question' must be a list of turns")
     config = entry.get("initial_config") or {}
     long_context = category == "long_context"
-    setup = [{IMPORTED[c][0]: {"state": class_state(c, config.get(c) or {}, defaults[c]), "long_context": long_context}}
+    setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c]), "long_context": long_context}}
              for c in classes]
     tools = [d["name"] for c in classes for d in docs[c]]
     params = {d["name"]: list(d["parameters"]["properties"]) for c in classes for d in docs[c]}
@@ -204,19 +222,20 @@ def convert(entry: dict, answer: dict, category: str, docs: dict, defaults: dict
 
 
 def seed_rows(defaults: dict, extensions: dict, converted: list[Converted]) -> dict[str, list[dict]]:
-    """The static rows: the scratch outcome row, long_context's data and each seed's draws (CPython's
+    """The static rows: the scratch outcome row, long_context's data and each class's seeds' draws (CPython's
     random.Random, as BFCL's classes draw them)."""
-    seeds = {defaults["TradingBot"]["random_seed"]}
+    loads = {load: cls for cls, (load, _, _) in IMPORTED.items()}
+    seeds = {cls: {defaults[cls]["random_seed"]} for cls in IMPORTED}
     for c in converted:
         for call in (c.task or {}).get("setup", []):
-            state = next(iter(call.values()))["state"]
-            if "random_seed" in state:
-                seeds.add(state["random_seed"])
+            (load, args), = call.items()
+            seeds[loads[load]].add(args["state"]["random_seed"])
     draws = []
-    for seed in sorted(seeds):
-        rng = random.Random(seed)
-        draws += [{"seed": seed, "n": n, "value": rng.randrange(TIMESTAMP_SPAN)} for n in range(DRAWS)]
-    return {"outcome": [{"id": 1, "ok": False, "text": None}], "draws": draws,
+    for cls, (draw, span) in DRAW_KINDS.items():
+        for seed in sorted(seeds[cls]):
+            rng = random.Random(seed)
+            draws += [{"seed": seed, "kind": draw, "n": n, "value": rng.randrange(span)} for n in range(DRAWS)]
+    return {"outcome": [{"id": 1, "ok": False, "text": None, "n": None}], "draws": draws,
             "extension": [{"name": k, "value": ", ".join(map(repr, v)) if k in PRINTED else v}
                           for k, v in extensions.items()]}
 
@@ -301,8 +320,13 @@ def import_bfcl(checkout: Path, project: Path, force: bool = False) -> Imported:
         raise ScaffoldExists(f"{existing[0]} exists; pass --force to replace it")
     docs = read_docs(root, ev)
     sources = ev / SOURCES
-    defaults = {cls: module_literals(root, sources / module, (name,))[name]
-                for cls, (_, module, name) in IMPORTED.items()}
+    defaults = {}
+    for cls, (_, module, name) in IMPORTED.items():
+        state = module_literals(root, sources / module, (name,))[name]
+        seed = default_seed(root, sources / module, cls)
+        defaults[cls] = state | ({"random_seed": seed} if seed is not None else {})
+        if "random_seed" not in defaults[cls]:
+            raise SpecError.single(sources / module, f"{cls} has no default random_seed muactl can read")
     extensions = module_literals(root, sources / "long_context.py", EXTENSIONS)
     added = module_literals(root, ev / "constants" / "default_prompts.py", (ADDED_FUNCTIONS,))[ADDED_FUNCTIONS]
     converted = []
@@ -343,4 +367,53 @@ def table_rows(imported: Imported) -> list[dict[str, Any]]:
                     missing[cls] = missing.get(cls, 0) + 1
         rows.append({"category": category, "entries": len(cs), "imported": sum(c.task is not None for c in cs),
                      "skipped": sum(bool(c.skipped) for c in cs), "missing_classes": missing})
+    return rows
+
+
+# ---------------------------------------------------------------- verification against BFCL's own classes
+
+
+def verify(opened, truth: dict) -> dict[str, dict[str, Any]]:
+    """Replay every imported entry's gold calls on muactl's tools, turn by turn, and compare with BFCL's recorded
+    run of the same calls (tests/data/bfcl/truth.json): each call's output bytes and the involved classes' state
+    after every turn. Per category: entries, calls and turns compared, how many are the same, BFCL's own verdict
+    on the gold, and the first mismatches."""
+    from ..env.sandbox import new_env
+    from ..spec.models import call_parts
+    from .bfcl_truth import digest, state_digest
+
+    rows: dict[str, dict[str, Any]] = {}
+    for spec in opened.tasks:
+        task = spec.task
+        rec = truth["entries"].get(task.id)
+        if rec is None:
+            continue
+        row = rows.setdefault(rec["category"], {"compared": 0, "calls": 0, "same_output": 0, "turns": 0,
+                                                "same_state": 0, "same_entries": 0, "bfcl_passes": 0, "mismatches": []})
+        row["compared"] += 1
+        row["bfcl_passes"] += rec["passes"]
+        before = len(row["mismatches"])
+        env = new_env(opened.compiled)
+        try:
+            env.replay(task.setup)
+            for k, (turn, want) in enumerate(zip(task.turns, rec["turns"])):
+                got = [call_parts(c) for c in turn.actions]
+                if [n for n, _ in got] != want["calls"]:
+                    row["mismatches"].append(f"{task.id} turn {k}: calls {[n for n, _ in got]} are not BFCL's {want['calls']}")
+                for i, ((name, args), d) in enumerate(zip(got, want["outputs"])):
+                    content = env.call(name, args).content
+                    row["calls"] += 1
+                    if digest(content) == d:
+                        row["same_output"] += 1
+                    else:
+                        row["mismatches"].append(f"{task.id} turn {k} call {i} {name}: {content[:200]!r} differs from BFCL's")
+                state = json.loads(env.call("bfcl_state", {"classes": list(rec["classes"])}).content)
+                row["turns"] += 1
+                if state_digest(state) == want["state"]:
+                    row["same_state"] += 1
+                else:
+                    row["mismatches"].append(f"{task.id} turn {k}: state differs from BFCL's: {json.dumps(state)[:300]}")
+        finally:
+            env.close()
+        row["same_entries"] += len(row["mismatches"]) == before
     return rows

@@ -1,0 +1,386 @@
+"""`muactl import bfcl` checked against BFCL's own classes (issue 29, BFCL-V3 multi-turn).
+
+The ground truth (tests/data/bfcl/truth.json) was recorded by benchmarks/bfcl_record.py running BFCL's Python
+classes and multi_turn_checker offline; it holds digests only. The import of the real data needs a checkout:
+set BFCL to one (ShishirPatil/gorilla) to run that test; without it it is skipped. The other tests build a
+BFCL-shaped checkout of invented data (the layout, class, function and constant names are BFCL's, the values
+are not) and import it end to end. The expected outputs below are what BFCL's Python classes print for these
+calls (json.dumps of a dict, str() of a list, Python's float repr and format). Agents are muactl's oracle and
+small scripted agents (no model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl.cli import app
+
+runner = CliRunner()
+DATA = Path(__file__).parent / "data" / "bfcl"
+CHECKOUT = os.environ.get("BFCL")
+WIDE = {"COLUMNS": "200"}
+SEED = 42
+STATE = {"account_info": {"account_id": 7, "balance": 50.0, "binding_card": 1111222233334444},
+         "authenticated": False, "market_status": "Open", "order_counter": 500,
+         "stocks": {"NOVA": {"price": 12.25, "percent_change": -0.31, "volume": 1.5, "MA(5)": 12.0, "MA(20)": 11.5},
+                    "ORBT": {"price": 99.1, "percent_change": 0.05, "volume": 0.25, "MA(5)": 98.0, "MA(20)": 97.0}},
+         "watch_list": ["ORBT"], "transaction_history": [],
+         "orders": {"400": {"id": 400, "order_type": "Sell", "symbol": "ORBT", "price": 98.5, "amount": 2,
+                            "status": "Completed"}}}
+DEFAULT_STATE = {"orders": {}, "account_info": {"account_id": 1, "balance": 0.0, "binding_card": 1},
+                 "authenticated": False, "market_status": "Closed", "order_counter": 1, "stocks": {},
+                 "watch_list": [], "transaction_history": [], "random_seed": SEED}
+LOGIN = "trading_login(username='ana', password='pw')"
+BUY = "place_order(order_type='Buy', symbol='NOVA', price=12.5, amount=3)"
+FUND = "fund_account(amount=100)"
+ADDED = "I have updated some more functions you can choose from. What about now?"
+
+
+def user(text):
+    return [{"role": "user", "content": text}]
+
+
+def entries() -> dict[str, list[tuple[dict, list]]]:
+    """Per category, (entry, ground_truth) pairs: a TradingBot entry, and one that involves MathAPI too."""
+    base = {"question": [user("Log me in (ana, pw) and buy 3 NOVA at 12.5."), user("Put 100 in my account."),
+                         user("Show my transactions.")],
+            "initial_config": {"TradingBot": STATE}, "involved_classes": ["TradingBot"]}
+    gold = [[LOGIN, BUY], [FUND], ["get_transaction_history()"]]
+    math = {"question": [user("What is 2 + 3?")], "initial_config": {}, "involved_classes": ["MathAPI", "TradingBot"]}
+    message = {"question": [user("Log in as USR001 and send Bo 'hi'.")], "initial_config": {"MessageAPI": {
+        "user_map": {"Ana": "USR001", "Bo": "USR002"}, "current_user": None}}, "involved_classes": ["MessageAPI"]}
+    message_gold = [["message_login(user_id='USR001')", "send_message(receiver_id='USR002', message='hi')"]]
+    out = {}
+    for category in ("base", "miss_func", "miss_param", "long_context"):
+        first = dict(base, id=f"multi_turn_{category}_0")
+        truth = gold
+        if category == "miss_func":  # fund_account held out until turn 2, whose question is empty
+            first["question"] = [base["question"][0], user("Put 100 in my account."), [], base["question"][2]]
+            first["missed_function"] = {"2": ["fund_account"]}
+            truth = [gold[0], [], [FUND], gold[2]]
+        if category == "long_context":  # a positional argument, and the long data BFCL adds
+            first["question"] = base["question"] + [user("And NOVA's details?")]
+            truth = gold + [["get_stock_info('NOVA')"]]
+        out[category] = [(first, truth), (dict(math, id=f"multi_turn_{category}_1"), [["add(a=2, b=3)"]]),
+                         (dict(message, id=f"multi_turn_{category}_2"), message_gold)]
+    return out
+
+
+MESSAGE_TOOLS = ("list_users", "get_user_id", "message_login", "message_get_login_status", "send_message",
+                 "delete_message", "view_messages_sent", "add_contact", "search_messages", "get_message_stats")
+MESSAGE_SEED = 7
+
+
+def docs_of_shipped_tools(cls: str) -> list[dict]:
+    """BFCL-style function docs for the class's tools muactl ships (invented descriptions)."""
+    from ruamel.yaml import YAML
+
+    from muactl.importers.bfcl import HERE
+
+    tools = YAML(typ="safe").load((HERE / "bfcl.yaml").read_text())["tools"]
+    return [{"name": n, "description": f"Invented: {n}.", "parameters": {"type": "dict", "properties": {
+        p: {"type": "string", "description": f"the {p}"} for p in (t.get("params") or {})}}}
+            for n, t in tools.items() if t.get("side") != "env" and (n in MESSAGE_TOOLS) == (cls == "MessageAPI")]
+
+
+def fake_checkout(root: Path) -> Path:
+    from muactl.importers.bfcl_truth import CLASS_DOCS
+
+    ev = root / "berkeley-function-call-leaderboard" / "bfcl_eval"
+    (ev / "data" / "possible_answer").mkdir(parents=True)
+    (ev / "data" / "multi_turn_func_doc").mkdir()
+    for category, pairs in entries().items():
+        name = f"BFCL_v4_multi_turn_{category}.json"
+        (ev / "data" / name).write_text("".join(json.dumps(e) + "\n" for e, _ in pairs))
+        (ev / "data" / "possible_answer" / name).write_text(
+            "".join(json.dumps({"id": e["id"], "ground_truth": g}) + "\n" for e, g in pairs))
+    for cls, stem in CLASS_DOCS.items():
+        docs = docs_of_shipped_tools(cls) if cls in ("TradingBot", "MessageAPI") else [
+            {"name": "add" if cls == "MathAPI" else f"{stem}_fn", "description": "Invented.",
+             "parameters": {"type": "dict", "properties": {"a": {"type": "float"}, "b": {"type": "float"}}}}]
+        (ev / "data" / "multi_turn_func_doc" / f"{stem}.json").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    src = ev / "eval_checker" / "multi_turn_eval" / "func_source_code"
+    src.mkdir(parents=True)
+    (src / "trading_bot.py").write_text(
+        f"import random\n\nDEFAULT_STATE = {DEFAULT_STATE!r}\n\n\nclass TradingBot:\n"
+        "    def _load_scenario(self, scenario, long_context=False):\n"
+        "        self._random = random.Random(scenario.get('random_seed', DEFAULT_STATE['random_seed']))\n")
+    (src / "message_api.py").write_text(
+        "import random\n\nDEFAULT_STATE = {'generated_ids': set(), 'user_count': 1, 'user_map': {'Ana': 'USR001'}, "
+        "'inbox': [{'USR001': 'hello there'}], 'message_count': 1, 'current_user': None}\n\n\nclass MessageAPI:\n"
+        "    def _load_scenario(self, scenario, long_context=False):\n"
+        f"        self._random = random.Random((scenario.get('random_seed', {MESSAGE_SEED})))\n")
+    (src / "long_context.py").write_text(
+        "MA_5_EXTENSION = [1.5, 2.25]\nMA_20_EXTENSION = [3.125]\n"
+        "ORDER_DETAIL_EXTENSION = {'note': 'about {symbol}'}\nTECHNOLOGY_EXTENSION = ['TK']\n"
+        "AUTOMOBILE_EXTENSION = ['AU']\nTRANSACTION_HISTORY_EXTENSION = [{'type': 'deposit', 'amount': 1.1, "
+        "'timestamp': '2023-01-01 00:00:00.5'}]\nWATCH_LIST_EXTENSION = ['WA', 'WB', ...]\n")
+    (ev / "constants").mkdir()
+    (ev / "constants" / "default_prompts.py").write_text(
+        f"MAXIMUM_STEP_LIMIT = 20\nDEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC = (\n    {ADDED!r}\n)\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bfcl")
+    checkout = fake_checkout(root / "gorilla")
+    r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(root / "project")], env=WIDE)
+    assert r.exit_code == 0, r.output
+    return root / "project", r.output
+
+
+@pytest.fixture(scope="module")
+def opened(project):
+    from muactl.domain.validate import validate_domain
+
+    old = os.getcwd()
+    os.chdir(project[0])
+    try:
+        yield validate_domain("bfcl")  # every gold path replayed on a fresh sandbox
+    finally:
+        os.chdir(old)
+
+
+def test_recorded_ground_truth_is_complete_and_small():
+    t = json.loads((DATA / "truth.json").read_text())["entries"]
+    assert len(t) == 800 and all(e["passes"] for e in t.values())  # BFCL's own check passes its gold, every entry
+    assert {c: sum(e["category"] == c for e in t.values()) for c in ("base", "miss_func", "miss_param", "long_context")} \
+        == dict.fromkeys(("base", "miss_func", "miss_param", "long_context"), 200)
+    digests = [d for e in t.values() for turn in e["turns"] for d in [*turn["outputs"], turn["state"]]]
+    assert len(digests) == 7961 and all(re.fullmatch(r"[0-9a-f]{16}", d) for d in digests)
+    assert (DATA / "truth.json").stat().st_size < 600_000  # digests, not BFCL's data
+
+
+def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
+    r = runner.invoke(app, ["import", "bfcl", str(tmp_path), "--dir", str(tmp_path)])
+    assert r.exit_code == 2 and "not a gorilla (BFCL) checkout" in r.output
+    assert not (tmp_path / "domains").exists()
+
+
+def test_the_import_lists_what_it_skipped_and_why(project):
+    root, output = project
+    assert re.search(r"base\s+3\s+2\s+1\s+MathAPI 1", output), output
+    skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
+    assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
+        ("multi_turn_base_1", "involves MathAPI, whose tools muactl does not import yet")]
+    assert len(skipped) == 4
+    r = runner.invoke(app, ["import", "bfcl", str(root.parent / "gorilla"), "--dir", str(root)])
+    assert r.exit_code != 0 and "--force" in r.output  # an earlier import is not replaced silently
+
+
+def test_entries_become_tasks_with_fixed_turns(opened):
+    base = opened.task("multi_turn_base_0").task
+    assert [t.message for t in base.turns] == ["Log me in (ana, pw) and buy 3 NOVA at 12.5.", "Put 100 in my account.",
+                                               "Show my transactions."]
+    assert base.turns[0].actions == [{"trading_login": {"username": "ana", "password": "pw"}},
+                                     {"place_order": {"order_type": "Buy", "symbol": "NOVA", "price": 12.5, "amount": 3}}]
+    assert "fund_account" in base.tools and "load_trading_bot" not in base.tools
+    load = base.setup[0]["load_trading_bot"]
+    assert load["state"]["random_seed"] == SEED and load["state"]["account_info"]["balance"] == 50.0  # defaults, overridden
+    assert load["long_context"] is False
+    missed = opened.task("multi_turn_miss_func_0").task
+    assert missed.turns[2].message == ADDED and missed.turns[2].tools == ["fund_account"]
+    assert missed.turns[1].actions == []
+    long = opened.task("multi_turn_long_context_0").task
+    assert long.turns[3].actions == [{"get_stock_info": {"symbol": "NOVA"}}]  # positional, named by the doc's order
+    assert long.setup[0]["load_trading_bot"]["long_context"] is True
+
+
+def replay(opened, task_id: str, calls: list[tuple[str, dict]]) -> list[str]:
+    from muactl.env.sandbox import new_env
+
+    env = new_env(opened.compiled)
+    try:
+        env.replay(opened.task(task_id).task.setup)
+        return [env.call(n, a).content for n, a in calls]
+    finally:
+        env.close()
+
+
+def test_the_tools_answer_as_bfcls_classes_print(opened):
+    rng = random.Random(SEED)  # BFCL's draws: randint(start, start + 1 day) - start, in its call order
+    stamps = [(datetime(2024, 9, 1, 10, 30) + timedelta(seconds=rng.randrange(86401))).strftime("%Y-%m-%d %H:%M:%S")
+              for _ in range(2)]
+    out = replay(opened, "multi_turn_base_0", [
+        ("get_watchlist", {}), ("place_order", {"order_type": "Buy", "symbol": "NOVA", "price": 12.5, "amount": 3}),
+        ("trading_login", {"username": "a", "password": "b"}), ("trading_login", {"username": "a", "password": "b"}),
+        ("place_order", {"order_type": "buy", "symbol": "NOVA", "price": 20.005, "amount": 3}),
+        ("place_order", {"order_type": "Buy", "symbol": "NOVA", "price": 12, "amount": 3}),
+        ("get_order_details", {"order_id": 9}), ("cancel_order", {"order_id": 400}),
+        ("fund_account", {"amount": 100}), ("withdraw_funds", {"amount": 0.1}),
+        ("get_transaction_history", {}), ("get_stock_info", {"symbol": "ZZZ"}), ("get_order_history", {}),
+        ("notify_price_change", {"stocks": ["NOVA", "ORBT", "NONE"], "threshold": 0.3}),
+        ("filter_stocks_by_price", {"stocks": ["NOVA", "ORBT", "NONE"], "min_price": 0, "max_price": 50}),
+        ("trading_get_login_status", {}), ("get_transaction_history", {"start_date": "2024/09/01"})])
+    assert out == [
+        "['Error: User not authenticated. Please log in to view the watchlist.']",
+        '{"error": "User not authenticated. Please log in to place an order."}',
+        '{"status": "Logged in successfully"}', '{"status": "Already logged in"}',
+        '{"error": "Insufficient funds: required $60.02 but only $50.00 available."}',
+        '{"order_id": 500, "order_type": "Buy", "status": "Pending", "price": 12.0, "amount": 3}',
+        '{"error": "Order with ID 9 not found.Here is the list of orders_id: [400, 500]"}',
+        '{"error": "Can\'t cancel order 400. Order is already completed."}',
+        '{"status": "Account funded successfully", "new_balance": 150.0}',
+        '{"status": "Withdrawal successful", "new_balance": 149.9}',
+        '{"transaction_history": [{"type": "deposit", "amount": 100, "timestamp": "%s"}, {"type": "withdrawal", '
+        '"amount": 0.1, "timestamp": "%s"}]}' % tuple(stamps),
+        '{"error": "Stock with symbol \'ZZZ\' not found."}', '{"history": [400, 500]}',
+        '{"notification": "Stocks NOVA have significant price changes."}',
+        '{"filtered_stocks": ["NOVA", "NONE"]}',  # an unknown symbol's price is 0, within [0, 50]
+        '{"status": true}',
+        "Error during execution: time data '2024/09/01' does not match format '%Y-%m-%d'"]
+    assert f"{60.015:.2f}" == "60.02" and f"{150.0 - 0.1}" == "149.9"
+
+
+def test_message_api_answers_as_bfcl_prints_with_its_own_random_stream(opened):
+    rng = random.Random(MESSAGE_SEED)  # randint(10000, 99999): 10000 + randrange(90000), in call order
+    first, second = (10000 + rng.randrange(90000) for _ in range(2))
+    out = replay(opened, "multi_turn_base_2", [
+        ("send_message", {"receiver_id": "USR002", "message": "x"}), ("message_login", {"user_id": "USR009"}),
+        ("message_login", {"user_id": "USR001"}), ("send_message", {"receiver_id": "USR002", "message": "Hi Bo"}),
+        ("send_message", {"receiver_id": "USR002", "message": "Hi Bo"}), ("view_messages_sent", {}),
+        ("delete_message", {"receiver_id": "USR002"}), ("search_messages", {"keyword": "HELLO"}),
+        ("add_contact", {"user_name": "Cy"}), ("add_contact", {"user_name": "Cy"}), ("get_message_stats", {}),
+        ("get_user_id", {"user": "Zed"})])
+    assert out == [
+        '{"error": "No user is currently logged in."}',
+        '{"login_status": false, "message": "User ID \'USR009\' not found."}',
+        '{"login_status": true, "message": "User \'USR001\' logged in successfully."}',
+        '{"sent_status": true, "message_id": {"new_id": %d}, "message": "Message sent to \'USR002\' successfully."}' % first,
+        '{"sent_status": true, "message_id": {"new_id": %d}, "message": "Message sent to \'USR002\' successfully."}' % second,
+        '{"messages": {"USR001": ["hello there"], "USR002": ["Hi Bo", "Hi Bo"]}}',
+        '{"deleted_status": true, "receiver_id": "USR002", "message": "Receiver USR002\'s latest message deleted '
+        'successfully."}',
+        '{"results": [{"receiver_id": "USR001", "message": "hello there"}]}',
+        # user_count (1) goes up to 2 before USR002 is found taken, so the next try gets USR003
+        '{"error": "User ID \'USR002\' already exists."}',
+        '{"added_status": true, "user_id": "USR003", "message": "Contact \'Cy\' added successfully."}',
+        '{"stats": {"received_count": 2, "total_contacts": 2}}',
+        '{"error": "User \'Zed\' not found in the workspace."}']
+
+
+def test_long_context_answers_with_bfcls_extra_data(opened):
+    out = replay(opened, "multi_turn_long_context_0", [
+        ("trading_login", {"username": "a", "password": "b"}), ("get_stock_info", {"symbol": "NOVA"}),
+        ("get_watchlist", {}), ("get_available_stocks", {"sector": "Technology"}),
+        ("get_order_details", {"order_id": 400})])
+    assert out[1:] == [
+        '{"price": 12.25, "percent_change": -0.31, "volume": 1.5, "MA(5)": [1.5, 2.25], "MA(20)": [3.125]}',
+        "['ORBT', 'WA', 'WB', Ellipsis]",  # str() of watch_list + WATCH_LIST_EXTENSION, which ends in ...
+        '{"stock_list": ["AAPL", "GOOG", "MSFT", "NVDA", "TK"]}',
+        '{"id": 400, "order_type": "Sell", "symbol": "ORBT", "price": 98.5, "amount": 2, "status": "Completed", '
+        '"metadata": {"note": "about ORBT"}}']
+
+
+def episode(opened, task_id, agent):
+    from muactl.episode.rollout import RolloutConfig, run_episode
+    from muactl.episode.user import ScriptedUser
+
+    return asyncio.run(run_episode(opened.task(task_id), opened.compiled, agent, ScriptedUser(), RolloutConfig()))
+
+
+@pytest.mark.parametrize("category", ["base", "miss_func", "miss_param", "long_context"])
+def test_the_oracle_passes_by_bfcls_rule(opened, category):
+    from muactl.episode.agents.oracle import OracleAgent
+
+    ep = episode(opened, f"multi_turn_{category}_0", OracleAgent())
+    assert ep.termination == "agent_done" and ep.reward == 1.0, ep.breakdown
+    assert all(t["ok"] for t in ep.breakdown["turns"]) and ep.breakdown["turns"]
+
+
+def test_an_agent_that_skips_a_turns_work_fails_that_turns_checks(opened):
+    from muactl.episode.agents.base import Agent, AgentReply
+
+    class LateAgent(Agent):  # logs in and buys, but only when asked for the deposit; never deposits
+        async def act(self, ctx):
+            turn = sum(m["role"] == "user" for m in ctx.messages)
+            if turn == 2 and ctx.messages[-1]["role"] == "user":
+                return AgentReply("", [{"name": "trading_login", "arguments": {"username": "ana", "password": "pw"}},
+                                       {"name": "place_order", "arguments": {"order_type": "Buy", "symbol": "NOVA",
+                                                                             "price": 12.5, "amount": 3}}])
+            return AgentReply("Done.")
+
+    ep = episode(opened, "multi_turn_base_0", LateAgent())
+    assert ep.termination == "agent_done" and ep.reward == 0.0
+    first, second, third = ep.breakdown["turns"]
+    assert not first["called"] and not first["state"] and not first["ok"]
+    assert not second["state"] and not second["response"]  # no deposit: balance and history differ
+    assert not third["ok"]
+
+
+def test_a_held_out_function_appears_with_bfcls_message(opened):
+    from muactl.episode.agents.base import Agent, AgentReply
+
+    seen = []
+
+    class Looks(Agent):
+        async def act(self, ctx):
+            seen.append(({t["function"]["name"] for t in ctx.tools}, ctx.messages[-1].get("content")))
+            return AgentReply("Done.")
+
+    episode(opened, "multi_turn_miss_func_0", Looks())
+    assert ["fund_account" in names for names, _ in seen] == [False, False, True, True]
+    assert seen[2][1] == ADDED
+
+
+def test_the_scratch_answer_row_is_not_state(opened):
+    from muactl.env.sandbox import new_env
+
+    task = opened.task("multi_turn_base_0").task
+    env = new_env(opened.compiled)
+    try:
+        env.replay(task.setup)
+        before = env.state_hash()
+        refused = env.call("place_order", {"order_type": "Buy", "symbol": "NOVA", "price": 1, "amount": 1})
+        assert "not authenticated" in refused.content and env.state_hash() == before  # only the scratch row changed
+        assert env.state_hash() == env.full_state_hash()
+    finally:
+        env.close()
+    env = new_env(opened.compiled)  # a reused sandbox: the scratch row is back to its template value too
+    try:
+        assert env.call("bfcl_state", {"classes": []}).content == "{}"
+        assert env.conn.execute("SELECT text FROM outcome").fetchone() == (None,)
+    finally:
+        env.close()
+
+
+def test_a_malformed_entry_file_names_file_and_line(tmp_path):
+    checkout = fake_checkout(tmp_path / "gorilla")
+    path = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data" / "BFCL_v4_multi_turn_base.json"
+    path.write_text(path.read_text() + '{"id": "x", "question": [}\n')
+    r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
+    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:4" in r.output, r.output
+    assert not (tmp_path / "p" / "domains").exists()
+
+
+def test_checkout_code_is_read_never_run(tmp_path):
+    checkout = fake_checkout(tmp_path / "gorilla")
+    src = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "eval_checker" / "multi_turn_eval" / \
+        "func_source_code" / "trading_bot.py"
+    marker = tmp_path / "ran"
+    src.write_text(f"open({str(marker)!r}, 'w')\nDEFAULT_STATE = dict(orders={{}})\n")
+    r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
+    assert r.exit_code == 2 and "DEFAULT_STATE is not a literal" in r.output and not marker.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHECKOUT, reason="set BFCL to a gorilla checkout to import its data")
+def test_import_matches_bfcls_own_classes():
+    from benchmarks.bfcl_verify import run
+
+    rows = run(Path(CHECKOUT).resolve())
+    assert [r["entries"] for r in rows] == [200] * 4
+    for r in rows:
+        assert r["imported"] + r["skipped"] == r["entries"] and r["imported"] > 0
+        assert r["same_output"] == r["calls"] > 0 and r["same_state"] == r["turns"] > 0, r["mismatches"][:5]
+        assert r["bfcl_passes"] == r["compared"] == r["imported"] and r["oracle"] == 1.0
