@@ -59,6 +59,10 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
     message = {"question": [user("Log in as USR001 and send Bo 'hi'.")], "initial_config": {"MessageAPI": {
         "user_map": {"Ana": "USR001", "Bo": "USR002"}, "current_user": None}}, "involved_classes": ["MessageAPI"]}
     message_gold = [["message_login(user_id='USR001')", "send_message(receiver_id='USR002', message='hi')"]]
+    ticket = {"question": [user("Log in as Ana (pw) and open a ticket 'Broken'.")], "initial_config": {"TicketAPI": {
+        "ticket_queue": [{"id": 3, "title": "Old", "status": "Open", "created_by": "Ana"}], "ticket_counter": 4}},
+        "involved_classes": ["TicketAPI"]}
+    ticket_gold = [["ticket_login(username='Ana', password='pw')", "create_ticket(title='Broken', priority=2)"]]
     out = {}
     for category in ("base", "miss_func", "miss_param", "long_context"):
         first = dict(base, id=f"multi_turn_{category}_0")
@@ -71,12 +75,16 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
             first["question"] = base["question"] + [user("And NOVA's details?")]
             truth = gold + [["get_stock_info('NOVA')"]]
         out[category] = [(first, truth), (dict(math, id=f"multi_turn_{category}_1"), [["add(a=2, b=3)"]]),
-                         (dict(message, id=f"multi_turn_{category}_2"), message_gold)]
+                         (dict(message, id=f"multi_turn_{category}_2"), message_gold),
+                         (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold)]
     return out
 
 
 MESSAGE_TOOLS = ("list_users", "get_user_id", "message_login", "message_get_login_status", "send_message",
                  "delete_message", "view_messages_sent", "add_contact", "search_messages", "get_message_stats")
+TICKET_TOOLS = ("create_ticket", "get_ticket", "close_ticket", "resolve_ticket", "edit_ticket", "ticket_login",
+                "ticket_get_login_status", "logout", "get_user_tickets")
+OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS}
 MESSAGE_SEED = 7
 
 
@@ -89,7 +97,8 @@ def docs_of_shipped_tools(cls: str) -> list[dict]:
     tools = YAML(typ="safe").load((HERE / "bfcl.yaml").read_text())["tools"]
     return [{"name": n, "description": f"Invented: {n}.", "parameters": {"type": "dict", "properties": {
         p: {"type": "string", "description": f"the {p}"} for p in (t.get("params") or {})}}}
-            for n, t in tools.items() if t.get("side") != "env" and (n in MESSAGE_TOOLS) == (cls == "MessageAPI")]
+            for n, t in tools.items() if t.get("side") != "env"
+            and (n in OWN_TOOLS[cls] if cls in OWN_TOOLS else not any(n in o for o in OWN_TOOLS.values()))]
 
 
 def fake_checkout(root: Path) -> Path:
@@ -104,7 +113,7 @@ def fake_checkout(root: Path) -> Path:
         (ev / "data" / "possible_answer" / name).write_text(
             "".join(json.dumps({"id": e["id"], "ground_truth": g}) + "\n" for e, g in pairs))
     for cls, stem in CLASS_DOCS.items():
-        docs = docs_of_shipped_tools(cls) if cls in ("TradingBot", "MessageAPI") else [
+        docs = docs_of_shipped_tools(cls) if cls in ("TradingBot", *OWN_TOOLS) else [
             {"name": "add" if cls == "MathAPI" else f"{stem}_fn", "description": "Invented.",
              "parameters": {"type": "dict", "properties": {"a": {"type": "float"}, "b": {"type": "float"}}}}]
         (ev / "data" / "multi_turn_func_doc" / f"{stem}.json").write_text("".join(json.dumps(d) + "\n" for d in docs))
@@ -119,6 +128,7 @@ def fake_checkout(root: Path) -> Path:
         "'inbox': [{'USR001': 'hello there'}], 'message_count': 1, 'current_user': None}\n\n\nclass MessageAPI:\n"
         "    def _load_scenario(self, scenario, long_context=False):\n"
         f"        self._random = random.Random((scenario.get('random_seed', {MESSAGE_SEED})))\n")
+    (src / "ticket_api.py").write_text("DEFAULT_STATE = {'ticket_queue': [], 'ticket_counter': 1, 'current_user': None}\n")
     (src / "long_context.py").write_text(
         "MA_5_EXTENSION = [1.5, 2.25]\nMA_20_EXTENSION = [3.125]\n"
         "ORDER_DETAIL_EXTENSION = {'note': 'about {symbol}'}\nTECHNOLOGY_EXTENSION = ['TK']\n"
@@ -169,7 +179,7 @@ def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
 
 def test_the_import_lists_what_it_skipped_and_why(project):
     root, output = project
-    assert re.search(r"base\s+3\s+2\s+1\s+MathAPI 1", output), output
+    assert re.search(r"base\s+4\s+3\s+1\s+MathAPI 1", output), output
     skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
     assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
         ("multi_turn_base_1", "involves MathAPI, whose tools muactl does not import yet")]
@@ -269,6 +279,27 @@ def test_message_api_answers_as_bfcl_prints_with_its_own_random_stream(opened):
         '{"error": "User \'Zed\' not found in the workspace."}']
 
 
+def test_ticket_api_answers_as_bfcl_prints(opened):
+    out = replay(opened, "multi_turn_base_3", [
+        ("create_ticket", {"title": "x"}), ("ticket_login", {"username": "Ana", "password": ""}),
+        ("ticket_login", {"username": "Ana", "password": "pw"}), ("create_ticket", {"title": "Broken", "priority": 9}),
+        ("create_ticket", {"title": "Broken", "priority": 2}), ("get_ticket", {"ticket_id": 99}),
+        ("close_ticket", {"ticket_id": 3}), ("close_ticket", {"ticket_id": 3}),
+        ("edit_ticket", {"ticket_id": 4, "updates": {"owner": "Bo"}}),
+        ("edit_ticket", {"ticket_id": 4, "updates": {"priority": 5, "title": None}}),
+        ("get_user_tickets", {"status": "open"}), ("logout", {}), ("logout", {})])
+    assert out == [
+        '{"error": "User not authenticated. Please log in to create a ticket."}', '{"success": false}',
+        '{"success": true}', '{"error": "Invalid priority. Priority must be between 1 and 5."}',
+        '{"id": 4, "title": "Broken", "description": "", "status": "Open", "priority": 2, "created_by": "Ana"}',
+        '{"error": "Ticket with ID 99 not found."}', '{"status": "Ticket 3 has been closed successfully."}',
+        '{"error": "Ticket with ID 3 is already closed."}', '{"error": "Invalid fields for update: owner"}',
+        '{"status": "Ticket 4 has been updated successfully."}',
+        # a list, so str(): Python's reprs; the None title left the title alone
+        "[{'id': 4, 'title': 'Broken', 'description': '', 'status': 'Open', 'priority': 5, 'created_by': 'Ana'}]",
+        '{"success": true}', '{"success": false}']
+
+
 def test_long_context_answers_with_bfcls_extra_data(opened):
     out = replay(opened, "multi_turn_long_context_0", [
         ("trading_login", {"username": "a", "password": "b"}), ("get_stock_info", {"symbol": "NOVA"}),
@@ -359,7 +390,7 @@ def test_a_malformed_entry_file_names_file_and_line(tmp_path):
     path = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data" / "BFCL_v4_multi_turn_base.json"
     path.write_text(path.read_text() + '{"id": "x", "question": [}\n')
     r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
-    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:4" in r.output, r.output
+    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:5" in r.output, r.output
     assert not (tmp_path / "p" / "domains").exists()
 
 
