@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from muactl.importers.bfcl_truth import CATEGORIES, digest, state_digest  # noqa: E402
+from muactl.importers.bfcl_truth import CATEGORIES, CLASS_DOCS, digest, state_digest  # noqa: E402
 
 RUNS = itertools.count()
 
@@ -54,10 +54,38 @@ def public_state(instances: dict) -> dict:
     return {cls: {k: plain(v) for k, v in vars(inst).items() if not k.startswith("_")} for cls, inst in instances.items()}
 
 
+def fresh_defaults() -> None:
+    """Put back the default arguments of BFCL's methods before each entry: TwitterAPI.post_tweet's `mentions=[]`
+    is one list, which mention() extends, so in one process an entry's mentions would show up in later entries'
+    tweets (a leak between entries, not BFCL's rule for one)."""
+    import copy
+
+    for cls, saved in DEFAULTS.items():
+        for name, values in saved.items():
+            getattr(cls, name).__defaults__ = copy.deepcopy(values)
+
+
+DEFAULTS: dict = {}
+
+
+def save_defaults() -> None:
+    import copy
+    import importlib
+
+    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
+
+    for cls_name in CLASS_DOCS:  # the eight multi-turn classes (the mapping also names web search and memory)
+        module = CLASS_FILE_PATH_MAPPING[cls_name]
+        cls = getattr(importlib.import_module(module), cls_name)
+        DEFAULTS[cls] = {n: copy.deepcopy(f.__defaults__) for n, f in vars(cls).items()
+                         if callable(f) and getattr(f, "__defaults__", None)}
+
+
 def record_entry(entry: dict, answer: dict, category: str) -> dict:
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
+    fresh_defaults()
     name = f"muactl_record_{next(RUNS)}"
     long_context = "long_context" in category
     turns = []
@@ -66,6 +94,7 @@ def record_entry(entry: dict, answer: dict, category: str) -> dict:
                                                           name, entry["id"], long_context=long_context)
         turns.append({"calls": [c.split("(", 1)[0].strip() for c in calls], "outputs": [digest(o) for o in outputs],
                       "state": state_digest(public_state(instances))})
+    fresh_defaults()
     verdict = multi_turn_checker([[calls] if calls else [] for calls in answer["ground_truth"]], answer["ground_truth"],
                                  entry, f"multi_turn_{category}", f"muactl_check_{next(RUNS)}")
     return {"category": category, "classes": entry["involved_classes"], "turns": turns, "passes": verdict["valid"]}
@@ -81,6 +110,7 @@ def main() -> None:
     board = args.checkout / "berkeley-function-call-leaderboard"
     sys.path.insert(0, str(board if board.is_dir() else args.checkout))
     data = (board if board.is_dir() else args.checkout) / "bfcl_eval" / "data"
+    save_defaults()
     entries = {}
     for category in CATEGORIES:
         name = f"BFCL_v4_multi_turn_{category}.json"

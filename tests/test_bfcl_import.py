@@ -63,6 +63,10 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
         "ticket_queue": [{"id": 3, "title": "Old", "status": "Open", "created_by": "Ana"}], "ticket_counter": 4}},
         "involved_classes": ["TicketAPI"]}
     ticket_gold = [["ticket_login(username='Ana', password='pw')", "create_ticket(title='Broken', priority=2)"]]
+    twitter = {"question": [user("Log in (ana, pw) and tweet 'hi'.")], "initial_config": {"TwitterAPI": {
+        "tweets": {"0": {"id": 0, "username": "cy", "content": "Old News", "tags": ["#x"], "mentions": []}},
+        "comments": {"0": [{"username": "bo", "content": "first"}]}, "tweet_counter": 1}}, "involved_classes": ["TwitterAPI"]}
+    twitter_gold = [["authenticate_twitter(username='ana', password='pw')", "post_tweet(content='hi')"]]
     out = {}
     for category in ("base", "miss_func", "miss_param", "long_context"):
         first = dict(base, id=f"multi_turn_{category}_0")
@@ -76,7 +80,8 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
             truth = gold + [["get_stock_info('NOVA')"]]
         out[category] = [(first, truth), (dict(math, id=f"multi_turn_{category}_1"), [["add(a=2, b=3)"]]),
                          (dict(message, id=f"multi_turn_{category}_2"), message_gold),
-                         (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold)]
+                         (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold),
+                         (dict(twitter, id=f"multi_turn_{category}_4"), twitter_gold)]
     return out
 
 
@@ -84,7 +89,10 @@ MESSAGE_TOOLS = ("list_users", "get_user_id", "message_login", "message_get_logi
                  "delete_message", "view_messages_sent", "add_contact", "search_messages", "get_message_stats")
 TICKET_TOOLS = ("create_ticket", "get_ticket", "close_ticket", "resolve_ticket", "edit_ticket", "ticket_login",
                 "ticket_get_login_status", "logout", "get_user_tickets")
-OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS}
+TWITTER_TOOLS = ("authenticate_twitter", "posting_get_login_status", "post_tweet", "retweet", "comment", "mention",
+                 "follow_user", "list_all_following", "unfollow_user", "get_tweet", "get_user_tweets", "search_tweets",
+                 "get_tweet_comments", "get_user_stats")
+OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS, "TwitterAPI": TWITTER_TOOLS}
 MESSAGE_SEED = 7
 
 
@@ -129,6 +137,9 @@ def fake_checkout(root: Path) -> Path:
         "    def _load_scenario(self, scenario, long_context=False):\n"
         f"        self._random = random.Random((scenario.get('random_seed', {MESSAGE_SEED})))\n")
     (src / "ticket_api.py").write_text("DEFAULT_STATE = {'ticket_queue': [], 'ticket_counter': 1, 'current_user': None}\n")
+    (src / "posting_api.py").write_text(
+        "DEFAULT_STATE = {'username': 'ana', 'password': 'pw', 'authenticated': False, 'tweets': {}, 'comments': {}, "
+        "'retweets': {}, 'following_list': ['bo'], 'tweet_counter': 0}\n")
     (src / "long_context.py").write_text(
         "MA_5_EXTENSION = [1.5, 2.25]\nMA_20_EXTENSION = [3.125]\n"
         "ORDER_DETAIL_EXTENSION = {'note': 'about {symbol}'}\nTECHNOLOGY_EXTENSION = ['TK']\n"
@@ -179,7 +190,7 @@ def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
 
 def test_the_import_lists_what_it_skipped_and_why(project):
     root, output = project
-    assert re.search(r"base\s+4\s+3\s+1\s+MathAPI 1", output), output
+    assert re.search(r"base\s+5\s+4\s+1\s+MathAPI 1", output), output
     skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
     assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
         ("multi_turn_base_1", "involves MathAPI, whose tools muactl does not import yet")]
@@ -300,6 +311,30 @@ def test_ticket_api_answers_as_bfcl_prints(opened):
         '{"success": true}', '{"success": false}']
 
 
+def test_twitter_api_answers_as_bfcl_prints(opened):
+    out = replay(opened, "multi_turn_base_4", [
+        ("post_tweet", {"content": "x"}), ("authenticate_twitter", {"username": "ana", "password": "no"}),
+        ("authenticate_twitter", {"username": "ana", "password": "pw"}),
+        ("post_tweet", {"content": "Hello news", "tags": ["#n"]}), ("mention", {"tweet_id": 1, "mentioned_usernames": ["@bo"]}),
+        ("retweet", {"tweet_id": 0}), ("retweet", {"tweet_id": 0}), ("retweet", {"tweet_id": 7}),
+        ("comment", {"tweet_id": 0, "comment_content": "nice"}), ("get_tweet_comments", {"tweet_id": 0}),
+        ("search_tweets", {"keyword": "NEWS"}), ("follow_user", {"username_to_follow": "bo"}),
+        ("unfollow_user", {"username_to_unfollow": "bo"}), ("get_user_stats", {"username": "ana"})])
+    assert out == [
+        '{"error": "User not authenticated. Please authenticate before posting."}', '{"authentication_status": false}',
+        '{"authentication_status": true}',
+        '{"id": 1, "username": "ana", "content": "Hello news", "tags": ["#n"], "mentions": []}',
+        '{"mention_status": "Users mentioned successfully"}', '{"retweet_status": "Successfully retweeted"}',
+        '{"retweet_status": "Already retweeted"}', '{"error": "Tweet with ID 7 not found."}',
+        '{"comment_status": "Comment added successfully"}',
+        # comments loaded keyed "0"; comment() adds the int key 0, which is the one get_tweet_comments finds
+        "[{'username': 'ana', 'content': 'nice'}]",
+        "[{'id': 0, 'username': 'cy', 'content': 'Old News', 'tags': ['#x'], 'mentions': []}, "
+        "{'id': 1, 'username': 'ana', 'content': 'Hello news', 'tags': ['#n'], 'mentions': ['@bo']}]",
+        '{"follow_status": false}', '{"unfollow_status": true}',
+        '{"tweet_count": 1, "following_count": 0, "retweet_count": 1}']
+
+
 def test_long_context_answers_with_bfcls_extra_data(opened):
     out = replay(opened, "multi_turn_long_context_0", [
         ("trading_login", {"username": "a", "password": "b"}), ("get_stock_info", {"symbol": "NOVA"}),
@@ -390,7 +425,7 @@ def test_a_malformed_entry_file_names_file_and_line(tmp_path):
     path = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data" / "BFCL_v4_multi_turn_base.json"
     path.write_text(path.read_text() + '{"id": "x", "question": [}\n')
     r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
-    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:5" in r.output, r.output
+    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:6" in r.output, r.output
     assert not (tmp_path / "p" / "domains").exists()
 
 

@@ -42,7 +42,8 @@ SOURCES = "eval_checker/multi_turn_eval/func_source_code"
 # the classes muactl has tables for: their load tool, source module and default-state literal
 IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE"),
             "MessageAPI": ("load_message_api", "message_api.py", "DEFAULT_STATE"),
-            "TicketAPI": ("load_ticket_api", "ticket_api.py", "DEFAULT_STATE")}
+            "TicketAPI": ("load_ticket_api", "ticket_api.py", "DEFAULT_STATE"),
+            "TwitterAPI": ("load_twitter_api", "posting_api.py", "DEFAULT_STATE")}
 # what each class draws from its random.Random: (kind, n) for randrange(n), the offset of its randint
 DRAW_KINDS = {"TradingBot": ("timestamp", 86401), "MessageAPI": ("message_id", 90000)}
 # long_context.py's data the imported classes read
