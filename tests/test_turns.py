@@ -187,3 +187,29 @@ def test_py_format_writes_numbers_as_python_does():
     assert fmt(0.125, ".2f") == "0.12" and fmt(22716.000000000004, ".2f") == "22716.00" and fmt(3, ".1f") == "3.0"
     assert fmt(1234.5, ",.2f") == "1,234.50"
     assert fmt("1", ".2f") is None and fmt(1.0, "999999999f") is None and fmt(1.0, "{}") is None
+
+
+def test_an_outside_agent_sees_a_tool_appear_at_its_turn(bank):
+    """The stepwise engine (gym, OpenEnv): its `tools` are the turn's, not every tool of the domain."""
+    from muactl.episode.stepwise import StepwiseEpisode
+
+    task = in_turns(bank.task("move-mia"), [
+        {"message": "I am Mia. Which accounts do I have?", "actions": [FIND, LIST]},
+        {"message": "Now move 150.", "actions": [MOVE], "tools": ["transfer_funds"]}], tools=[
+        "find_customer", "list_accounts", "transfer_funds"])
+
+    async def main():
+        ep = StepwiseEpisode(task, bank.compiled, NoUser(), RolloutConfig())
+        names = lambda: sorted(t["function"]["name"] for t in ep.tools)  # noqa: E731
+        before = names()
+        turn = await ep.start()
+        first = names()
+        turn = await ep.step(AgentReply("Done."))
+        assert turn.messages[-1]["content"] == "Now move 150."
+        second = names()
+        await ep.step(AgentReply("Done."))
+        return before, first, second
+
+    before, first, second = asyncio.run(main())
+    assert before == first == ["find_customer", "list_accounts"]
+    assert second == ["find_customer", "list_accounts", "transfer_funds"]
