@@ -67,6 +67,11 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
         "tweets": {"0": {"id": 0, "username": "cy", "content": "Old News", "tags": ["#x"], "mentions": []}},
         "comments": {"0": [{"username": "bo", "content": "first"}]}, "tweet_counter": 1}}, "involved_classes": ["TwitterAPI"]}
     twitter_gold = [["authenticate_twitter(username='ana', password='pw')", "post_tweet(content='hi')"]]
+    vehicle = {"question": [user("Lock the driver's door.")], "initial_config": {"VehicleControlAPI": {
+        "engineState": "stopped", "fuelLevel": 10.5, "doorStatus": {"driver": "unlocked", "passenger": "locked", "rear_left": "locked",
+                                                          "rear_right": "locked"}}},
+        "involved_classes": ["VehicleControlAPI"]}
+    vehicle_gold = [["lockDoors(unlock=False, door=['driver'])"]]
     out = {}
     for category in ("base", "miss_func", "miss_param", "long_context"):
         first = dict(base, id=f"multi_turn_{category}_0")
@@ -81,7 +86,8 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
         out[category] = [(first, truth), (dict(math, id=f"multi_turn_{category}_1"), [["add(a=2, b=3)"]]),
                          (dict(message, id=f"multi_turn_{category}_2"), message_gold),
                          (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold),
-                         (dict(twitter, id=f"multi_turn_{category}_4"), twitter_gold)]
+                         (dict(twitter, id=f"multi_turn_{category}_4"), twitter_gold),
+                         (dict(vehicle, id=f"multi_turn_{category}_5"), vehicle_gold)]
     return out
 
 
@@ -92,7 +98,22 @@ TICKET_TOOLS = ("create_ticket", "get_ticket", "close_ticket", "resolve_ticket",
 TWITTER_TOOLS = ("authenticate_twitter", "posting_get_login_status", "post_tweet", "retweet", "comment", "mention",
                  "follow_user", "list_all_following", "unfollow_user", "get_tweet", "get_user_tweets", "search_tweets",
                  "get_tweet_comments", "get_user_stats")
-OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS, "TwitterAPI": TWITTER_TOOLS}
+VEHICLE_TOOLS = ("startEngine", "fillFuelTank", "lockDoors", "adjustClimateControl", "get_outside_temperature_from_google",
+                 "get_outside_temperature_from_weather_com", "setHeadlights", "displayCarStatus", "activateParkingBrake",
+                 "pressBrakePedal", "releaseBrakePedal", "setCruiseControl", "get_current_speed", "display_log",
+                 "estimate_drive_feasibility_by_mileage", "liter_to_gallon", "gallon_to_liter", "estimate_distance",
+                 "get_zipcode_based_on_city", "set_navigation", "check_tire_pressure", "find_nearest_tire_shop")
+OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS, "TwitterAPI": TWITTER_TOOLS,
+             "VehicleControlAPI": VEHICLE_TOOLS}
+VEHICLE_SEED = 99
+VEHICLE = {"random_seed": VEHICLE_SEED, "fuelLevel": 0.0, "batteryVoltage": 12.6, "engine_state": "stopped",
+           "remainingUnlockedDoors": 4, "doorStatus": {"driver": "unlocked", "passenger": "unlocked",
+                                                       "rear_left": "unlocked", "rear_right": "unlocked"},
+           "acTemperature": 25.0, "fanSpeed": 50, "acMode": "auto", "humidityLevel": 50.0, "headLightStatus": "off",
+           "parkingBrakeStatus": "released", "_parkingBrakeForce": 0.0, "_slopeAngle": 0.0,
+           "brakePedalStatus": "released", "brakePedalForce": 0.0, "distanceToNextVehicle": 50.0,
+           "cruiseStatus": "inactive", "destination": "None", "frontLeftTirePressure": 32.0,
+           "frontRightTirePressure": 32.0, "rearLeftTirePressure": 30.0, "rearRightTirePressure": 30.0}
 MESSAGE_SEED = 7
 
 
@@ -140,11 +161,17 @@ def fake_checkout(root: Path) -> Path:
     (src / "posting_api.py").write_text(
         "DEFAULT_STATE = {'username': 'ana', 'password': 'pw', 'authenticated': False, 'tweets': {}, 'comments': {}, "
         "'retweets': {}, 'following_list': ['bo'], 'tweet_counter': 0}\n")
+    (src / "vehicle_control.py").write_text(
+        f"import random\n\nDEFAULT_STATE = {VEHICLE!r}\n\n\nclass VehicleControlAPI:\n"
+        "    def _load_scenario(self, scenario, long_context=False):\n"
+        "        self._random = random.Random(scenario.get('random_seed', DEFAULT_STATE['random_seed']))\n")
     (src / "long_context.py").write_text(
         "MA_5_EXTENSION = [1.5, 2.25]\nMA_20_EXTENSION = [3.125]\n"
         "ORDER_DETAIL_EXTENSION = {'note': 'about {symbol}'}\nTECHNOLOGY_EXTENSION = ['TK']\n"
         "AUTOMOBILE_EXTENSION = ['AU']\nTRANSACTION_HISTORY_EXTENSION = [{'type': 'deposit', 'amount': 1.1, "
-        "'timestamp': '2023-01-01 00:00:00.5'}]\nWATCH_LIST_EXTENSION = ['WA', 'WB', ...]\n")
+        "'timestamp': '2023-01-01 00:00:00.5'}]\nWATCH_LIST_EXTENSION = ['WA', 'WB', ...]\n"
+        "CAR_STATUS_METADATA_EXTENSION = 'Make: Invented'\nINTERMEDIARY_CITIES = ['Midway']\n"
+        "LONG_WEATHER_EXTENSION = {'-1_day': {'windSpeed': 1.5}}\nPARKING_BRAKE_INSTRUCTION = 'Pull it.'\n")
     (ev / "constants").mkdir()
     (ev / "constants" / "default_prompts.py").write_text(
         f"MAXIMUM_STEP_LIMIT = 20\nDEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC = (\n    {ADDED!r}\n)\n")
@@ -190,7 +217,7 @@ def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
 
 def test_the_import_lists_what_it_skipped_and_why(project):
     root, output = project
-    assert re.search(r"base\s+5\s+4\s+1\s+MathAPI 1", output), output
+    assert re.search(r"base\s+6\s+5\s+1\s+MathAPI 1", output), output
     skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
     assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
         ("multi_turn_base_1", "involves MathAPI, whose tools muactl does not import yet")]
@@ -335,6 +362,33 @@ def test_twitter_api_answers_as_bfcl_prints(opened):
         '{"tweet_count": 1, "following_count": 0, "retweet_count": 1}']
 
 
+def test_vehicle_control_answers_as_bfcl_prints(opened):
+    rng = random.Random(VEHICLE_SEED)  # uniform(a, b): a + (b - a) * random(), in call order
+    speed, outside = 0.0 + 120.0 * rng.random(), -10.0 + 50.0 * rng.random()
+    out = replay(opened, "multi_turn_base_5", [
+        ("lockDoors", {"unlock": False, "door": ["driver", "boot", "passenger"]}), ("startEngine", {"ignitionMode": "START"}),
+        ("pressBrakePedal", {"pedalPosition": 0.5}), ("startEngine", {"ignitionMode": "START"}),
+        ("pressBrakePedal", {"pedalPosition": 1}), ("startEngine", {"ignitionMode": "START"}),
+        ("fillFuelTank", {"fuelAmount": 45}), ("fillFuelTank", {"fuelAmount": 2.25}),
+        ("get_current_speed", {}), ("get_outside_temperature_from_google", {}),
+        ("adjustClimateControl", {"temperature": 70, "unit": "fahrenheit"}), ("displayCarStatus", {"option": "climate"}),
+        ("setCruiseControl", {"speed": 62, "activate": True, "distanceToNextVehicle": 40}),
+        ("estimate_distance", {"cityA": "74532", "cityB": "83214"}), ("liter_to_gallon", {"liter": 3})])
+    assert out == [
+        "Error during execution: 'boot'",  # the driver's door locked before the unknown one raised
+        '{"error": "Brake pedal needs to be pressed when starting the engine."}',
+        '{"brakePedalStatus": "pressed", "brakePedalForce": 500.0}',
+        '{"error": "Must press the brake fully before starting the engine."}',
+        '{"brakePedalStatus": "pressed", "brakePedalForce": 1000.0}',
+        '{"engineState": "running", "fuelLevel": 10.5, "batteryVoltage": 12.6}',
+        '{"error": "Cannot fill gas above the tank capacity."}', '{"fuelLevel": 12.75}',
+        '{"currentSpeed": %r}' % speed, '{"outsideTemperature": %r}' % outside,
+        '{"currentACTemperature": 70, "climateMode": "auto", "humidityLevel": 50.0}',
+        '{"currentACTemperature": %r, "fanSpeed": 50, "climateMode": "auto", "humidityLevel": 50.0}' % ((70 - 32) * 5 / 9),
+        '{"error": "Invalid speed"}', '{"distance": 750.0}',  # 62 is not a multiple of 5
+        '{"gallon": %r}' % (3 * 0.264172)]
+
+
 def test_long_context_answers_with_bfcls_extra_data(opened):
     out = replay(opened, "multi_turn_long_context_0", [
         ("trading_login", {"username": "a", "password": "b"}), ("get_stock_info", {"symbol": "NOVA"}),
@@ -425,7 +479,7 @@ def test_a_malformed_entry_file_names_file_and_line(tmp_path):
     path = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data" / "BFCL_v4_multi_turn_base.json"
     path.write_text(path.read_text() + '{"id": "x", "question": [}\n')
     r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
-    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:6" in r.output, r.output
+    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:7" in r.output, r.output
     assert not (tmp_path / "p" / "domains").exists()
 
 

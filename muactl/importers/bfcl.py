@@ -43,12 +43,18 @@ SOURCES = "eval_checker/multi_turn_eval/func_source_code"
 IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE"),
             "MessageAPI": ("load_message_api", "message_api.py", "DEFAULT_STATE"),
             "TicketAPI": ("load_ticket_api", "ticket_api.py", "DEFAULT_STATE"),
-            "TwitterAPI": ("load_twitter_api", "posting_api.py", "DEFAULT_STATE")}
+            "TwitterAPI": ("load_twitter_api", "posting_api.py", "DEFAULT_STATE"),
+            "VehicleControlAPI": ("load_vehicle_control_api", "vehicle_control.py", "DEFAULT_STATE")}
+# where _load_scenario reads an attribute from initial_config under another name than DEFAULT_STATE's
+CONFIG_NAMES = {"VehicleControlAPI": {"engine_state": "engineState", "_parkingBrakeForce": "parkingBrakeForce",
+                                      "_slopeAngle": "slopeAngle"}}
 # what each class draws from its random.Random: (kind, n) for randrange(n), the offset of its randint
-DRAW_KINDS = {"TradingBot": ("timestamp", 86401), "MessageAPI": ("message_id", 90000)}
+DRAW_KINDS = {"TradingBot": ("timestamp", 86401), "MessageAPI": ("message_id", 90000),
+              "VehicleControlAPI": ("random", None)}  # None: random() itself (uniform's)
 # long_context.py's data the imported classes read
 EXTENSIONS = ("MA_5_EXTENSION", "MA_20_EXTENSION", "ORDER_DETAIL_EXTENSION", "TECHNOLOGY_EXTENSION",
-              "AUTOMOBILE_EXTENSION", "TRANSACTION_HISTORY_EXTENSION", "WATCH_LIST_EXTENSION")
+              "AUTOMOBILE_EXTENSION", "TRANSACTION_HISTORY_EXTENSION", "WATCH_LIST_EXTENSION",
+              "CAR_STATUS_METADATA_EXTENSION", "INTERMEDIARY_CITIES", "LONG_WEATHER_EXTENSION", "PARKING_BRAKE_INSTRUCTION")
 # kept as the text str() prints for their items: WATCH_LIST_EXTENSION ends in Python's Ellipsis, no JSON value
 PRINTED = ("WATCH_LIST_EXTENSION",)
 DRAWS = 200  # draws kept per random seed: more than any entry's gold path or a 20-step turn can use
@@ -140,10 +146,12 @@ class Converted:
     classes: list[str] = field(default_factory=list)
 
 
-def class_state(config: dict, defaults: dict) -> dict:
-    """The attributes _load_scenario sets: each from the entry's initial_config, else the class default (its
-    random seed included); a set (MessageAPI's generated_ids) as a sorted list."""
-    state = {k: config[k] if k in config else v for k, v in defaults.items()}
+def class_state(config: dict, defaults: dict, names: dict[str, str] | None = None) -> dict:
+    """The attributes _load_scenario sets, by the names it reads from initial_config (`names`: attribute ->
+    that name, where they differ): each from the entry's initial_config, else the class default (its random
+    seed included); a set (MessageAPI's generated_ids) as a sorted list."""
+    names = names or {}
+    state = {names.get(k, k): config.get(names.get(k, k), v) for k, v in defaults.items()}
     return {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in state.items()}
 
 
@@ -203,8 +211,8 @@ def convert(entry: dict, answer: dict, category: str, docs: dict, defaults: dict
         raise SpecError.single(path, f"entry {entry['id']!r}: 'question' must be a list of turns")
     config = entry.get("initial_config") or {}
     long_context = category == "long_context"
-    setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c]), "long_context": long_context}}
-             for c in classes]
+    setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c], CONFIG_NAMES.get(c)),
+                               "long_context": long_context}} for c in classes]
     tools = [d["name"] for c in classes for d in docs[c]]
     params = {d["name"]: list(d["parameters"]["properties"]) for c in classes for d in docs[c]}
     held = entry.get("missed_function") or {}
@@ -240,7 +248,8 @@ def seed_rows(defaults: dict, extensions: dict, converted: list[Converted]) -> d
     for cls, (draw, span) in DRAW_KINDS.items():
         for seed in sorted(seeds[cls]):
             rng = random.Random(seed)
-            draws += [{"seed": seed, "kind": draw, "n": n, "value": rng.randrange(span)} for n in range(DRAWS)]
+            draws += [{"seed": seed, "kind": draw, "n": n, **({"r": rng.random()} if span is None else
+                                                               {"value": rng.randrange(span)})} for n in range(DRAWS)]
     return {"outcome": [{"id": 1, "ok": False, "text": None, "n": None}], "draws": draws,
             "extension": [{"name": k, "value": ", ".join(map(repr, v)) if k in PRINTED else v}
                           for k, v in extensions.items()]}
