@@ -213,3 +213,10 @@ def test_an_outside_agent_sees_a_tool_appear_at_its_turn(bank):
     before, first, second = asyncio.run(main())
     assert before == first == ["find_customer", "list_accounts"]
     assert second == ["find_customer", "list_accounts", "transfer_funds"]
+
+
+def test_tool_errors_do_not_end_a_task_with_fixed_turns(bank, turned):
+    # BFCL goes on after any number of failed calls; only the steps of a turn are bounded
+    bad = [{"no_such_tool": {}}]
+    ep = run(turned, bank.compiled, Script([bad] * 6 + [[FIND, LIST], "Done.", "Ok.", [MOVE], "Done."]), max_tool_errors=2)
+    assert ep.tool_errors == 6 and ep.termination == "agent_done" and ep.reward == 1.0, ep.breakdown

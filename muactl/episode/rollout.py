@@ -172,7 +172,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 ep.records.append({"turn": ep.turns, "tool": None, "error": True, "changed": False, "malformed": True})
                 await emit({"role": "tool", "content": f"Error: your reply could not be parsed: {out.error}. "
                             f"Call a tool with {agent.call_syntax}, or write a message."})
-            if ep.tool_errors > cfg.max_tool_errors:
+            if ep.tool_errors > cfg.max_tool_errors and not turns:  # BFCL's turns stop on steps only (turn_steps)
                 return "too_many_errors"
             if turns:
                 if calls:

@@ -570,7 +570,8 @@ class Task(Strict):
         default_factory=list, description="Fixed user turns in place of a simulator: the first turn's message opens; "
         "a turn ends when the agent replies without a (well-formed) tool call, and the next turn's message is sent; "
         "the episode ends normally (agent_done) when the last turn ends. A turn whose agent steps with calls exceed "
-        "`turn_steps` ends the episode (max_turns, BFCL's forced quit); the run's max agent turns does not apply. "
+        "`turn_steps` ends the episode (max_turns, BFCL's forced quit); the run's max agent turns and max tool errors do "
+        "not apply. "
         "Each turn with actions is checked when it ends (see actions), and the reward needs every check to pass. "
         "expect.actions is the turns' actions in order (filled in when left out). user.reason is unused.")
     tools: list[str] | None = Field(
