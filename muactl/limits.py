@@ -114,6 +114,15 @@ MAX_ACEBENCH_JSON_BYTES = 4 * 1024 * 1024  # one task or answer file
 MAX_ACEBENCH_TASKS = 1_000  # tasks in one file
 MAX_ACEBENCH_CALLS = 20_000  # milestone calls of all imported tasks (each is replayed a few times)
 
+# ---------------------------------------------------------------- BFCL checkouts (muactl import bfcl)
+
+# gorilla's berkeley-function-call-leaderboard, for scale: its multi-turn data files are JSON lines of about
+# 400 KB (200 entries each), its environment classes at most 40 KB of Python and long_context.py 190 KB
+MAX_BFCL_JSON_BYTES = 8 * 1024 * 1024  # one data, answer or function-doc file
+MAX_BFCL_SOURCE_BYTES = 1024 * 1024  # one Python file, read with ast
+MAX_BFCL_ENTRIES = 2_000  # entries in one file
+MAX_BFCL_CALLS = 50_000  # gold calls of all imported entries (each is replayed a few times)
+
 # ---------------------------------------------------------------- API replies
 
 # characters of one chat-completion reply (its text and tool-call arguments together); with max_tokens set a

@@ -142,6 +142,7 @@ BAD = {
     "tasks generate": ["tasks", "generate", "bank", "--all-templates", "-o", "/proc/x/y.yaml"],
     "import tau2": ["import", "tau2", "no-such-checkout", "--domain", "retail"],
     "import acebench": ["import", "acebench", "no-such-checkout"],
+    "import bfcl": ["import", "bfcl", "no-such-checkout"],
     "serve openenv": ["serve", "openenv", "nope"],
 }
 

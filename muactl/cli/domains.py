@@ -1,4 +1,4 @@
-"""Commands on domains: init, validate, import tau2 and acebench, domains, tools, call, schema."""
+"""Commands on domains: init, validate, import tau2, acebench and bfcl, domains, tools, call, schema."""
 
 from __future__ import annotations
 
@@ -96,6 +96,32 @@ def import_tau2_cmd(
     for note in notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {d} and {t} ({shown})\nNext: muactl validate {d.name}")
+
+
+@command("bfcl", group=import_app)
+def import_bfcl_cmd(
+    checkout: Path = typer.Argument(..., help="A gorilla checkout (ShishirPatil/gorilla), or its "
+                                    "berkeley-function-call-leaderboard folder."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
+) -> None:
+    """Import BFCL-V3 multi-turn: writes domains/bfcl/ (muactl's YAML tools, BFCL's function docs and
+    long_context data) and tasks/bfcl/ (one file per category: base, miss_func, miss_param, long_context; fixed
+    user turns, scored by BFCL's checks after each turn). Entries that involve a class muactl has no tools for
+    yet are not imported: the table counts them and tasks/bfcl/skipped.json lists each with why.
+
+    Example: [bold]muactl import bfcl ../gorilla && muactl validate bfcl[/bold]
+    """
+    from ..importers.bfcl import IMPORTED, import_bfcl, table_rows
+
+    imported = import_bfcl(checkout, directory, force)
+    typer.echo(f"{'category':13} {'entries':>7} {'imported':>8} {'skipped':>7}  skipped for")
+    for r in table_rows(imported):
+        why = ", ".join(f"{c} {n}" for c, n in sorted(r["missing_classes"].items()))
+        typer.echo(f"{r['category']:13} {r['entries']:7} {r['imported']:8} {r['skipped']:7}  {why}")
+    typer.echo(f"classes imported: {', '.join(IMPORTED)}; an entry is imported when every class it involves is")
+    typer.echo(f"wrote {imported.domain} and {imported.tasks}")
+    typer.echo(f"Next: muactl validate {imported.domain.name}")
 
 
 @command("acebench", group=import_app)

@@ -79,6 +79,18 @@ def _py_equal(a: Any, b: Any) -> Any:
         return None
 
 
+_FORMAT_SPEC = re.compile(r"[+\- ]?,?(?:\.\d{1,2})?[fe%]")
+
+
+def _py_format(x: Any, spec: Any) -> Any:
+    # format(x, spec) as Python's f-strings write a number ({total:.2f}): SQLite's printf rounds on the decimal
+    # text (0.125 -> 0.13), Python on the binary float (0.12); specs are limited to signs, grouping and up
+    # to 2-digit precisions of f, e and %, so the text stays small
+    if type(x) not in (int, float) or not isinstance(spec, str) or not _FORMAT_SPEC.fullmatch(spec):
+        return None
+    return format(float(x), spec)
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -123,7 +135,8 @@ class _PySum:
 # SQLite's round() rounds half away from zero on the decimal text (round(2.675, 2) = 2.68); py_round is
 # Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
 SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
-                 "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2)}
+                 "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
+                 "py_format": (_py_format, 2)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 

@@ -52,6 +52,15 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
                 for err in tool.argument_errors(args) if tool is not None else ():
                     problems.append(t.problem(path0 + (i, tool_name), f"arguments break {tool_name}'s schema: {err}"))
                     bad = True
+        named = [(("tools",), n) for n in task.tools or ()]
+        named += [(("turns", k, "tools"), n) for k, turn in enumerate(task.turns) for n in turn.tools]
+        for path, name in named:  # the task's own tools and those that appear at a turn: the agent's
+            tool = tools.get(name)
+            if name not in tools and ("tools", name) not in dropped:
+                problems.append(t.problem(path, f"undefined tool '{name}'{hint(name, tools)}", word=name))
+            elif tool is not None and tool.side != "agent":
+                problems.append(t.problem(path, f"tool '{name}' is not the agent's (side: {tool.side}); a task "
+                                          "names only agent tools", word=name))
         for i, a in enumerate(task.expect.assert_ if conn is not None else ()):
             if a.call is not None:
                 error = _assert_call_error(a.call, tools, dropped)

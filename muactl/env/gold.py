@@ -153,6 +153,39 @@ def replay_checked(env, task, group: str, calls: list) -> None:
                                "its right end state is unknown (muactl validate names the same call)")
 
 
+_TURNS: OrderedDict[str, list[tuple[str, list[str]]]] = OrderedDict()
+
+
+def gold_turns(task, domain) -> list[tuple[str, list[str]]]:
+    """Per fixed turn of the task: the state hash after the setup and the gold calls of that turn and every
+    earlier one, and the texts of that turn's gold results (what BFCL's state and response checks compare
+    with). Cached by content; a call that fails on the replay is GoldReplayFailed, as for gold_hash."""
+    key = hashlib.sha256(f"{template_key(domain)}:turns:".encode() + json.dumps(
+        [task.task.setup, [t.actions for t in task.task.turns]], sort_keys=True, default=str).encode()).hexdigest()
+    with _GOLD_LOCK:
+        hit = _TURNS.get(key)
+    if hit is not None:
+        return hit
+    env = new_env(domain)
+    try:
+        replay_checked(env, task, "setup", task.task.setup)
+        out = []
+        for k, turn in enumerate(task.task.turns):
+            results = [env.call(*m.call_parts(c)) for c in turn.actions]
+            bad = next((r for c, r in zip(turn.actions, results) if r.error and m.expected_error(c) is None), None)
+            if bad is not None:
+                raise GoldReplayFailed(f"task {task.task.id}: a gold call of turn {k} fails with {bad.content!r} when "
+                                       "replayed, so the turn's right state is unknown (muactl validate names it)")
+            out.append((env.state_hash(), [r.content for r in results]))
+    finally:
+        env.close()
+    with _GOLD_LOCK:
+        _TURNS[key] = out
+        if len(_TURNS) > GOLD_CACHE_SIZE:
+            _TURNS.popitem(last=False)
+    return out
+
+
 def changes_nothing(task, domain) -> bool:
     """Whether the task's correct outcome is "no change": its gold actions leave the database as the
     setup left it (refusals, questions, transfers). An agent that never writes can pass only these."""

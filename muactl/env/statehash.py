@@ -41,11 +41,14 @@ class TableShape:
     name: str
     columns: tuple[str, ...]  # sorted: the log's and the digest's column order
     json: frozenset[int]  # positions of json columns
+    # in the state hash: a scratch table (`state: false`) is not, though its rows are logged and undone as any
+    hashed: bool = True
 
     @classmethod
     def of(cls, name: str, spec) -> TableShape:
         cols = tuple(changelog.log_columns(spec.columns))
-        return cls(name, cols, frozenset(i for i, c in enumerate(cols) if spec.columns[c] == "json"))
+        return cls(name, cols, frozenset(i for i, c in enumerate(cols) if spec.columns[c] == "json"),
+                   getattr(spec, "state", True))
 
     def digest(self, values: tuple) -> int:
         if self.json:
@@ -78,7 +81,7 @@ def shapes(tables: dict) -> tuple[TableShape, ...]:
 
 def combine(shapes_: tuple[TableShape, ...], sums: dict[str, tuple[int, int]]) -> str:
     h = hashlib.sha256(f"muactl-state:{_FORMAT}\x1e".encode())
-    for s in shapes_:
+    for s in (s for s in shapes_ if s.hashed):
         count, total = sums[s.name]
         h.update(f"{s.name}\x1f{','.join(s.columns)}\x1f{count}\x1f{total:064x}\x1e".encode())
     return h.hexdigest()

@@ -89,7 +89,7 @@ def _turns(messages: list[dict[str, Any]]):
 
 def user_fidelity(task, episode, writes=lambda name: False) -> dict[str, bool | None]:
     """The checks of the module docstring for one finished episode. `writes(tool)` tells writes from reads."""
-    if task.task.solo:  # no simulated user played: nothing to check
+    if task.task.solo or task.task.turns:  # no simulated user played: nothing to check
         return dict.fromkeys(CHECKS)
     goal = task.task.user
     msgs = episode.messages

@@ -125,7 +125,7 @@ def call_label(call) -> str:
 def expected_ending(task) -> str:
     """A transfer task ends with the agent's transfer tool call, a solo task with the agent's reply without a
     call, every other task with the user's stop. The user's own ###TRANSFER### (user_transfer) earns nothing."""
-    return "transfer" if task.task.expect.transfer else "agent_done" if task.task.solo else "user_stop"
+    return "transfer" if task.task.expect.transfer else "agent_done" if task.task.solo or task.task.turns else "user_stop"
 
 
 def ended_as_expected(task, episode) -> bool:
@@ -152,14 +152,55 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
     judged = nl_verdicts is not None and bool(expect.nl_assertions)
     nl = nl_verdicts if judged else [{"assertion": s, "ok": None, "reason": "not judged (no --judge)"}
                                      for s in expect.nl_assertions]
+    turns = turn_checks(task, domain, episode)
     success = (ended and (db_match or not expect.compare_db) and all(outputs.values()) and all(calls.values())
-               and all(a["ok"] for a in asserts)
+               and all(a["ok"] for a in asserts) and all(t["ok"] for t in turns)
                and (not judged or all(v["ok"] for v in nl)))
     breakdown = {"ended_normally": ended, "termination": episode.termination, "db_match": db_match, "db_compared": expect.compare_db,
-                 "outputs": outputs, "required_calls": calls, "assertions": asserts,
+                 "outputs": outputs, "required_calls": calls, "assertions": asserts, "turns": turns,
                  "evidence_turns": evidence_turns(task, episode, call_turns), "nl_assertions": nl, "nl_judged": judged,
                  "success": success, "partial": partial_credit(task, episode, domain)}
     return (1.0 if success else 0.0), breakdown
+
+
+def turn_checks(task, domain, episode) -> list[dict[str, Any]]:
+    """BFCL's checks of a task with fixed turns, one per turn whose gold calls are not empty: the agent made a
+    call in the turn; the state when the turn ended equals the gold prefix's (state); and the gold calls'
+    results of the turn are among the agent's results so far, as a multiset of texts (response). A turn the
+    episode never finished fails all three."""
+    from ..env.gold import gold_turns
+
+    if not task.task.turns:
+        return []
+    out = []
+    starts = [i for i, msg in enumerate(episode.messages) if msg["role"] == "user" and "turn" in msg]
+    for k, (turn, (state, results)) in enumerate(zip(task.task.turns, gold_turns(task, domain))):
+        if not turn.actions:
+            continue
+        if k >= len(episode.turn_ends):
+            out.append({"turn": k, "called": False, "state": False, "response": False, "missing": results, "ok": False})
+            continue
+        end = episode.turn_ends[k]
+        seen = episode.messages[:end["messages"]]
+        got = [msg["content"] for msg in seen if msg["role"] == "tool" and msg.get("tool_call_id")]
+        called = k < len(starts) and any(msg.get("tool_calls") for msg in seen[starts[k]:])
+        missing = multiset_missing(results, got)
+        same = end["hash"] == state
+        out.append({"turn": k, "called": called, "state": same, "response": not missing, "missing": missing,
+                    "ok": called and same and not missing})
+    return out
+
+
+def multiset_missing(want: list[str], got: list[str]) -> list[str]:
+    """The items of `want` not found in `got`, each item of `got` used at most once (BFCL's unordered check)."""
+    pool = list(got)
+    missing = []
+    for item in want:
+        if item in pool:
+            pool.remove(item)
+        else:
+            missing.append(item)
+    return missing
 
 
 def evidence_turns(task, episode, call_turns: list[int | None]) -> list[int | None]:

@@ -5,7 +5,9 @@ One state machine serves eval, SFT synthesis, GRPO and chat:
     [greeting or user opens] -> user turn -> agent turn -> (tool calls -> agent turn)* -> user turn -> ...
 
 A solo task (`solo: true`) has no user after its goal: the goal opens, the agent works, and its first
-reply without a tool call ends the episode (agent_done).
+reply without a tool call ends the episode (agent_done). A task with fixed `turns` (BFCL's multi-turn) has
+no simulator either: each reply without a tool call ends a turn and the next turn's message is sent; the
+end of the last turn ends the episode (agent_done), and a state snapshot is kept at every turn's end.
 
 Agent text goes to the user; agent tool calls go to the sandbox and the results back to the agent;
 user text goes to the agent. The user simulator never sees tool calls. An episode ends on a user stop
@@ -105,13 +107,20 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 ep.error = str(e)
                 return "infra_error"
         solo = task.task.solo
+        turns = task.task.turns
         greeting = domain.spec.domain.greeting
         opening = cfg.opening or ("agent" if greeting else "user")
-        if solo:  # the goal is the only user message; no simulator is asked for anything
+        steps = 0  # agent steps with calls in the current fixed turn
+        ctx.tools[:] = visible_tools(domain, task, 0)
+        if turns:  # fixed user turns: no simulator; the tools of later turns stay hidden until theirs
+            await emit({"role": "user", "content": turns[0].message, "turn": 0})
+        elif solo:  # the goal is the only user message; no simulator is asked for anything
             await emit({"role": "user", "content": task.task.user.reason})
         elif opening == "agent":
             await emit({"role": "assistant", "content": greeting or "Hi! How can I help you today?", "fixed": True})
-        next_is_user = not solo
+        next_is_user = not (solo or turns)
+        hidden = {n for t in turns for n in t.tools} | {t.name for t in domain.agent_tools()
+                                                         if task.task.tools is not None and t.name not in task.task.tools}
         while True:
             if next_is_user:
                 t0 = time.perf_counter()
@@ -124,7 +133,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                     return reply.stop
                 next_is_user = False
                 continue
-            if ep.turns >= cfg.max_turns:
+            if ep.turns >= cfg.max_turns and not turns:  # fixed turns are bounded per turn (turn_steps)
                 return "max_turns"
             t0 = time.perf_counter()
             out = await agent.act(ctx)
@@ -144,7 +153,8 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 t0 = time.perf_counter()
                 before = progress.distance(env) if progress else None
                 tool = domain.tools.get(call["name"])
-                if tool is not None and tool.side != "agent":  # the user's own controls (or setup's) are not the agent's
+                if tool is not None and (tool.side != "agent" or call["name"] in hidden):
+                    # the user's own controls (or setup's) are not the agent's, nor a tool of a later turn
                     result = ToolResult(f"Error: unknown tool '{call['name']}'.", error=True)
                 else:
                     result = await env.acall(call["name"], call["arguments"])
@@ -164,8 +174,24 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
                 ep.records.append({"turn": ep.turns, "tool": None, "error": True, "changed": False, "malformed": True})
                 await emit({"role": "tool", "content": f"Error: your reply could not be parsed: {out.error}. "
                             f"Call a tool with {agent.call_syntax}, or write a message."})
-            if ep.tool_errors > cfg.max_tool_errors:
+            if ep.tool_errors > cfg.max_tool_errors and not turns:  # BFCL's turns stop on steps only (turn_steps)
                 return "too_many_errors"
+            if turns:
+                if calls:
+                    steps += 1
+                    if steps > task.task.turn_steps:  # BFCL's forced quit: the entry fails
+                        return "max_turns"
+                    continue
+                # a reply without a well-formed call ends the turn (BFCL's loop: an empty or undecodable reply)
+                ep.turn_ends.append({"hash": await env.off_loop(env.state_hash), "messages": len(messages)})
+                k = len(ep.turn_ends)
+                if k == len(turns):
+                    return "agent_done"
+                steps = 0
+                ctx.tools[:] = visible_tools(domain, task, k)
+                hidden.difference_update(turns[k].tools)
+                await emit({"role": "user", "content": turns[k].message, "turn": k})
+                continue
             if not calls and not out.error:
                 if solo:  # the agent's own word that it is done
                     return "agent_done"
@@ -205,6 +231,14 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing
     return ep
+
+
+def visible_tools(domain: CompiledDomain, task: TaskSpec, turn: int) -> list[dict[str, Any]]:
+    """The agent's tool schemas in fixed turn `turn` (0 for a task without turns): the task's own tools (all the
+    domain's agent tools when it names none), less those that appear in a later turn."""
+    later = {n for t in task.task.turns[turn + 1:] for n in t.tools}
+    mine = task.task.tools
+    return [t.openai_schema() for t in domain.agent_tools() if t.name not in later and (mine is None or t.name in mine)]
 
 
 async def _abandon(env: Environment) -> None:

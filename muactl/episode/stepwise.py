@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .agents.base import Agent, AgentReply
-from .rollout import RolloutConfig, run_episode
+from .rollout import RolloutConfig, run_episode, visible_tools
 from .types import Episode
 from .user import UserReply, UserSimulator, shown_to_user, split_stop
 from ..env.sandbox import new_env
@@ -108,8 +108,8 @@ class StepwiseEpisode:
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        """OpenAI schemas of the agent's tools."""
-        return [t.openai_schema() for t in self.domain.agent_tools()]
+        """OpenAI schemas of the agent's tools now: the task's own (Task.tools), less those of a later fixed turn."""
+        return list(self.ctx.tools) if self.ctx is not None else visible_tools(self.domain, self.task, 0)
 
     async def start(self) -> Turn:
         self._run = asyncio.ensure_future(run_episode(self.task, self.domain, self.agent, self.user, self.cfg,

@@ -83,6 +83,9 @@ class Episode:
     # the user's own tool calls (dual control), {"name", "arguments"} each: not in messages, which hold what the
     # agent saw; τ²'s scoring looks for gold actions among them too
     user_calls: list[dict[str, Any]] = field(default_factory=list)
+    # a task with fixed turns: per turn that ended, the state hash then and how many messages there were
+    # (the per-turn checks of reward.turn_checks read the state and the tool results up to that point)
+    turn_ends: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def outcome(self) -> str:

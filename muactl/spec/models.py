@@ -109,6 +109,10 @@ class Table(Strict):
     foreign_keys: dict[str, str] = Field(
         default_factory=dict, description="Column -> 'other_table.column' it references."
     )
+    state: bool = Field(True, description="false: the table is scratch space, not part of the state hash (the "
+                        "answer a write computed before it changed anything, a private counter such as a random "
+                        "stream's position): end states and per-turn states compare without it, as BFCL's state "
+                        "check skips a class's private attributes.")
 
     def pk_columns(self) -> list[str]:
         if self.primary_key is None:
@@ -256,7 +260,7 @@ class SqlTool(ToolBase):
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
         "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
-        "py_str(json) and py_equal(json, json) (README).")
+        "py_str(json), py_equal(json, json) and py_format(x, spec) (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
@@ -535,6 +539,22 @@ class TaskOrigin(Strict):
     db_seed: int | None = Field(None, description="Seed of the random database instance; null: the fixed one.")
 
 
+class UserTurn(Strict):
+    """One fixed user turn of a task with `turns` (BFCL's multi-turn questions)."""
+
+    message: str = Field(description="The user's message that opens the turn, sent as written (no simulator).")
+    actions: list[ToolCall] = Field(
+        default_factory=list, description="The turn's gold calls. After a turn whose actions are not empty, the "
+        "episode is checked as BFCL checks it: the state equals the one the gold calls of this and every earlier "
+        "turn make (after the task's setup), the results of this turn's gold calls are among the results the agent "
+        "got so far (as a multiset of texts), and the agent made a call in this turn. A turn without actions is not "
+        "checked (one where the right move is to ask, or to say it cannot be done).")
+    tools: list[str] = Field(
+        default_factory=list, description="Tools the agent is given from this turn on: they are hidden (not shown, "
+        "and a call to one is an unknown tool) in every earlier turn (BFCL's miss_func, whose turn message says "
+        "new functions were added).")
+
+
 class Task(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", description="Unique id within the domain.")
     split: Literal["train", "test"] | None = Field(None, description="Defaults to the file's name (train.yaml, test.yaml).")
@@ -544,12 +564,42 @@ class Task(Strict):
         False, description="No user after the goal: user.reason is sent as the one user message, as written, and "
         "the agent works alone; the episode ends normally (termination agent_done) when the agent replies without "
         "a tool call. No simulator runs (ACEBench's multi-step tasks).")
-    setup: list[ToolCall] = Field(default_factory=list, description="Tool calls applied before the episode starts.")
+    setup: list[ToolCall] = Field(default_factory=list, description="Tool calls applied before the episode starts: "
+                                  "a task's own initial state (e.g. a side: env tool that loads BFCL's initial_config).")
+    turns: list[UserTurn] = Field(
+        default_factory=list, description="Fixed user turns in place of a simulator: the first turn's message opens; "
+        "a turn ends when the agent replies without a (well-formed) tool call, and the next turn's message is sent; "
+        "the episode ends normally (agent_done) when the last turn ends. A turn whose agent steps with calls exceed "
+        "`turn_steps` ends the episode (max_turns, BFCL's forced quit); the run's max agent turns and max tool errors do "
+        "not apply. "
+        "Each turn with actions is checked when it ends (see actions), and the reward needs every check to pass. "
+        "expect.actions is the turns' actions in order (filled in when left out). user.reason is unused.")
+    tools: list[str] | None = Field(
+        None, description="The agent's tools in this task, in place of all the domain's agent tools (BFCL's involved "
+        "classes' functions, less its excluded ones): the others are not shown, and a call to one is an unknown tool.")
+    turn_steps: int = Field(20, ge=1, le=1000, description="Most agent steps with tool calls in one turn "
+                            "(BFCL's MAXIMUM_STEP_LIMIT); only with turns.")
     expect: Expect = Field(default_factory=Expect)
     tags: list[str] = Field(default_factory=list, description="Free labels (write, info, refuse...) for filtering.")
     origin: TaskOrigin | None = Field(
         None, description="Set on tasks made from a template (muactl tasks generate); db_seed names the random "
         "database the task runs on (null: the domain's seed database).")
+
+    @model_validator(mode="after")
+    def _turns_are_the_gold_path(self) -> "Task":
+        if not self.turns:
+            return self
+        if self.solo:
+            raise ValueError("a task has either fixed turns or solo: true, not both")
+        flat = [c for t in self.turns for c in t.actions]
+        if not self.expect.actions:
+            self.expect.actions = flat
+        elif self.expect.actions != flat:
+            raise ValueError("expect.actions must be the turns' actions in order (or be left out)")
+        shown = [n for t in self.turns for n in t.tools]
+        if len(shown) != len(set(shown)):
+            raise ValueError("a tool appears in at most one turn's `tools`")
+        return self
 
 
 def call_parts(call: ToolCall) -> tuple[str, dict[str, Any]]:

@@ -88,8 +88,10 @@ class OracleAgent(Agent):
         return options[pick].format(**fields)
 
     async def act(self, ctx) -> AgentReply:
-        st = ctx.state.setdefault("oracle", {"asked": False, "step": 0, "confirmed": -1, "done": False, "unclear": 0})
         task = ctx.task.task
+        if task.turns:
+            return self.act_in_turn(ctx)
+        st = ctx.state.setdefault("oracle", {"asked": False, "step": 0, "confirmed": -1, "done": False, "unclear": 0})
         actions = [call_parts(c) for c in task.expect.actions]
         if task.user.known and not st["asked"] and not task.solo:
             st["asked"] = True
@@ -122,3 +124,15 @@ class OracleAgent(Agent):
                 return AgentReply(self.say(ctx, "outputs", outputs="; ".join(task.expect.outputs)))
             return AgentReply(self.say(ctx, "done"))
         return AgentReply("Your request is complete. Goodbye.")
+
+    @staticmethod
+    def act_in_turn(ctx) -> AgentReply:
+        """Fixed turns: the current turn's gold calls, all in one step (as BFCL's gold is a turn's list of
+        calls, none of which reads an earlier one's result), then a reply without calls, which ends the turn."""
+        turn = next(m["turn"] for m in reversed(ctx.messages) if m["role"] == "user" and "turn" in m)
+        st = ctx.state.setdefault("oracle_turns", set())
+        actions = ctx.task.task.turns[turn].actions
+        if turn in st or not actions:
+            return AgentReply("Done." if actions else "I cannot do that with the tools and details I have.")
+        st.add(turn)
+        return AgentReply("", [{"name": n, "arguments": a} for n, a in map(call_parts, actions)])
