@@ -454,12 +454,20 @@ class Assertion(Strict):
         None, description="Instead of a query: a read-only tool call {tool: {arg: value}} on the final state (often a "
         "side: env tool); its result, parsed as JSON when it is JSON, is the value compared.")
     equals: Any = Field(None, description="Expected value; when omitted the value must be true.")
+    holds_after_gold: bool = Field(
+        True, description="false: the task's gold actions leave it false (τ² data whose own gold path fails an env "
+        "assertion, as in mock); validate checks that they do, muactl's reward leaves it out and only scoring: tau2 "
+        "counts it, as τ²'s evaluator does.")
 
     @model_validator(mode="after")
     def _one_form(self) -> "Assertion":
         if (self.query is None) == (self.call is None):
             raise ValueError("an assertion has either a 'query' (SQL) or a 'call' (a read-only tool call), not both")
         return self
+
+
+# τ²-bench's reward basis of a task that names none (τ²'s EvaluationCriteria default, from the original τ-bench)
+TAU2_DEFAULT_BASIS = ("DB", "COMMUNICATE")
 
 
 class Expect(Strict):
@@ -501,11 +509,14 @@ class Expect(Strict):
         "must be one of the gold actions.")
     reward_basis: list[Literal["DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE", "NL_ASSERTION"]] | None = Field(
         None, description="τ²-bench's reward basis of the task (scoring: tau2 only): the components whose product is "
-        "the reward; the other checks are reported, not counted. None: [DB].")
+        "the reward; the other checks are reported, not counted. None: τ²'s default, [DB, COMMUNICATE].")
     compare_args: dict[int, list[str]] = Field(
         default_factory=dict, description="scoring: tau2 only: gold action index -> the arguments τ² compares when it "
         "looks for that action in the trajectory ([]: the name alone). An action not listed compares the arguments "
         "the agent's call carries.")
+    env_unchecked: bool = Field(
+        False, description="scoring: tau2 only: the τ² task has neither gold actions nor env assertions, so τ²'s "
+        "environment check is skipped: DB and ENV_ASSERTION pay 1 and are not in the breakdown.")
     refusal: str | None = Field(
         None, description="Where the right outcome is to refuse: why, as the agent tells the user (the rule or the "
         "value that blocks the request). The oracle says it after its look-ups; the reward does not read it: the "
