@@ -9,6 +9,7 @@ change the schema.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import operator
 import re
@@ -79,6 +80,14 @@ def _py_equal(a: Any, b: Any) -> Any:
         return None
 
 
+def _py_sha256(value: Any) -> Any:
+    # hashlib.sha256's hexdigest: text as UTF-8, a blob as its bytes, a number as Python's str() of it
+    # (deterministic ids made from the data, as τ²'s banking tools make theirs); NULL for NULL
+    if value is None:
+        return None
+    return hashlib.sha256(value if isinstance(value, bytes) else str(value).encode()).hexdigest()
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -123,7 +132,8 @@ class _PySum:
 # SQLite's round() rounds half away from zero on the decimal text (round(2.675, 2) = 2.68); py_round is
 # Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
 SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
-                 "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2)}
+                 "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
+                 "py_sha256": (_py_sha256, 1)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 

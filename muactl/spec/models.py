@@ -256,7 +256,8 @@ class SqlTool(ToolBase):
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
         "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
-        "py_str(json) and py_equal(json, json) (README).")
+        "py_str(json), py_equal(json, json) and py_sha256(x) (hashlib's hex digest: deterministic ids, e.g. "
+        "'txn_' || substr(py_sha256('transaction|' || :user_id), 1, 12)) (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
