@@ -88,6 +88,13 @@ def _py_sha256(value: Any) -> Any:
     return hashlib.sha256(value if isinstance(value, bytes) else str(value).encode()).hexdigest()
 
 
+def _fts_any(text: Any) -> Any:
+    # free text as a safe FTS5 MATCH: every whitespace-separated word a quoted string (FTS5 then tokenizes it),
+    # OR-ed, so no query syntax (NEAR, *, -, column filters) reaches FTS5; nothing to look for matches nothing
+    words = str(text).split() if text is not None else []
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or '""'
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -133,7 +140,7 @@ class _PySum:
 # Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
 SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
                  "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
-                 "py_sha256": (_py_sha256, 1)}
+                 "py_sha256": (_py_sha256, 1), "fts_any": (_fts_any, 1)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 
@@ -149,6 +156,8 @@ class Guard:
         if self.mode == "off":
             return sqlite3.SQLITE_OK
         allowed = _WRITE_OPS if self.mode == "write" else _READ_OPS
+        if action == sqlite3.SQLITE_PRAGMA and arg1 == "data_version" and arg2 is None:
+            return sqlite3.SQLITE_OK  # FTS5 reads it on every query of a search index (read-only)
         if action not in allowed:
             self.denied = _ACTION_NAMES.get(action, f"operation {action}")
             return sqlite3.SQLITE_DENY
@@ -166,6 +175,11 @@ class Guard:
         # json_each/json_tree register their virtual tables on first use, which SQLite reports as a
         # write to sqlite_master; do that once before the guard is on, so domains may use them
         conn.execute("SELECT count(*) FROM json_each('[]'), json_tree('[]')").fetchone()
+        # so do a domain's search indexes (FTS5 tables), once per schema the connection loads
+        conn.set_authorizer(None)
+        for (index,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE "
+                                     "'CREATE VIRTUAL TABLE % USING fts5(%'").fetchall():
+            conn.execute(f'SELECT count(*) FROM "{index}" WHERE 0').fetchone()
         for name, (fn, nargs) in SQL_FUNCTIONS.items():
             conn.create_function(name, nargs, fn, deterministic=True)
         for name, (cls, nargs) in SQL_AGGREGATES.items():

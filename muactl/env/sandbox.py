@@ -368,6 +368,7 @@ class Environment:
                 # the handler could have done anything to the file: the state is rebuilt from its rows
                 self.state = self._adopt()
                 self._configure()
+                self.guard.install(self.conn)  # a new schema: its search indexes connect again
             finally:
                 self.guard.mode = "read"
         return ToolResult(content, changed=changed)

@@ -116,6 +116,19 @@ class Table(Strict):
         return [self.primary_key] if isinstance(self.primary_key, str) else list(self.primary_key)
 
 
+class SearchIndex(Strict):
+    """A full-text index (SQLite FTS5) over some text columns of a table, queried like a table with FTS5's MATCH
+    and ranked by its bm25() (README, "τ²-bench": banking_knowledge's document search)."""
+
+    table: SqlName = Field(description="The declared table whose rows are indexed; the index's rowid is the row's "
+                           "rowid, so a query joins back with `JOIN table t ON t.rowid = index.rowid`.")
+    columns: list[SqlName] = Field(min_length=1, description="The table's text columns indexed, in bm25() weight "
+                                   "order (bm25(index, w1, w2, ...) weighs them; no weights: 1 each).")
+    tokenize: Literal["unicode61", "porter unicode61", "ascii", "trigram"] = Field(
+        "unicode61", description="FTS5's tokenizer: unicode61 (words, case and accents folded), porter unicode61 "
+        "(the same, English stems), ascii, or trigram (substrings).")
+
+
 class Database(Strict):
     tables: dict[SqlName, Table] = Field(description="Table name -> table definition (letters, digits, underscores).")
     seed: str | dict[str, str | list[dict[str, Any]]] | None = Field(
@@ -138,11 +151,31 @@ class Database(Strict):
         description="Write statements run after every tool call that wrote (an agent's, the user's or a task's setup "
         "call), once its result is read, in the same transaction: keeps derived state in step, e.g. the user's "
         "phone with the network's records (tau2 telecom's sync). They take no parameters.")
+    search: dict[SqlName, SearchIndex] = Field(
+        default_factory=dict,
+        description="Full-text indexes: name -> the table and text columns it indexes (SQLite FTS5). A query reads "
+        "it as `SELECT t.* FROM kb JOIN docs t ON t.rowid = kb.rowid WHERE kb MATCH fts_any(:query) ORDER BY "
+        "bm25(kb), kb.rowid LIMIT :k`; fts_any(text) makes any free text a safe MATCH (its words, OR-ed). The "
+        "index holds the seed rows: it does not follow writes, so index a table no tool writes. Not part of the "
+        "state hash.")
     generate: dict[str, TableGen] | None = Field(
         None,
         description="Randomized instances (db=random): table -> how its rows are drawn from a seed. Tables are "
         "drawn in this order, so a `ref` points at a table listed above it. The `seed` rows stay the fixed database.",
     )
+
+    @model_validator(mode="after")
+    def _search_indexes_name_text_columns(self) -> "Database":
+        for name, index in self.search.items():
+            if name in self.tables or name in self.views:
+                raise ValueError(f"search index {name!r} has the name of a table or view")
+            table = self.tables.get(index.table)
+            if table is None:
+                raise ValueError(f"search index {name!r} indexes {index.table!r}, which is not a declared table")
+            wrong = [c for c in index.columns if table.columns.get(c) != "text"]
+            if wrong:
+                raise ValueError(f"search index {name!r}: {wrong[0]!r} is not a text column of {index.table!r}")
+        return self
 
 
 # ---------------------------------------------------------------- tools
