@@ -175,16 +175,20 @@ class Guard:
         # json_each/json_tree register their virtual tables on first use, which SQLite reports as a
         # write to sqlite_master; do that once before the guard is on, so domains may use them
         conn.execute("SELECT count(*) FROM json_each('[]'), json_tree('[]')").fetchone()
-        # so do a domain's search indexes (FTS5 tables), once per schema the connection loads
-        conn.set_authorizer(None)
-        for (index,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE "
-                                     "'CREATE VIRTUAL TABLE % USING fts5(%'").fetchall():
-            conn.execute(f'SELECT count(*) FROM "{index}" WHERE 0').fetchone()
+        connect_search_indexes(conn)
         for name, (fn, nargs) in SQL_FUNCTIONS.items():
             conn.create_function(name, nargs, fn, deterministic=True)
         for name, (cls, nargs) in SQL_AGGREGATES.items():
             conn.create_aggregate(name, nargs, cls)
         conn.set_authorizer(self)
+
+
+def connect_search_indexes(conn: sqlite3.Connection) -> None:
+    """A domain's search indexes (FTS5 tables) register themselves on first use as json_each does: do it
+    before the guard is on, once per schema the connection loads. The caller keeps any authorizer off."""
+    for (index,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE "
+                                 "'CREATE VIRTUAL TABLE % USING fts5(%'").fetchall():
+        conn.execute(f'SELECT count(*) FROM "{index}" WHERE 0').fetchone()
 
 
 def _is_log(name: Any) -> bool:
