@@ -34,7 +34,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..compile.changelog import install as install_log, installed as log_installed
-from ..compile.sql import Guard, bind_value
+from ..compile.sql import Guard, bind_value, connect_search_indexes
 from ..limits import MAX_ARGUMENT_BYTES
 from ..spec.models import call_parts
 from .forkpool import give_back, take
@@ -85,6 +85,8 @@ class Environment:
         self._closing = False
         # False: writes skip database.after_write (how τ²'s evaluator plays a gold path: without its sync)
         self.after_write = True
+        # the discoverable tools unlocked so far (builtin: unlock): the episode's, never the database's
+        self.unlocked: set[str] = set()
         self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps, self._stop)
         conn.isolation_level = None  # transactions are explicit
         self.state = state or self._adopt()
@@ -112,7 +114,9 @@ class Environment:
             self.guard.mode = "read"
         conn = sqlite3.connect(":memory:", check_same_thread=False)
         conn.deserialize(data)
-        return Environment(self.domain, conn, self.trust, self.players, state)
+        twin = Environment(self.domain, conn, self.trust, self.players, state)
+        twin.unlocked = set(self.unlocked)
+        return twin
 
     def _configure(self) -> None:
         """Connection settings the sandbox relies on (set again when a python tool swaps the database in)."""
@@ -173,11 +177,12 @@ class Environment:
 
     # ------------------------------------------------------------ tools
 
-    def _prepare(self, name: str, args: Any) -> tuple[CompiledTool, dict] | ToolResult:
-        """Look the tool up and validate the arguments; an error result if either fails."""
+    def _prepare(self, name: str, args: Any, unlocked: bool = False) -> tuple[CompiledTool, dict] | ToolResult:
+        """Look the tool up and validate the arguments; an error result if either fails. A discoverable tool
+        is reached only through call_unlocked (`unlocked`)."""
         tool = self.domain.tools.get(name)
-        if tool is None:
-            known = ", ".join(self.domain.tools)
+        if tool is None or (is_discoverable(tool) and not unlocked):
+            known = ", ".join(n for n, t in self.domain.tools.items() if not is_discoverable(t))
             return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}.", error=True)
         if isinstance(args, str):
             if len(args) > MAX_ARGUMENT_BYTES:
@@ -192,11 +197,11 @@ class Environment:
             return ToolResult(f"Error: invalid arguments for {name}: " + "; ".join(problems), error=True)
         return tool, tool.with_defaults(args or {})
 
-    def call(self, name: str, args: Any) -> ToolResult:
+    def call(self, name: str, args: Any, unlocked: bool = False) -> ToolResult:
         """Run a database tool (sql, builtin, python). Simulated and mcp tools need acall."""
         if self._stop.is_set():
             return ToolResult(f"Error: {name} {STOPPED}.", error=True)
-        prepared = self._prepare(name, args)
+        prepared = self._prepare(name, args, unlocked)
         if isinstance(prepared, ToolResult):
             return prepared
         tool, args = prepared
@@ -208,10 +213,39 @@ class Environment:
         if tool.kind == "builtin":
             if tool.spec.builtin == "transfer":
                 return ToolResult(tool.spec.message or "Transfer successful.", transfer=True)
+            if tool.spec.builtin == "unlock":
+                return self._unlock(tool, args["agent_tool_name"])
+            if tool.spec.builtin == "call_unlocked":
+                return self._call_unlocked(args["agent_tool_name"], args["arguments"])
             return ToolResult(tool.spec.message or "")
         if tool.kind == "python":
             return self._call_python(tool, args)
         raise AssertionError(f"unknown tool kind {tool.kind}")
+
+    def _unlock(self, unlock: CompiledTool, name: str) -> ToolResult:
+        tool = self.domain.tools.get(name)
+        if tool is None or not is_discoverable(tool):
+            return ToolResult(f"Error: Unknown agent tool '{name}'. This tool is not available.", error=True)
+        self.unlocked.add(name)
+        parameters = json.dumps(tool.shown or tool.parameters, ensure_ascii=False)
+        text = unlock.spec.message or ("Tool unlocked: {name}\nDescription: {description}\nParameters: {parameters}")
+        return ToolResult(text.replace("{name}", name).replace("{description}", tool.description)
+                          .replace("{parameters}", parameters))
+
+    def _call_unlocked(self, name: str, arguments: str) -> ToolResult:
+        tool = self.domain.tools.get(name)
+        if tool is None or not is_discoverable(tool):
+            return ToolResult(f"Error: Unknown agent tool '{name}'. This tool is not available.", error=True)
+        if name not in self.unlocked:
+            return ToolResult(f"Error: Tool '{name}' has not been unlocked. You must first unlock it before calling "
+                              "it.", error=True)
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except (ValueError, RecursionError) as e:
+            return ToolResult(f"Error: Invalid JSON in arguments: {e}", error=True)
+        if not isinstance(args, dict):
+            return ToolResult("Error: arguments must be a JSON object.", error=True)
+        return self.call(name, args, unlocked=True)
 
     async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Await fn(*args) run on a tool thread, after any earlier call on this environment."""
@@ -368,7 +402,7 @@ class Environment:
                 # the handler could have done anything to the file: the state is rebuilt from its rows
                 self.state = self._adopt()
                 self._configure()
-                self.guard.install(self.conn)  # a new schema: its search indexes connect again
+                connect_search_indexes(self.conn)  # a new schema (guard off): its search indexes connect again
             finally:
                 self.guard.mode = "read"
         return ToolResult(content, changed=changed)
@@ -410,6 +444,11 @@ def _sqlite_message(e: sqlite3.Error) -> str:
     if "UNIQUE" in text:
         return "a row with that key already exists"
     return text
+
+
+def is_discoverable(tool: CompiledTool) -> bool:
+    """Hidden from the agent's tool list until unlocked (a tool spec's `discoverable`)."""
+    return bool(getattr(tool.spec, "discoverable", False))
 
 
 def new_env(domain: CompiledDomain, trust: bool | None = None) -> Environment:

@@ -274,10 +274,17 @@ class ToolBase(Strict):
         "env: neither, only a task's setup and `assert: [{call: ...}]` (e.g. putting the user's phone in a state)."
     )
     shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
+    discoverable: bool = Field(
+        False, description="Left out of the agent's tool list: the agent unlocks it by name with the domain's "
+        "`builtin: unlock` tool (its name is found in the documents, say) and then calls it with `builtin: "
+        "call_unlocked` (tool name, arguments as a JSON text), as τ²-bench banking_knowledge's discoverable agent "
+        "tools. An agent tool only.")
 
     @model_validator(mode="after")
     def _schema_names_params(self):
         _shown_schema(self.shown_schema, list(self.params))
+        if self.discoverable and self.side != "agent":
+            raise ValueError("only an agent tool can be discoverable (side: agent)")
         return self
 
 
@@ -305,18 +312,27 @@ class SqlTool(ToolBase):
         "true/false; other text is never parsed.")
 
 
+# each builtin's parameters (compile/tools.py describes them)
+BUILTIN_PARAM_NAMES = {"transfer": ("summary",), "think": ("thought",), "unlock": ("agent_tool_name",),
+                       "call_unlocked": ("agent_tool_name", "arguments")}
+
+
 class BuiltinTool(Strict):
-    builtin: Literal["transfer", "think"] = Field(
-        description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect."
+    builtin: Literal["transfer", "think", "unlock", "call_unlocked"] = Field(
+        description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect; unlock: "
+        "makes a discoverable tool callable for the rest of the episode (agent_tool_name), answering with its "
+        "description and parameters; call_unlocked: calls an unlocked tool (agent_tool_name, arguments: a JSON "
+        "object as text), whose arguments are checked as its own."
     )
     description: str | None = Field(None, description="Overrides the built-in description.")
-    message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.').")
+    message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.'; "
+                                "unlock: may use {name}, {description} and {parameters}, the tool's JSON Schema).")
     side: Side = "agent"
     shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
 
     @model_validator(mode="after")
     def _schema_is_an_object(self):
-        _shown_schema(self.shown_schema, [{"transfer": "summary", "think": "thought"}[self.builtin]])
+        _shown_schema(self.shown_schema, list(BUILTIN_PARAM_NAMES[self.builtin]))
         return self
 
 
