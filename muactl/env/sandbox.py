@@ -217,6 +217,8 @@ class Environment:
                 return self._unlock(tool, args["agent_tool_name"])
             if tool.spec.builtin == "call_unlocked":
                 return self._call_unlocked(args["agent_tool_name"], args["arguments"])
+            if tool.spec.builtin == "merge":
+                return self._merge(tool, args["table"], args["records"])
             return ToolResult(tool.spec.message or "")
         if tool.kind == "python":
             return self._call_python(tool, args)
@@ -231,6 +233,45 @@ class Environment:
         text = unlock.spec.message or ("Tool unlocked: {name}\nDescription: {description}\nParameters: {parameters}")
         return ToolResult(text.replace("{name}", name).replace("{description}", tool.description)
                           .replace("{parameters}", parameters))
+
+    def _merge(self, tool: CompiledTool, table: str, records: list[dict[str, Any]]) -> ToolResult:
+        """Records merged by primary key (τ²'s initialization_data: fields replaced, new records added), in one
+        transaction under the guard, then the domain's after_write as after any write."""
+        from ..compile.database import coerce
+
+        spec = self.domain.tables.get(table)
+        if spec is None or not spec.pk_columns():
+            return ToolResult(f"Error: {tool.name}: {table!r} is not a declared table with a primary key.", error=True)
+        rows = []
+        for i, record in enumerate(records):
+            unknown = [c for c in record if c not in spec.columns]
+            missing = [c for c in spec.pk_columns() if record.get(c) is None]
+            if unknown or missing:
+                what = f"no column {unknown[0]!r}" if unknown else f"no primary key {missing[0]!r}"
+                return ToolResult(f"Error: {tool.name}: record {i} of {table} has {what}.", error=True)
+            try:
+                rows.append({c: bind_value(coerce(v, spec.columns[c], False)) for c, v in record.items()})
+            except TypeError as e:
+                return ToolResult(f"Error: {tool.name}: record {i} of {table}: {e}.", error=True)
+        self._set_query_only(False)
+        self._txn("BEGIN")
+        try:
+            with self.budget.limit():
+                self.guard.mode = "write"
+                for row in rows:
+                    self.conn.execute(merge_statement(table, spec.pk_columns(), list(row)),
+                                      {f"c{n}": v for n, v in enumerate(row.values())})
+                if self.after_write:
+                    for statement in self.domain.spec.domain.database.after_write:
+                        self.conn.execute(statement)
+            self._txn("COMMIT")
+        except (sqlite3.Error, OverflowError) as e:
+            self._txn("ROLLBACK")
+            return ToolResult(f"Error: {tool.name} failed: {_sqlite_message(e)}", error=True)
+        finally:
+            self.guard.mode = "read"
+            self._set_query_only(True)
+        return ToolResult(f"Merged {len(rows)} record(s) into {table}.", changed=bool(rows))
 
     def _call_unlocked(self, name: str, arguments: str) -> ToolResult:
         tool = self.domain.tools.get(name)
@@ -444,6 +485,16 @@ def _sqlite_message(e: sqlite3.Error) -> str:
     if "UNIQUE" in text:
         return "a row with that key already exists"
     return text
+
+
+def merge_statement(table: str, keys: list[str], columns: list[str]) -> str:
+    """An upsert of the given columns (names are declared ones, quoted): the others of an existing row stay."""
+    cols = ", ".join(f'"{c}"' for c in columns)
+    params = ", ".join(f":c{n}" for n in range(len(columns)))
+    update = ", ".join(f'"{c}" = excluded."{c}"' for c in columns if c not in keys)
+    conflict = ", ".join(f'"{k}"' for k in keys)
+    action = f"DO UPDATE SET {update}" if update else "DO NOTHING"
+    return f'INSERT INTO "{table}" ({cols}) VALUES ({params}) ON CONFLICT ({conflict}) {action}'
 
 
 def is_discoverable(tool: CompiledTool) -> bool:

@@ -314,15 +314,17 @@ class SqlTool(ToolBase):
 
 # each builtin's parameters (compile/tools.py describes them)
 BUILTIN_PARAM_NAMES = {"transfer": ("summary",), "think": ("thought",), "unlock": ("agent_tool_name",),
-                       "call_unlocked": ("agent_tool_name", "arguments")}
+                       "call_unlocked": ("agent_tool_name", "arguments"), "merge": ("table", "records")}
 
 
 class BuiltinTool(Strict):
-    builtin: Literal["transfer", "think", "unlock", "call_unlocked"] = Field(
+    builtin: Literal["transfer", "think", "unlock", "call_unlocked", "merge"] = Field(
         description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect; unlock: "
         "makes a discoverable tool callable for the rest of the episode (agent_tool_name), answering with its "
         "description and parameters; call_unlocked: calls an unlocked tool (agent_tool_name, arguments: a JSON "
-        "object as text), whose arguments are checked as its own."
+        "object as text), whose arguments are checked as its own; merge: a task's data patch (τ²'s "
+        "initialization_data), usually `side: env` and called in a task's setup: records (column -> value) merged "
+        "into a declared table by primary key, the given columns of an existing row replaced, a new key inserted."
     )
     description: str | None = Field(None, description="Overrides the built-in description.")
     message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.'; "
