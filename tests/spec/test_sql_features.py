@@ -305,3 +305,18 @@ def test_py_sha256_is_hashlibs_hex_digest_and_makes_the_same_id_in_every_sandbox
     want = "txn_" + hashlib.sha256(b"transaction|u1|12.5").hexdigest()[:12]
     assert call(opened, "add_txn", {"user_id": "u1", "amount": 12.5}).content == want
     assert call(opened, "add_txn", {"user_id": "u1", "amount": 12.5}).content == want  # a fresh sandbox: the same id
+
+
+@pytest.mark.parametrize("query, holds_after_gold, problem", [
+    ("SELECT 1", False, "holds after the gold actions, but holds_after_gold is false"),
+    ("SELECT 0", True, "assertion does not hold after the gold actions"),
+    ("SELECT 0", False, None),  # τ²'s data: its own gold path leaves it false, and says so
+])
+def test_validate_checks_an_assertion_against_holds_after_gold(tmp_path, monkeypatch, query, holds_after_gold, problem):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, tasks=TASKS + f"    assert:\n      - {{query: {query}, holds_after_gold: {str(holds_after_gold).lower()}}}\n")
+    if problem is None:
+        validate_domain("shop")
+        return
+    with pytest.raises(SpecError, match=problem):
+        validate_domain("shop")
