@@ -285,6 +285,8 @@ class ToolBase(Strict):
         _shown_schema(self.shown_schema, list(self.params))
         if self.discoverable and self.side != "agent":
             raise ValueError("only an agent tool can be discoverable (side: agent)")
+        if self.discoverable and self.kind == "simulated":  # call_unlocked runs database tools only
+            raise ValueError("a simulated tool cannot be discoverable (an sql or python tool can)")
         return self
 
 

@@ -125,8 +125,16 @@ def test_the_oracle_plays_the_gold_path_and_is_paid(opened):
     assert summary["avg_reward"] == 1.0
 
 
-def test_only_an_agent_tool_is_discoverable(tmp_path, monkeypatch):
+@pytest.mark.parametrize("added, message", [
+    ("    side: user\n", "only an agent tool can be discoverable"),
+    ("  guess_rate:\n    description: A rate.\n    simulated: Make one up.\n    discoverable: true\n",
+     "a simulated tool cannot be discoverable"),
+])
+def test_only_an_agent_database_tool_is_discoverable(tmp_path, monkeypatch, added, message):
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, DOMAIN.replace("    discoverable: true\n", "    discoverable: true\n    side: user\n"))
-    with pytest.raises(SpecError, match="only an agent tool can be discoverable"):
+    if added.startswith("    side"):
+        write(tmp_path, DOMAIN.replace("    discoverable: true\n", "    discoverable: true\n" + added))
+    else:
+        write(tmp_path, DOMAIN.replace("  unlock_discoverable_agent_tool:", added + "  unlock_discoverable_agent_tool:"))
+    with pytest.raises(SpecError, match=message):
         validate_domain("bank")
