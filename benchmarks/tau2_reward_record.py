@@ -102,7 +102,7 @@ def checks(info) -> dict:
 
 def record(checkout: Path, domain: str, every: int = 1, limit: int | None = None, communicating: bool = False) -> dict:
     """Every `every`-th task of τ²'s base set (each trajectory runs τ²'s environment four times: a
-    full domain takes an hour on one core), with `communicating` every task with communicate_info too,
+    whole domain took 3 (telecom) to 12 (retail) CPU minutes here), with `communicating` every task with communicate_info too,
     at most `limit` of them."""
     import importlib
 
