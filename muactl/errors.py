@@ -97,6 +97,11 @@ class GoldReplayFailed(MuactlError):
     known: the task needs fixing (`muactl validate` names the same call), never a silently wrong reward."""
 
 
+class Tau2ScoringFailed(MuactlError):
+    """τ²-bench's evaluator itself fails on this episode (an env assertion's call errors, as mock's do when
+    the agent never created what they check): under scoring: tau2 the episode cannot be scored, as in τ²."""
+
+
 # Not MuactlErrors: these end an episode with an outcome (or are turned into a ModelError), they are not
 # reported to the user as a command's failure.
 

@@ -33,7 +33,7 @@ FAKE = DATA / "checkout"
 CHECKOUT = os.environ.get("TAU2_BENCH")
 TAU2_PYTHON = os.environ.get("TAU2_PYTHON")
 needs_tau2 = pytest.mark.skipif(not CHECKOUT, reason="set TAU2_BENCH to a τ²-bench checkout to import its data")
-DOMAINS = ("retail", "airline", "telecom")
+DOMAINS = ("retail", "airline", "telecom", "mock")
 WIDE = {"COLUMNS": "200"}
 
 
@@ -51,8 +51,12 @@ def test_recorded_tau2_rewards_cover_every_rule_and_hold_no_tau2_data(domain):
     assert kinds >= {"gold", "missing_write", "wrong_argument", "extra_write", "early_transfer", "empty", "max_turns"}
     if domain != "telecom":  # telecom tasks communicate nothing
         assert {"omitted_info", "info_inside_words"} <= kinds
-    assert all(r["reward"] == 1.0 for r in rows if r["kind"] == "gold")  # τ²'s own gold paths pay
+    # τ²'s own gold paths pay, but where they leave one of the task's env assertions false (mock)
+    assert all(r["reward"] == 1.0 or False in r["env_assertions"] for r in rows if r["kind"] == "gold")
     assert all(r["reward"] == 0.0 and r["reward_breakdown"] is None for r in rows if r["kind"] == "max_turns")
+    failed = [r for r in rows if "error" in r]  # τ²'s evaluator itself failed (mock: an assertion on no task)
+    assert all(set(r) == {"kind", "digest", "error"} for r in failed) and (domain == "mock") == bool(failed)
+    rows = [r for r in rows if "error" not in r]
     for r in rows:
         assert re.fullmatch(r"[0-9a-f]{16}", r["digest"])
         for key in ("env_assertions", "actions", "communicate", "nl_assertions"):
@@ -167,13 +171,66 @@ def test_a_transfer_task_is_met_by_the_agents_transfer_wherever_it_comes(fake_im
     assert reward == 1.0  # task 0 writes nothing: transferring at once leaves the gold state, and DB is the basis
 
 
+def with_expect(task, **update):
+    import dataclasses
+
+    expect = task.task.expect.model_validate({**task.task.expect.model_dump(by_alias=True, exclude_unset=True), **update})
+    return dataclasses.replace(task, task=task.task.model_copy(update={"expect": expect}))
+
+
+def task_0(opened):
+    return next(t for t in opened.tasks if t.task.id == "0")
+
+
+def played(opened, raw, task, kind, scorer):
+    traj = next(t for t in trajectories(raw[task.task.id], opened.compiled.writes) if t["kind"] == kind)
+    ep, env = play_trajectory(task, opened.compiled, traj)
+    try:
+        return scorer(task, opened.compiled, env, ep)
+    finally:
+        env.close()
+
+
+def test_an_env_assertion_whose_call_fails_fails_tau2s_evaluation_so_the_episode_is_not_scored(fake_import):
+    from muactl.episode.tau2_scoring import scored_as_recorded
+    from muactl.errors import Tau2ScoringFailed
+
+    opened, raw = fake_import
+    task = with_expect(task_0(opened), reward_basis=["DB", "ENV_ASSERTION"],
+                       **{"assert": [{"call": {"get_order_details": {"order_id": "#W9999999"}}}]})
+    with pytest.raises(Tau2ScoringFailed, match="get_order_details fails"):  # τ²'s evaluator raises here (mock)
+        played(opened, raw, task, "gold", score_tau2)
+    got = played(opened, raw, task, "gold", lambda *a: scored_as_recorded(*a, None))
+    assert got["error"] is True and got["reward"] is None and got["reward_breakdown"] is None
+
+
+def test_an_assertion_the_gold_path_leaves_false_counts_for_tau2_only(fake_import):
+    from muactl.episode.reward import score
+
+    opened, raw = fake_import
+    task = with_expect(task_0(opened), reward_basis=["DB", "ENV_ASSERTION"],
+                       **{"assert": [{"query": "SELECT 1"}, {"query": "SELECT 0", "holds_after_gold": False}]})
+    reward, b = played(opened, raw, task, "gold", score_tau2)
+    assert reward == 0.0 and b["checks"]["env_assertions"] == [True, False]  # τ² counts what its gold path fails
+    own, breakdown = played(opened, raw, task, "gold", score)
+    assert own == 1.0 and len(breakdown["assertions"]) == 1  # muactl's reward leaves it out: the oracle still pays
+
+
+def test_a_task_without_actions_or_env_assertions_skips_tau2s_environment_check(fake_import):
+    opened, raw = fake_import
+    task = with_expect(task_0(opened), reward_basis=["DB", "COMMUNICATE"], env_unchecked=True)
+    reward, b = played(opened, raw, task, "early_transfer", score_tau2)  # "pending" unsaid, the state untouched
+    assert b["reward_breakdown"] == {"COMMUNICATE": 0.0} and b["checks"]["env_assertions"] is None
+    assert b["checks"]["db_match"] is True and reward == 0.0
+
+
 # ---------------------------------------------------------------- import, eval, the judge
 
 
 def test_import_sets_scoring_tau2_from_tau2s_tasks(fake_import):
     opened, _ = fake_import
     assert opened.spec.domain.scoring == "tau2" and opened.spec.domain.judge_prompt is None  # no evaluator source here
-    assert all(t.task.expect.reward_basis == ["DB"] for t in opened.tasks)  # the invented tasks name no basis
+    assert all(t.task.expect.reward_basis == ["DB", "COMMUNICATE"] for t in opened.tasks)  # none named: τ²'s default
     assert [t.task.expect.compare_args for t in opened.tasks] == [{}, {}, {}]
 
 
@@ -186,7 +243,7 @@ def test_eval_says_which_scoring_it_used_and_old_imports_keep_muactls(tmp_path, 
     monkeypatch.setenv("MUACTL_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("MUACTL_NO_PROGRESS", "1")
     opened = open_domain("tau2-retail")
-    assert all(t.task.expect.reward_basis == ["DB"] for t in opened.tasks)  # the invented tasks name no basis
+    assert all(t.task.expect.reward_basis == ["DB", "COMMUNICATE"] for t in opened.tasks)  # none named: τ²'s default
     r = runner.invoke(app, ["eval", "tau2-retail", "--split", "all"], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "tau2 (τ²-bench's evaluator)" in r.output

@@ -48,7 +48,7 @@ class CompiledDomain:
         return tool.kind == "python"
 
     def agent_tools(self) -> list[CompiledTool]:
-        return [t for t in self.tools.values() if t.side == "agent"]
+        return [t for t in self.tools.values() if t.side == "agent" and not getattr(t.spec, "discoverable", False)]
 
     def user_tools(self) -> list[CompiledTool]:
         return [t for t in self.tools.values() if t.side == "user"]

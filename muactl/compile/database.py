@@ -59,9 +59,23 @@ def create_schema(db: sqlite_utils.Database, domain: m.Domain, views: bool = Tru
         create(name)
     if deferred:
         db.add_foreign_keys(deferred)
+    for name, index in domain.database.search.items():
+        create_search_index(db.conn, name, index)
     if views:
         for name, select in domain.database.views.items():
             create_view(db.conn, name, select)
+
+
+def create_search_index(conn: sqlite3.Connection, name: str, index: m.SearchIndex) -> None:
+    cols = ", ".join(f'"{c}"' for c in index.columns)
+    conn.execute(f'CREATE VIRTUAL TABLE "{name}" USING fts5({cols}, tokenize = \'{index.tokenize}\')')
+
+
+def fill_search_indexes(conn: sqlite3.Connection, domain: m.Domain) -> None:
+    """Each index holds its table's seed rows, under their rowids."""
+    for name, index in domain.database.search.items():
+        cols = ", ".join(f'"{c}"' for c in index.columns)
+        conn.execute(f'INSERT INTO "{name}"(rowid, {cols}) SELECT rowid, {cols} FROM "{index.table}"')
 
 
 def create_view(conn: sqlite3.Connection, name: str, select: str) -> None:
@@ -203,6 +217,7 @@ def build_template(spec: DomainSpec, path: Path) -> None:
             for name in spec.domain.database.tables:
                 if rows.get(name):
                     db[name].insert_all(rows[name])
+            fill_search_indexes(conn, spec.domain)
         conn.execute("VACUUM")
         conn.close()
         os.replace(tmp, path)

@@ -9,6 +9,7 @@ change the schema.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import operator
 import re
@@ -91,6 +92,21 @@ def _py_format(x: Any, spec: Any) -> Any:
     return format(float(x), spec)
 
 
+def _py_sha256(value: Any) -> Any:
+    # hashlib.sha256's hexdigest: text as UTF-8, a blob as its bytes, a number as Python's str() of it
+    # (deterministic ids made from the data, as τ²'s banking tools make theirs); NULL for NULL
+    if value is None:
+        return None
+    return hashlib.sha256(value if isinstance(value, bytes) else str(value).encode()).hexdigest()
+
+
+def _fts_any(text: Any) -> Any:
+    # free text as a safe FTS5 MATCH: every whitespace-separated word a quoted string (FTS5 then tokenizes it),
+    # OR-ed, so no query syntax (NEAR, *, -, column filters) reaches FTS5; nothing to look for matches nothing
+    words = str(text).split() if text is not None else []
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or '""'
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -136,7 +152,7 @@ class _PySum:
 # Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
 SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
                  "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
-                 "py_format": (_py_format, 2)}
+                 "py_format": (_py_format, 2), "py_sha256": (_py_sha256, 1), "fts_any": (_fts_any, 1)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 
@@ -152,6 +168,8 @@ class Guard:
         if self.mode == "off":
             return sqlite3.SQLITE_OK
         allowed = _WRITE_OPS if self.mode == "write" else _READ_OPS
+        if action == sqlite3.SQLITE_PRAGMA and arg1 == "data_version" and arg2 is None:
+            return sqlite3.SQLITE_OK  # FTS5 reads it on every query of a search index (read-only)
         if action not in allowed:
             self.denied = _ACTION_NAMES.get(action, f"operation {action}")
             return sqlite3.SQLITE_DENY
@@ -169,11 +187,20 @@ class Guard:
         # json_each/json_tree register their virtual tables on first use, which SQLite reports as a
         # write to sqlite_master; do that once before the guard is on, so domains may use them
         conn.execute("SELECT count(*) FROM json_each('[]'), json_tree('[]')").fetchone()
+        connect_search_indexes(conn)
         for name, (fn, nargs) in SQL_FUNCTIONS.items():
             conn.create_function(name, nargs, fn, deterministic=True)
         for name, (cls, nargs) in SQL_AGGREGATES.items():
             conn.create_aggregate(name, nargs, cls)
         conn.set_authorizer(self)
+
+
+def connect_search_indexes(conn: sqlite3.Connection) -> None:
+    """A domain's search indexes (FTS5 tables) register themselves on first use as json_each does: do it
+    before the guard is on, once per schema the connection loads. The caller keeps any authorizer off."""
+    for (index,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE "
+                                 "'CREATE VIRTUAL TABLE % USING fts5(%'").fetchall():
+        conn.execute(f'SELECT count(*) FROM "{index}" WHERE 0').fetchone()
 
 
 def _is_log(name: Any) -> bool:

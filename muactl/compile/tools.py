@@ -15,10 +15,22 @@ BUILTIN_DESCRIPTIONS = {
     "transfer": "Transfer the user to a human agent, with a summary of the issue. Use only when the request "
     "cannot be handled within the policy and the tools.",
     "think": "Think through a complex step. Has no effect on the database and is not shown to the user.",
+    "unlock": "Unlock a tool the knowledge you were given names, so that you can call it with the tool that calls "
+    "unlocked tools. Answers with its description and parameters.",
+    "call_unlocked": "Call a tool you have unlocked, by name, with its arguments as a JSON object.",
+    "merge": "Merge records into a table by primary key: the given columns of an existing row are replaced, a "
+    "record with a new key is inserted.",
 }
 BUILTIN_PARAMS = {
     "transfer": {"summary": m.Param(type="string", description="A short summary of the user's issue.")},
     "think": {"thought": m.Param(type="string", description="Your reasoning.")},
+    "unlock": {"agent_tool_name": m.Param(type="string", description="The name of the tool to unlock.")},
+    "call_unlocked": {"agent_tool_name": m.Param(type="string", description="The name of the unlocked tool."),
+                      "arguments": m.Param(type="string", default="{}", description="Its arguments: a JSON object, "
+                                           "e.g. '{\"user_id\": \"abc123\"}'.")},
+    "merge": {"table": m.Param(type="string", description="A declared table."),
+              "records": m.Param(type="array", items=m.Param(type="object"), description="Rows: column -> value, "
+                                 "each with the table's primary key.")},
 }
 
 

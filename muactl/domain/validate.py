@@ -137,8 +137,11 @@ def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Prob
                                  "recompute: a muactl bug, please report it with this domain"))
         for i, a in enumerate(task.expect.assert_):
             ok, why = assertion_result(env, a)
-            if not ok:
+            if not ok and a.holds_after_gold:
                 out.append(t.problem(("expect", "assert", i), f"assertion does not hold after the gold actions: {why}"))
+            elif ok and not a.holds_after_gold:
+                out.append(t.problem(("expect", "assert", i, "holds_after_gold"),
+                                     "assertion holds after the gold actions, but holds_after_gold is false"))
         return out
     finally:
         env.close()

@@ -34,7 +34,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..compile.changelog import install as install_log, installed as log_installed
-from ..compile.sql import Guard, bind_value
+from ..compile.sql import Guard, bind_value, connect_search_indexes
 from ..limits import MAX_ARGUMENT_BYTES
 from ..spec.models import call_parts
 from .forkpool import give_back, take
@@ -85,6 +85,8 @@ class Environment:
         self._closing = False
         # False: writes skip database.after_write (how τ²'s evaluator plays a gold path: without its sync)
         self.after_write = True
+        # the discoverable tools unlocked so far (builtin: unlock): the episode's, never the database's
+        self.unlocked: set[str] = set()
         self.budget = SqlBudget(conn, domain.spec.domain.limits.sql_steps, self._stop)
         conn.isolation_level = None  # transactions are explicit
         self.state = state or self._adopt()
@@ -112,7 +114,9 @@ class Environment:
             self.guard.mode = "read"
         conn = sqlite3.connect(":memory:", check_same_thread=False)
         conn.deserialize(data)
-        return Environment(self.domain, conn, self.trust, self.players, state)
+        twin = Environment(self.domain, conn, self.trust, self.players, state)
+        twin.unlocked = set(self.unlocked)
+        return twin
 
     def _configure(self) -> None:
         """Connection settings the sandbox relies on (set again when a python tool swaps the database in)."""
@@ -173,11 +177,12 @@ class Environment:
 
     # ------------------------------------------------------------ tools
 
-    def _prepare(self, name: str, args: Any) -> tuple[CompiledTool, dict] | ToolResult:
-        """Look the tool up and validate the arguments; an error result if either fails."""
+    def _prepare(self, name: str, args: Any, unlocked: bool = False) -> tuple[CompiledTool, dict] | ToolResult:
+        """Look the tool up and validate the arguments; an error result if either fails. A discoverable tool
+        is reached only through call_unlocked (`unlocked`)."""
         tool = self.domain.tools.get(name)
-        if tool is None:
-            known = ", ".join(self.domain.tools)
+        if tool is None or (is_discoverable(tool) and not unlocked):
+            known = ", ".join(n for n, t in self.domain.tools.items() if not is_discoverable(t))
             return ToolResult(f"Error: unknown tool '{name}'. Available tools: {known}.", error=True)
         if isinstance(args, str):
             if len(args) > MAX_ARGUMENT_BYTES:
@@ -192,11 +197,11 @@ class Environment:
             return ToolResult(f"Error: invalid arguments for {name}: " + "; ".join(problems), error=True)
         return tool, tool.with_defaults(args or {})
 
-    def call(self, name: str, args: Any) -> ToolResult:
+    def call(self, name: str, args: Any, unlocked: bool = False) -> ToolResult:
         """Run a database tool (sql, builtin, python). Simulated and mcp tools need acall."""
         if self._stop.is_set():
             return ToolResult(f"Error: {name} {STOPPED}.", error=True)
-        prepared = self._prepare(name, args)
+        prepared = self._prepare(name, args, unlocked)
         if isinstance(prepared, ToolResult):
             return prepared
         tool, args = prepared
@@ -208,10 +213,80 @@ class Environment:
         if tool.kind == "builtin":
             if tool.spec.builtin == "transfer":
                 return ToolResult(tool.spec.message or "Transfer successful.", transfer=True)
+            if tool.spec.builtin == "unlock":
+                return self._unlock(tool, args["agent_tool_name"])
+            if tool.spec.builtin == "call_unlocked":
+                return self._call_unlocked(args["agent_tool_name"], args["arguments"])
+            if tool.spec.builtin == "merge":
+                return self._merge(tool, args["table"], args["records"])
             return ToolResult(tool.spec.message or "")
         if tool.kind == "python":
             return self._call_python(tool, args)
         raise AssertionError(f"unknown tool kind {tool.kind}")
+
+    def _unlock(self, unlock: CompiledTool, name: str) -> ToolResult:
+        tool = self.domain.tools.get(name)
+        if tool is None or not is_discoverable(tool):
+            return ToolResult(f"Error: Unknown agent tool '{name}'. This tool is not available.", error=True)
+        self.unlocked.add(name)
+        parameters = json.dumps(tool.shown or tool.parameters, ensure_ascii=False)
+        text = unlock.spec.message or ("Tool unlocked: {name}\nDescription: {description}\nParameters: {parameters}")
+        return ToolResult(text.replace("{name}", name).replace("{description}", tool.description)
+                          .replace("{parameters}", parameters))
+
+    def _merge(self, tool: CompiledTool, table: str, records: list[dict[str, Any]]) -> ToolResult:
+        """Records merged by primary key (τ²'s initialization_data: fields replaced, new records added), in one
+        transaction under the guard, then the domain's after_write as after any write."""
+        from ..compile.database import coerce
+
+        spec = self.domain.tables.get(table)
+        if spec is None or not spec.pk_columns():
+            return ToolResult(f"Error: {tool.name}: {table!r} is not a declared table with a primary key.", error=True)
+        rows = []
+        for i, record in enumerate(records):
+            unknown = [c for c in record if c not in spec.columns]
+            missing = [c for c in spec.pk_columns() if record.get(c) is None]
+            if unknown or missing:
+                what = f"no column {unknown[0]!r}" if unknown else f"no primary key {missing[0]!r}"
+                return ToolResult(f"Error: {tool.name}: record {i} of {table} has {what}.", error=True)
+            try:
+                rows.append({c: bind_value(coerce(v, spec.columns[c], False)) for c, v in record.items()})
+            except TypeError as e:
+                return ToolResult(f"Error: {tool.name}: record {i} of {table}: {e}.", error=True)
+        self._set_query_only(False)
+        self._txn("BEGIN")
+        try:
+            with self.budget.limit():
+                self.guard.mode = "write"
+                for row in rows:
+                    self.conn.execute(merge_statement(table, spec.pk_columns(), list(row)),
+                                      {f"c{n}": v for n, v in enumerate(row.values())})
+                if self.after_write:
+                    for statement in self.domain.spec.domain.database.after_write:
+                        self.conn.execute(statement)
+            self._txn("COMMIT")
+        except (sqlite3.Error, OverflowError) as e:
+            self._txn("ROLLBACK")
+            return ToolResult(f"Error: {tool.name} failed: {_sqlite_message(e)}", error=True)
+        finally:
+            self.guard.mode = "read"
+            self._set_query_only(True)
+        return ToolResult(f"Merged {len(rows)} record(s) into {table}.", changed=bool(rows))
+
+    def _call_unlocked(self, name: str, arguments: str) -> ToolResult:
+        tool = self.domain.tools.get(name)
+        if tool is None or not is_discoverable(tool):
+            return ToolResult(f"Error: Unknown agent tool '{name}'. This tool is not available.", error=True)
+        if name not in self.unlocked:
+            return ToolResult(f"Error: Tool '{name}' has not been unlocked. You must first unlock it before calling "
+                              "it.", error=True)
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except (ValueError, RecursionError) as e:
+            return ToolResult(f"Error: Invalid JSON in arguments: {e}", error=True)
+        if not isinstance(args, dict):
+            return ToolResult("Error: arguments must be a JSON object.", error=True)
+        return self.call(name, args, unlocked=True)
 
     async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Await fn(*args) run on a tool thread, after any earlier call on this environment."""
@@ -368,6 +443,7 @@ class Environment:
                 # the handler could have done anything to the file: the state is rebuilt from its rows
                 self.state = self._adopt()
                 self._configure()
+                connect_search_indexes(self.conn)  # a new schema (guard off): its search indexes connect again
             finally:
                 self.guard.mode = "read"
         return ToolResult(content, changed=changed)
@@ -409,6 +485,21 @@ def _sqlite_message(e: sqlite3.Error) -> str:
     if "UNIQUE" in text:
         return "a row with that key already exists"
     return text
+
+
+def merge_statement(table: str, keys: list[str], columns: list[str]) -> str:
+    """An upsert of the given columns (names are declared ones, quoted): the others of an existing row stay."""
+    cols = ", ".join(f'"{c}"' for c in columns)
+    params = ", ".join(f":c{n}" for n in range(len(columns)))
+    update = ", ".join(f'"{c}" = excluded."{c}"' for c in columns if c not in keys)
+    conflict = ", ".join(f'"{k}"' for k in keys)
+    action = f"DO UPDATE SET {update}" if update else "DO NOTHING"
+    return f'INSERT INTO "{table}" ({cols}) VALUES ({params}) ON CONFLICT ({conflict}) {action}'
+
+
+def is_discoverable(tool: CompiledTool) -> bool:
+    """Hidden from the agent's tool list until unlocked (a tool spec's `discoverable`)."""
+    return bool(getattr(tool.spec, "discoverable", False))
 
 
 def new_env(domain: CompiledDomain, trust: bool | None = None) -> Environment:

@@ -147,6 +147,8 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
     calls = {call_label(c): t is not None for c, t in zip(expect.required_calls, call_turns)}
     asserts = []
     for a in expect.assert_:
+        if not a.holds_after_gold:  # τ²'s data only (scoring: tau2 counts it): no path could pay
+            continue
         ok, why = assertion_result(env, a)
         asserts.append({"query": a.query or json.dumps(a.call, default=str), "ok": ok, "why": why})
     judged = nl_verdicts is not None and bool(expect.nl_assertions)

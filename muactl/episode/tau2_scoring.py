@@ -70,15 +70,33 @@ def communicated(info: str, episode) -> bool:
     return any(info.lower() in text.lower().replace(",", "") for text in texts)
 
 
+def env_assertion(env, assertion) -> bool:
+    """An env assertion as τ²'s evaluator runs it: a call that fails (mock: the status of a task never
+    created) makes τ²'s evaluation itself fail, so the episode cannot be scored (infra_error)."""
+    from ..env.gold import assertion_result
+    from ..errors import Tau2ScoringFailed
+    from ..spec.models import call_parts
+
+    if assertion.call is not None:
+        name, args = call_parts(assertion.call)
+        result = env.call(name, args)  # read-only (validate checks it)
+        if result.error:
+            raise Tau2ScoringFailed(f"τ²'s evaluator fails on this episode: its env assertion {name} fails: "
+                                    f"{result.content}")
+    return assertion_result(env, assertion)[0]
+
+
 def basis_of(task) -> list[str]:
-    """The task's reward_basis; a task without one is scored as τ² scores its default, the database."""
-    return list(task.task.expect.reward_basis or ["DB"])
+    """The task's reward_basis; a task without one is scored by τ²'s default basis."""
+    from ..spec.models import TAU2_DEFAULT_BASIS
+
+    return list(task.task.expect.reward_basis or TAU2_DEFAULT_BASIS)
 
 
 def score_tau2(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
     """τ²'s reward of an episode and its breakdown (`checks`: every check, counted or not; `reward_breakdown`:
     the counted components, τ²'s own shape)."""
-    from ..env.gold import assertion_result, unsynced_gold_hash
+    from ..env.gold import unsynced_gold_hash
     from .reward import partial_credit
 
     expect, basis = task.task.expect, basis_of(task)
@@ -87,8 +105,9 @@ def score_tau2(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | N
             "partial": partial_credit(task, episode, domain)}
     if episode.termination not in STOPS:
         return 0.0, {**head, "ended_normally": False, "checks": None, "reward_breakdown": None, "success": False}
-    db_match = episode.final_hash == unsynced_gold_hash(task, domain)
-    asserts = [assertion_result(env, a)[0] for a in expect.assert_]
+    # a task with neither gold actions nor env assertions: τ²'s environment check passes without looking
+    db_match = expect.env_unchecked or episode.final_hash == unsynced_gold_hash(task, domain)
+    asserts = [] if expect.env_unchecked else [env_assertion(env, a) for a in expect.assert_]
     actions = action_checks(task, episode)
     comm = [communicated(o, episode) for o in expect.outputs]
     # τ² runs its judge only when the basis names NL_ASSERTION; no assertions: met, with no checks
@@ -100,12 +119,13 @@ def score_tau2(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | N
              "COMMUNICATE": float(all(comm))}
     if nl is not None:
         parts["NL_ASSERTION"] = float(all(v["ok"] for v in nl))
-    counted = {k: parts[k] for k in COMPONENTS if k in basis and k in parts}
+    counted = {k: parts[k] for k in COMPONENTS if k in basis and k in parts
+               and not (expect.env_unchecked and k in ("DB", "ENV_ASSERTION"))}
     reward = 1.0
     for value in counted.values():
         reward *= value
     # τ²'s shape: no action or communicate checks at all (None) when the task has none to check
-    checks = {"db_match": db_match, "env_assertions": asserts, "actions": actions if expect.actions else None,
+    checks = {"db_match": db_match, "env_assertions": None if expect.env_unchecked else asserts, "actions": actions if expect.actions else None,
               "communicate": comm if expect.outputs else None,
               "nl_assertions": None if nl is None else [v["ok"] for v in nl]}
     breakdown = {**head, "ended_normally": True, "checks": checks, "reward_breakdown": counted, "nl_judged": judged,
@@ -183,6 +203,18 @@ def play_trajectory(task, compiled, trajectory: dict):
     return ep, env
 
 
+def scored_as_recorded(task, compiled, env, episode, verdicts) -> dict[str, Any]:
+    """score_tau2 in the recorder's shape, with whether τ²'s evaluator would fail on it (`error`: then no reward
+    and no checks)."""
+    from ..errors import Tau2ScoringFailed
+
+    try:
+        return {"error": False, **comparable(*score_tau2(task, compiled, env, episode, verdicts))}
+    except Tau2ScoringFailed:
+        return {"error": True, **dict.fromkeys(("reward", "reward_breakdown", "db_match", "env_assertions",
+                                                        "actions", "communicate", "nl_assertions"))}
+
+
 def comparable(reward: float, breakdown: dict[str, Any]) -> dict[str, Any]:
     """muactl's tau2 breakdown in the shape of the recorded τ² results (benchmarks/tau2_reward_record.py)."""
     checks = breakdown.get("checks") or {}
@@ -215,18 +247,18 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
             ep, env = play_trajectory(task, opened.compiled, traj)
             try:
                 stub = [{"assertion": a, "ok": True, "reason": "stub"} for a in task.task.expect.nl_assertions]
-                got = comparable(*score_tau2(task, opened.compiled, env, ep, stub))
+                got = scored_as_recorded(task, opened.compiled, env, ep, stub)
                 own, _ = score(task, opened.compiled, env, ep, stub)
             finally:
                 env.close()
-            want = {k: row[k] for k in got}
+            want = {**{k: row.get(k) for k in got}, "error": "error" in row}
             same_reward += got["reward"] == want["reward"]
             if got == want:
                 same += 1
             else:
                 wrong = [k for k in got if got[k] != want[k]]
                 diffs.append(f"task {tid} {row['kind']}: " + "; ".join(f"{k} {got[k]} (τ² {want[k]})" for k in wrong))
-            if own == want["reward"]:
+            if own == (want["reward"] or 0.0):  # τ²'s failed evaluation pays nothing
                 muactl_same += 1
             else:
                 muactl_diffs[row["kind"]] = muactl_diffs.get(row["kind"], 0) + 1

@@ -447,9 +447,13 @@ def tau2_scoring_fields(crit: dict) -> dict[str, Any]:
     arguments each gold action is compared on (compare_args; absent: those the agent's call carries)."""
     compare = {i: list(a["compare_args"]) for i, a in enumerate(crit.get("actions") or [])
                if a.get("compare_args") is not None}
-    out: dict[str, Any] = {"reward_basis": list(crit.get("reward_basis") or ["DB"])}
+    from ..spec.models import TAU2_DEFAULT_BASIS
+
+    out: dict[str, Any] = {"reward_basis": list(crit.get("reward_basis") or TAU2_DEFAULT_BASIS)}
     if compare:
         out["compare_args"] = compare
+    if crit.get("actions") is None and crit.get("env_assertions") is None:  # τ² skips its environment check
+        out["env_unchecked"] = True
     return out
 
 
@@ -458,8 +462,8 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[st
     validate replays them as expected failures. benchmarks/tau2_verify.py checks the texts are τ²'s.
     A call of a tool the domain lacks, or a setup call that fails, is τ² data muactl cannot use: refused.
     An env assertion that τ²'s own gold actions leave false (mock: the gold path lacks the call that would
-    make it true) cannot be a muactl assertion, which the gold path must satisfy: it is left out, and the
-    returned notes say which."""
+    make it true) is kept with `holds_after_gold: false`: muactl's reward leaves it out, scoring: tau2
+    counts it as τ² does; the returned notes say which."""
     from ..env.gold import assertion_result
     from ..spec.models import Assertion
 
@@ -480,16 +484,11 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[st
                 result = env.call(name, args)
                 if result.error:
                     call["error"] = result.content.removeprefix("Error: ")
-            expect = t.get("expect", {})
-            kept = [a for a in expect.get("assert", []) if assertion_result(env, Assertion.model_validate(a))[0]]
-            for a in expect.get("assert", []):
-                if a not in kept:
-                    notes.append(f"task {t['id']!r}: left out the env assertion {next(iter(a['call']))} = {a['equals']}, "
-                                 "which τ²'s own gold actions leave false")
-            if "assert" in expect and len(kept) < len(expect["assert"]):
-                expect["assert"] = kept
-                if not kept:
-                    del expect["assert"]
+            for a in t.get("expect", {}).get("assert", []):
+                if not assertion_result(env, Assertion.model_validate(a))[0]:
+                    a["holds_after_gold"] = False
+                    notes.append(f"task {t['id']!r}: the env assertion {next(iter(a['call']))} = {a['equals']} is one "
+                                 "τ²'s own gold actions leave false: only scoring: tau2 counts it")
         finally:
             env.close()
     return notes

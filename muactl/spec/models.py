@@ -120,6 +120,19 @@ class Table(Strict):
         return [self.primary_key] if isinstance(self.primary_key, str) else list(self.primary_key)
 
 
+class SearchIndex(Strict):
+    """A full-text index (SQLite FTS5) over some text columns of a table, queried like a table with FTS5's MATCH
+    and ranked by its bm25() (README, "τ²-bench": banking_knowledge's document search)."""
+
+    table: SqlName = Field(description="The declared table whose rows are indexed; the index's rowid is the row's "
+                           "rowid, so a query joins back with `JOIN table t ON t.rowid = index.rowid`.")
+    columns: list[SqlName] = Field(min_length=1, description="The table's text columns indexed, in bm25() weight "
+                                   "order (bm25(index, w1, w2, ...) weighs them; no weights: 1 each).")
+    tokenize: Literal["unicode61", "porter unicode61", "ascii", "trigram"] = Field(
+        "unicode61", description="FTS5's tokenizer: unicode61 (words, case and accents folded), porter unicode61 "
+        "(the same, English stems), ascii, or trigram (substrings).")
+
+
 class Database(Strict):
     tables: dict[SqlName, Table] = Field(description="Table name -> table definition (letters, digits, underscores).")
     seed: str | dict[str, str | list[dict[str, Any]]] | None = Field(
@@ -142,11 +155,31 @@ class Database(Strict):
         description="Write statements run after every tool call that wrote (an agent's, the user's or a task's setup "
         "call), once its result is read, in the same transaction: keeps derived state in step, e.g. the user's "
         "phone with the network's records (tau2 telecom's sync). They take no parameters.")
+    search: dict[SqlName, SearchIndex] = Field(
+        default_factory=dict,
+        description="Full-text indexes: name -> the table and text columns it indexes (SQLite FTS5). A query reads "
+        "it as `SELECT t.* FROM kb JOIN docs t ON t.rowid = kb.rowid WHERE kb MATCH fts_any(:query) ORDER BY "
+        "bm25(kb), kb.rowid LIMIT :k`; fts_any(text) makes any free text a safe MATCH (its words, OR-ed). The "
+        "index holds the seed rows: it does not follow writes, so index a table no tool writes. Not part of the "
+        "state hash.")
     generate: dict[str, TableGen] | None = Field(
         None,
         description="Randomized instances (db=random): table -> how its rows are drawn from a seed. Tables are "
         "drawn in this order, so a `ref` points at a table listed above it. The `seed` rows stay the fixed database.",
     )
+
+    @model_validator(mode="after")
+    def _search_indexes_name_text_columns(self) -> "Database":
+        for name, index in self.search.items():
+            if name in self.tables or name in self.views:
+                raise ValueError(f"search index {name!r} has the name of a table or view")
+            table = self.tables.get(index.table)
+            if table is None:
+                raise ValueError(f"search index {name!r} indexes {index.table!r}, which is not a declared table")
+            wrong = [c for c in index.columns if table.columns.get(c) != "text"]
+            if wrong:
+                raise ValueError(f"search index {name!r}: {wrong[0]!r} is not a text column of {index.table!r}")
+        return self
 
 
 # ---------------------------------------------------------------- tools
@@ -245,10 +278,19 @@ class ToolBase(Strict):
         "env: neither, only a task's setup and `assert: [{call: ...}]` (e.g. putting the user's phone in a state)."
     )
     shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
+    discoverable: bool = Field(
+        False, description="Left out of the agent's tool list: the agent unlocks it by name with the domain's "
+        "`builtin: unlock` tool (its name is found in the documents, say) and then calls it with `builtin: "
+        "call_unlocked` (tool name, arguments as a JSON text), as τ²-bench banking_knowledge's discoverable agent "
+        "tools. An agent tool only.")
 
     @model_validator(mode="after")
     def _schema_names_params(self):
         _shown_schema(self.shown_schema, list(self.params))
+        if self.discoverable and self.side != "agent":
+            raise ValueError("only an agent tool can be discoverable (side: agent)")
+        if self.discoverable and self.kind == "simulated":  # call_unlocked runs database tools only
+            raise ValueError("a simulated tool cannot be discoverable (an sql or python tool can)")
         return self
 
 
@@ -260,7 +302,9 @@ class SqlTool(ToolBase):
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
         "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
-        "py_str(json), py_equal(json, json) and py_format(x, spec) (README).")
+        "py_str(json), py_equal(json, json), py_format(x, spec) and py_sha256(x) (hashlib's hex digest: deterministic "
+        "ids, e.g. 'txn_' || substr(py_sha256('transaction|' || :user_id), 1, 12)); fts_any(text) makes free text a "
+        "safe FTS5 query for a search index (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
     )
@@ -275,18 +319,29 @@ class SqlTool(ToolBase):
         "true/false; other text is never parsed.")
 
 
+# each builtin's parameters (compile/tools.py describes them)
+BUILTIN_PARAM_NAMES = {"transfer": ("summary",), "think": ("thought",), "unlock": ("agent_tool_name",),
+                       "call_unlocked": ("agent_tool_name", "arguments"), "merge": ("table", "records")}
+
+
 class BuiltinTool(Strict):
-    builtin: Literal["transfer", "think"] = Field(
-        description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect."
+    builtin: Literal["transfer", "think", "unlock", "call_unlocked", "merge"] = Field(
+        description="transfer: hand the user to a human (ends the episode); think: a scratchpad, no effect; unlock: "
+        "makes a discoverable tool callable for the rest of the episode (agent_tool_name), answering with its "
+        "description and parameters; call_unlocked: calls an unlocked tool (agent_tool_name, arguments: a JSON "
+        "object as text), whose arguments are checked as its own; merge: a task's data patch (τ²'s "
+        "initialization_data), usually `side: env` and called in a task's setup: records (column -> value) merged "
+        "into a declared table by primary key, the given columns of an existing row replaced, a new key inserted."
     )
     description: str | None = Field(None, description="Overrides the built-in description.")
-    message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.').")
+    message: str | None = Field(None, description="Overrides the result text (transfer: 'Transfer successful.'; "
+                                "unlock: may use {name}, {description} and {parameters}, the tool's JSON Schema).")
     side: Side = "agent"
     shown_schema: dict[str, Any] | None = SHOWN_SCHEMA
 
     @model_validator(mode="after")
     def _schema_is_an_object(self):
-        _shown_schema(self.shown_schema, [{"transfer": "summary", "think": "thought"}[self.builtin]])
+        _shown_schema(self.shown_schema, list(BUILTIN_PARAM_NAMES[self.builtin]))
         return self
 
 
@@ -458,12 +513,20 @@ class Assertion(Strict):
         None, description="Instead of a query: a read-only tool call {tool: {arg: value}} on the final state (often a "
         "side: env tool); its result, parsed as JSON when it is JSON, is the value compared.")
     equals: Any = Field(None, description="Expected value; when omitted the value must be true.")
+    holds_after_gold: bool = Field(
+        True, description="false: the task's gold actions leave it false (τ² data whose own gold path fails an env "
+        "assertion, as in mock); validate checks that they do, muactl's reward leaves it out and only scoring: tau2 "
+        "counts it, as τ²'s evaluator does.")
 
     @model_validator(mode="after")
     def _one_form(self) -> "Assertion":
         if (self.query is None) == (self.call is None):
             raise ValueError("an assertion has either a 'query' (SQL) or a 'call' (a read-only tool call), not both")
         return self
+
+
+# τ²-bench's reward basis of a task that names none (τ²'s EvaluationCriteria default, from the original τ-bench)
+TAU2_DEFAULT_BASIS = ("DB", "COMMUNICATE")
 
 
 class Expect(Strict):
@@ -505,11 +568,14 @@ class Expect(Strict):
         "must be one of the gold actions.")
     reward_basis: list[Literal["DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE", "NL_ASSERTION"]] | None = Field(
         None, description="τ²-bench's reward basis of the task (scoring: tau2 only): the components whose product is "
-        "the reward; the other checks are reported, not counted. None: [DB].")
+        "the reward; the other checks are reported, not counted. None: τ²'s default, [DB, COMMUNICATE].")
     compare_args: dict[int, list[str]] = Field(
         default_factory=dict, description="scoring: tau2 only: gold action index -> the arguments τ² compares when it "
         "looks for that action in the trajectory ([]: the name alone). An action not listed compares the arguments "
         "the agent's call carries.")
+    env_unchecked: bool = Field(
+        False, description="scoring: tau2 only: the τ² task has neither gold actions nor env assertions, so τ²'s "
+        "environment check is skipped: DB and ENV_ASSERTION pay 1 and are not in the breakdown.")
     refusal: str | None = Field(
         None, description="Where the right outcome is to refuse: why, as the agent tells the user (the rule or the "
         "value that blocks the request). The oracle says it after its look-ups; the reward does not read it: the "

@@ -261,3 +261,62 @@ def test_the_readmes_new_row_and_today_recipe_works_as_written(project):
     assert hashes[0] == hashes[1]
     transfer = opened.compiled.tools["transfer_to_human_agents"].parameters
     assert transfer["required"] == ["summary"] and list(transfer["properties"]) == ["summary"]
+
+
+IDS_DOMAIN = """\
+name: ids
+description: Deterministic ids.
+policy: Be nice.
+database:
+  tables:
+    txns:
+      columns: {txn_id: text, user_id: text, amount: real}
+      primary_key: txn_id
+tools:
+  add_txn:
+    description: Record a transaction under an id made from its data.
+    params:
+      user_id: {type: string}
+      amount: {type: number}
+    writes:
+      - INSERT INTO txns VALUES ('txn_' || substr(py_sha256('transaction|' || :user_id || '|' || :amount), 1, 12),
+          :user_id, :amount)
+    query: SELECT txn_id FROM txns WHERE user_id = :user_id ORDER BY rowid DESC LIMIT 1
+    returns: value
+  digest:
+    description: sha256 of a value.
+    params:
+      x: {type: string}
+    query: SELECT py_sha256(:x) AS of_text, py_sha256(12) AS of_number, py_sha256(NULL) AS of_null
+    returns: row
+spec_version: 2
+"""
+
+
+def test_py_sha256_is_hashlibs_hex_digest_and_makes_the_same_id_in_every_sandbox(tmp_path, monkeypatch):
+    import hashlib
+
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, IDS_DOMAIN, "[]\n", folder="ids")
+    opened = validate_domain("ids")
+    row = json.loads(call(opened, "digest", {"x": "card_last4:cc_1 é"}).content)
+    assert row == {"of_text": hashlib.sha256("card_last4:cc_1 é".encode()).hexdigest(),
+                   "of_number": hashlib.sha256(b"12").hexdigest(), "of_null": None}
+    want = "txn_" + hashlib.sha256(b"transaction|u1|12.5").hexdigest()[:12]
+    assert call(opened, "add_txn", {"user_id": "u1", "amount": 12.5}).content == want
+    assert call(opened, "add_txn", {"user_id": "u1", "amount": 12.5}).content == want  # a fresh sandbox: the same id
+
+
+@pytest.mark.parametrize("query, holds_after_gold, problem", [
+    ("SELECT 1", False, "holds after the gold actions, but holds_after_gold is false"),
+    ("SELECT 0", True, "assertion does not hold after the gold actions"),
+    ("SELECT 0", False, None),  # τ²'s data: its own gold path leaves it false, and says so
+])
+def test_validate_checks_an_assertion_against_holds_after_gold(tmp_path, monkeypatch, query, holds_after_gold, problem):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, tasks=TASKS + f"    assert:\n      - {{query: {query}, holds_after_gold: {str(holds_after_gold).lower()}}}\n")
+    if problem is None:
+        validate_domain("shop")
+        return
+    with pytest.raises(SpecError, match=problem):
+        validate_domain("shop")
