@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ..models.memory import release
 from ..runs.stages import save_stages, stages_state
 from ..runs.store import RunStore
 from ..runs.summary import per_task_success
@@ -66,6 +67,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         final, stats = run_sft(cfg, store, Path(data), log=log, final=store.path / "sft" / "checkpoint-final")
         state["sft"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
+        release()
 
     start = state.get("sft", {}).get("checkpoint", model)
     if "grpo" in stages and "grpo" not in state:
@@ -75,6 +77,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         final, stats = run_grpo(cfg, store, start, log=log, final=store.path / "grpo" / "checkpoint-final")
         state["grpo"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
+        release()
 
     if "eval" in stages:
         rows = state.setdefault("eval", {})
@@ -97,6 +100,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
                                                                           "gold_calls_made", "avg_turns", "episodes")},
                            "per_task": per_task_success(estore.episodes())}
             save_stages(store, state)
+            release()  # the next model's eval does not need this one in memory
     return state
 
 
