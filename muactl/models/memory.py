@@ -2,7 +2,7 @@
 
 A stage frees gigabytes (a trainer's model, optimizer state and activations; the models eval loaded), but not all
 of it leaves the process by itself: objects in reference cycles wait for the collector, and glibc's malloc keeps
-freed heap pages for reuse. `release` gives them back before the next stage starts, so a recipe's peak is its
+freed heap pages for reuse. `give_back` returns them before the next stage starts, so a recipe's peak is its
 largest stage's rather than their sum. Within a stage, `bound_heap` keeps large blocks out of the heaps: glibc
 raises its threshold for giving a block its own mapping as such blocks are freed (up to 32 MiB), so a training
 step's activations come to be carved from heaps that its frees leave fragmented and resident; fixed at
@@ -42,11 +42,8 @@ def bound_heap() -> bool:
     return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK_MIN))
 
 
-def release() -> None:
-    """After a stage: drop the models loaded for generation, collect cycles, and give free heap pages back."""
-    from .generation import release_models
-
-    release_models()
+def give_back() -> None:
+    """After a stage: collect cycles, and give free heap pages back to the system."""
     gc.collect()
     libc = _glibc()
     if libc is not None:
