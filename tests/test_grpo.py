@@ -430,6 +430,31 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
     assert r.exit_code == 0 and "== synth" not in r.output and "== sft" not in r.output
 
 
+@pytest.mark.slow  # ~95 s on a loaded 2-core machine: SFT and two evals of tiny
+def test_pipeline_evals_hold_one_model_at_a_time(in_tmp, monkeypatch):
+    """Issue 27: the recipe's eval stage loaded the base, SFT and GRPO models in turn, and each stayed in memory (with
+    its cached prefixes) for the rest of the process, on top of what training had left. Each model is now given
+    back when its eval ends. (tiny stands in for the model.)"""
+    from muactl.models import generation
+
+    held_at_load = []
+    load = generation.LocalLM.__init__
+
+    def counting(self, *a, **kw):
+        held_at_load.append(len(generation._LOADED))
+        load(self, *a, **kw)
+
+    monkeypatch.setattr(generation.LocalLM, "__init__", counting)
+    cfg = in_tmp / "exp.yaml"
+    cfg.write_text("domain: bank\nstages: [synth, sft, eval]\nmodel: tiny\nsynth: {trials: 1, tasks: train}\n"
+                   "sft: {max_steps: 1, batch_size: 2, save_steps: 100}\n"
+                   "eval: {tasks: [move-quin, close-ned], max_turns: 2}\n")
+    r = runner.invoke(app, ["train", str(cfg), "run_id=p3", "model.max_new_tokens=8"])
+    assert r.exit_code == 0, r.output
+    assert held_at_load == [0, 0], held_at_load  # base, then sft: neither finds the other still loaded
+    assert not generation._LOADED
+
+
 def test_pipeline_synth_and_eval_stages_draw_template_instances(in_tmp):
     cfg = in_tmp / "exp.yaml"
     cfg.write_text(

@@ -106,7 +106,7 @@ def test_a_judge_that_answers_nonsense_makes_the_episode_infra_error(bank_copy):
         r = runner.invoke(app, ["eval", "bank", "--task", "refuse-overdraft-judged", "--judge", "openai/judge",
                                 "--judge-api-base", server.base], env=WIDE)
         assert len(server.requests) == 2  # one second chance, then it gives up
-    assert r.exit_code == 1, r.output  # the only episode could not be scored
+    assert r.exit_code == 4, r.output  # the only episode could not be scored
     ep = last_episode(run_id_of(r.output))
     assert ep["outcome"] == "infra_error" and "judge: openai/judge gave no usable verdicts" in ep["error"]
     assert "1 infra_error (not scored): judge: openai/judge gave no usable verdicts" in r.output
@@ -125,7 +125,7 @@ def test_a_judge_reply_without_choices_or_too_big_is_infra_error_saying_so(bank_
         r = runner.invoke(app, ["eval", "bank", "--task", "refuse-overdraft-judged", "--judge", "openai/judge",
                                 "--judge-api-base", server.base, "--retries", "1", "--backoff", "0"], env=WIDE)
         assert len(server.requests) == 2  # retried like a 5xx, then given up
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 4, r.output
     ep = last_episode(run_id_of(r.output))
     assert ep["outcome"] == "infra_error" and ep["error"].startswith(error), ep["error"]
     assert "IndexError" not in r.output and "Traceback" not in r.output
@@ -238,10 +238,11 @@ def test_tasks_short_of_scored_trials_leave_every_pass_k_and_are_named_where_it_
     assert note in page and "move-quin (1 of 2)" in page
 
 
-def test_eval_exits_1_when_every_episode_was_excluded(bank_copy):
+def test_eval_exits_4_not_internal_errors_1_when_every_episode_was_excluded(bank_copy):
+    """Exit 1 is an internal error (README, "Errors"): a run whose every episode was excluded is the documented 4."""
     with FakeOpenAI(lambda body: Reply(status=401)) as server:
         r = runner.invoke(app, ["eval", "bank", "--task", "move-mia", "--task", "move-quin", *api_args(server)], env=WIDE)
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 4 and "internal error" not in r.output, r.output
     assert "2 infra_error (not scored): openai/fake: AuthenticationError" in r.output
     assert "no episode was scored: every one ended in infra_error" in r.output and "Traceback" not in r.output
     assert "2 tasks not scored (infra_error 2): move-mia, move-quin" in r.output

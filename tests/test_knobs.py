@@ -97,7 +97,7 @@ def test_a_slow_server_needs_the_request_timeout_and_the_retries_are_counted(run
     with FakeOpenAI(slow) as server:
         r = runner.invoke(app, ["eval", "bank", "--task", "move-quin", "--user", "openai/slow", "--user-api-base",
                                 server.base, "--request-timeout", "1", "--retries", "1", "--backoff", "0"], env=WIDE)
-        assert r.exit_code == 1, r.output  # its only episode is an infra_error: nothing could be scored
+        assert r.exit_code == 4, r.output  # its only episode is an infra_error: nothing could be scored
         assert len(server.requests) == 2  # the first try and one retry, each cut after 1 s
     [run] = list(runs_root.iterdir())
     assert json.loads((run / "summary.json").read_text())["terminations"] == {"infra_error": 1}

@@ -15,6 +15,8 @@ from .app import app, command, fail
 from .options import config_options
 from .output import command_console, print_summary, with_progress
 
+NOTHING_SCORED = 4  # `muactl eval`: every episode was excluded, so there is no result (README, "Errors")
+
 
 @command("eval")
 @config_options(EvalConfig, own={"tasks": ("task", "templates")})
@@ -30,7 +32,7 @@ def eval_cmd(
 ) -> None:
     """Run episodes of a domain's tasks and report pass^k, rewards, outcome classes and termination reasons.
 
-    Exits with 1 when no episode could be scored (every one ended in infra_error or user_error).
+    Exits with 4 when no episode could be scored (every one ended in infra_error or user_error).
 
     Examples:
       [bold]muactl eval retail --agent oracle --user scripted[/bold]
@@ -59,7 +61,7 @@ def eval_cmd(
     print_summary(summary, f"{store.id}: {summary['agent']} vs {summary['user']} user")
     if summary["episodes"] and not summary["counted"]:
         fail(f"no episode was scored: every one ended in {' or '.join(summary['excluded'])} (reasons above). "
-              f"Fix the cause, then: muactl eval --resume {store.id}", 1)
+              f"Fix the cause, then: muactl eval --resume {store.id}", NOTHING_SCORED)
     typer.echo(f"results: {store.path}/  (muactl runs show {store.id})")
 
 

@@ -27,8 +27,9 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
     compiled = opened.compiled
     tools = compiled.tools if compiled is not None else dict.fromkeys(d.tools)
     problems: list[Problem] = []
-    tables_dropped = any(u[:2] == ("database", "tables") for u in dropped)
-    conn = None if tables_dropped else schema_or_none(d, tolerate=compiled is None)
+    # tables and views left out of a broken domain.yaml: an assertion over one cannot be checked
+    gone = {u[2] for u in dropped if len(u) == 3 and u[:2] in (("database", "tables"), ("database", "views"))}
+    conn = None if ("database", "tables") in dropped else schema_or_none(d, tolerate=compiled is None)
     guard = Guard(set(d.database.tables))
     if conn is not None:
         guard.install(conn)
@@ -62,6 +63,8 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
                 problems.append(t.problem(path, f"tool '{name}' is not the agent's (side: {tool.side}); a task "
                                           "names only agent tools", word=name))
         for i, a in enumerate(task.expect.assert_ if conn is not None else ()):
+            if not checkable(a, gone, dropped):
+                continue
             if a.call is not None:
                 error = _assert_call_error(a.call, tools, dropped)
                 if error:
@@ -75,7 +78,7 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
                 problems.append(t.problem(("expect", "assert", i, "query"), error, word=unknown_name(error)))
                 bad = True
         if replay and not bad:
-            problems.extend(_replay(opened, t, verify_hash))
+            problems.extend(_replay(opened, t, verify_hash, lambda a: checkable(a, gone, dropped)))
     if conn is not None:
         conn.close()
     return problems
@@ -105,7 +108,15 @@ def _assert_call_error(call: dict, tools: dict, dropped) -> str | None:
     return f"arguments break {name}'s schema: {errors[0]}" if errors else None
 
 
-def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Problem]:
+def checkable(a: m.Assertion, gone: set[str], dropped) -> bool:
+    """Whether an assertion can be checked on what parsed: it reads no table or view left out of the domain,
+    and calls no tool left out."""
+    if a.call is not None:
+        return ("tools", m.call_parts(a.call)[0]) not in dropped
+    return not names_any(a.query, gone)
+
+
+def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False, checked=lambda a: True) -> list[Problem]:
     from ..env.gold import gold_actions
     from .task_templates import domain_for
 
@@ -125,7 +136,7 @@ def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Prob
                 result = env.call(tool_name, args)
                 expected = m.expected_error(call)
                 got = result.content.removeprefix("Error: ") if result.error else None
-                note = f" (replayed without {', '.join(dict.fromkeys(skipped))}, broken above)" if skipped else ""
+                note = f" (replayed without {', '.join(dict.fromkeys(skipped))}, left out for the problems above)" if skipped else ""
                 if expected is None and result.error:
                     return [t.problem(path0 + (i, tool_name), f"{group} fails when replayed: {result.content}{note}")]
                 if expected is not None and got != expected:
@@ -136,6 +147,8 @@ def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False) -> list[Prob
             out.append(t.problem(("expect", "actions"), "the state hash after the gold actions differs from a full "
                                  "recompute: a muactl bug, please report it with this domain"))
         for i, a in enumerate(task.expect.assert_):
+            if not checked(a):
+                continue
             ok, why = assertion_result(env, a)
             if not ok and a.holds_after_gold:
                 out.append(t.problem(("expect", "assert", i), f"assertion does not hold after the gold actions: {why}"))
@@ -234,8 +247,9 @@ def validate_domain(name: str, trust: bool = False, verify_hash: bool = False) -
 
 def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
     """The checks open_domain stopped short of, on what parsed: the domain's own checks on the entries
-    that loaded; then, with the broken tools left out, the seed rows (compiling) and the tasks
-    (references, arguments, assertion SQL, and the gold paths that avoid the broken tools)."""
+    that loaded; then, with the broken tools and tables left out (and what reads or writes those tables),
+    the seed rows (compiling) and the tasks (references, arguments, assertion SQL, and the gold paths that
+    avoid what was left out)."""
     import dataclasses
 
     from ..spec.load import load_domain_salvaged
@@ -246,15 +260,23 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
     if salvaged.spec is None:
         return []
     spec, dropped = salvaged.spec, set(salvaged.dropped)
-    if any(u[:2] == ("database", "tables") for u in dropped):
-        # a table left out would make every statement and task that uses it a second, false problem:
-        # only the task checks that need no schema run
-        tasks, _ = load_tasks_partial(*ref.task_dirs)
+    tasks, _ = load_tasks_partial(*ref.task_dirs)  # their own parse problems were reported by open_domain
+    if ("database", "tables") in dropped:  # no table declaration could be read: only the checks that need none
         return check_tasks(Opened(ref, spec, None, tasks), replay=False, dropped=dropped)
-    problems = check_domain(spec)
+    # a table left out would make every statement, view and key that uses it a second, false problem:
+    # those are left out with it before the domain's own checks
+    spec, gone, problems = _checked_without(spec, {u[2] for u in dropped if u[:2] == ("database", "tables")})
+    flawed = {p.key.split(".")[2] for p in problems if p.key.startswith("database.tables.")}
+    if flawed:  # tables that parsed but are wrong (a key naming no column): the rest is checked without them
+        spec, more = without_tables(spec, flawed)
+        gone |= more
+        problems = [p for p in problems if p.key.startswith("database.tables.")] + \
+                   [p for p in check_domain(spec) if not p.key.startswith("database.tables.")]
+    dropped |= gone
     broken = {p.key.split(".")[1] for p in problems if p.key.startswith("tools.")}
     dropped |= {("tools", t) for t in broken}
-    tables_ok = not any(p.key.startswith("database.") for p in problems) and not any(u[:1] == ("database",) for u in dropped)
+    tables_ok = not any(p.key.startswith("database.") and not p.key.startswith("database.tables.") for p in problems) \
+        and not any(u[:1] == ("database",) and u[:2] != ("database", "tables") for u in dropped)
     spec = dataclasses.replace(spec, domain=spec.domain.model_copy(
         update={"tools": {k: v for k, v in spec.domain.tools.items() if k not in broken}}))
     compiled = None
@@ -264,6 +286,69 @@ def _checks_on_what_parsed(name: str, trust: bool) -> list[Problem]:
             compiled.trust = trust
         except SpecError as e:  # seed rows that do not fit the schema
             problems += e.problems
-    tasks, _ = load_tasks_partial(*ref.task_dirs)  # their own parse problems were reported by open_domain
     problems += check_tasks(Opened(ref, spec, compiled, tasks), replay=compiled is not None, dropped=dropped)
     return problems
+
+
+def _checked_without(spec, left_out: set[str]):
+    """(spec without the tables left out of a broken domain.yaml and what uses them, those as `dropped` units,
+    check_domain's problems on the rest). What names a table that is not declared is left out too when some table
+    was: the broken table may be it under the name the author meant (a quote in `pat"ients`)."""
+    if not left_out:
+        return spec, set(), check_domain(spec)
+    declared = spec.domain.database.tables
+    undeclared = {ref.partition(".")[0] for t in declared.values() for ref in t.foreign_keys.values()} - set(declared)
+    spec, gone = without_tables(spec, left_out | undeclared)
+    problems = check_domain(spec)
+    missing = {found.group(1) for p in problems for found in [_NO_SUCH_TABLE.search(p.message)] if found}
+    if missing:
+        spec, more = without_tables(spec, missing)
+        gone |= more
+        problems = check_domain(spec)
+    return spec, gone, problems
+
+
+_NO_SUCH_TABLE = re.compile(r"no such table: (?:main\.)?(\w+)")
+
+
+def without_tables(spec, tables: set[str]):
+    """(spec without `tables` and what names them: views, fragments and after_write statements over them, sql
+    tools whose statements use them, foreign keys into them, their seed rows and random generators; the tools,
+    tables and views left out, as `dropped` units). A statement names a table when its name occurs in it as a word."""
+    import dataclasses
+
+    if not tables:
+        return spec, set()
+    db = spec.domain.database
+    db_views = set(db.views)
+    gone = set(tables)
+    for _ in range(len(db.views) + len(db.fragments)):  # a view or fragment over a gone one is gone too
+        more = {n for n, sql in {**db.views, **db.fragments}.items() if n not in gone and names_any(sql, gone)}
+        if not more:
+            break
+        gone |= more
+    kept = {t: table.model_copy(update={"foreign_keys": {c: r for c, r in table.foreign_keys.items()
+                                                          if r.partition(".")[0] not in gone}})
+            for t, table in db.tables.items() if t not in gone}
+    db = db.model_copy(update={
+        "tables": kept, "views": {n: v for n, v in db.views.items() if n not in gone},
+        "fragments": {n: f for n, f in db.fragments.items() if n not in gone},
+        "after_write": [w for w in db.after_write if not names_any(w, gone)],
+        "generate": db.generate if not db.generate or not any(names_any(str(g), gone) or t in gone
+                                                              for t, g in db.generate.items()) else None})
+    tools = {n for n, t in spec.domain.tools.items() if isinstance(t, m.SqlTool) and names_any(" ".join(sql_of(t)), gone)}
+    domain = spec.domain.model_copy(update={"database": db,
+                                            "tools": {n: t for n, t in spec.domain.tools.items() if n not in tools}})
+    left_out = {("tools", t) for t in tools} | {("database", "views" if n in db_views else "tables", n)
+                                                 for n in gone if n in db_views or n in spec.domain.database.tables}
+    return dataclasses.replace(spec, domain=domain, seeds={t: s for t, s in spec.seeds.items() if t not in gone}), left_out
+
+
+def sql_of(tool: m.SqlTool) -> list[str]:
+    """Every SQL text of a sql tool: its checks (and their `each`), writes and query."""
+    out = [c.query for c in tool.checks] + [v for c in tool.checks for v in (c.each or {}).values()]
+    return out + list(tool.writes) + ([tool.query] if tool.query else [])
+
+
+def names_any(sql: str, names: set[str]) -> bool:
+    return any(re.search(rf"\b{re.escape(n)}\b", sql, re.I) for n in names)

@@ -313,3 +313,11 @@ def load_model(ref: str, domain: CompiledDomain | None = None, device: str | Non
         except OSError as e:
             raise ModelError(f"could not load model {ref} ({path}): {e}") from None
     return _LOADED[key]
+
+
+def release_models() -> None:
+    """Forget every model load_model kept (and its cached prefixes): a train recipe's eval stage loads the base,
+    SFT and GRPO models in turn, and each would otherwise stay in memory for the rest of the process."""
+    for lm in _LOADED.values():
+        lm.invalidate_cache()
+    _LOADED.clear()

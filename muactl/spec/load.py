@@ -125,10 +125,18 @@ def load_domain_salvaged(root: Path) -> Salvaged:
         files_problems: list[Problem] = []
         spec = _finish_domain(root, doc, domain, files_problems, strict=False)
         problems += [p for p in files_problems if p not in problems]
+        left_out = {u[2] for u in dropped if u[:2] == ("database", "tables") and len(u) == 3}
+        files_problems = [p for p in files_problems if not seeds_of_left_out(p, left_out)]
         if any(p.key not in ("policy", "user_guidelines", *PROMPT_KEYS) for p in files_problems):
             dropped.add(("database", "seed"))  # seed rows went missing: compiling them would report false problems
         return Salvaged(spec, problems, dropped)
     return Salvaged(None, problems, dropped)
+
+
+def seeds_of_left_out(p: Problem, tables: set[str]) -> bool:
+    """A seed problem that only says a table left out for its own problem is not declared (a second, false one)."""
+    return "for undeclared table" in p.message and (Path(p.file).stem in tables and p.key == ""
+                                                    or p.key.removeprefix("database.seed.") in tables)
 
 
 def _unit(loc: tuple) -> tuple:

@@ -54,6 +54,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         final, stats = run_sft(cfg, store, Path(data), log=log, final=store.path / "sft" / "checkpoint-final")
         state["sft"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
+        release()
 
     start = state.get("sft", {}).get("checkpoint", str(cfg.model.name))
     if "grpo" in stages and "grpo" not in state:
@@ -63,6 +64,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         final, stats = run_grpo(cfg, store, start, log=log, final=store.path / "grpo" / "checkpoint-final")
         state["grpo"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
+        release()
 
     if "eval" in stages:
         rows = state.setdefault("eval", {})
@@ -75,6 +77,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             if label not in rows:
                 rows[label] = eval_stage(cfg, store, label, ref, log, on_progress)
                 save_stages(store, state)
+                release()  # the next model's eval does not need this one in memory
     return state
 
 
@@ -156,6 +159,16 @@ def base_model(cfg) -> str:
     from ..models.registry import resolve
 
     return str(resolve("tiny", model_domains(cfg)))
+
+
+def release() -> None:
+    """Between stages: the models an eval loaded, cycles and free heap pages go back, so that the recipe's peak
+    is its largest stage's, not their sum (the demo's stages peaked at 7.8, 4.4 and 2.9 GB, the demo at 13.0)."""
+    from ..models.generation import release_models
+    from ..models.memory import give_back
+
+    release_models()
+    give_back()
 
 
 def took(t0: float) -> str:

@@ -158,7 +158,7 @@ def test_an_episode_whose_gold_and_calls_are_heavy_ends_soon_after_its_timeout(p
     saying why) rather than passed or failed."""
     make(project, FAST, test=GOLD_HEAVY)
     r, took = _timed(lambda: runner.invoke(app, ["eval", "heavy", "--agent", "oracle", "--episode-timeout", "1"]))
-    assert r.exit_code == 1 and "no episode was scored" in r.output, r.output
+    assert r.exit_code == 4 and "no episode was scored" in r.output, r.output
     assert "infra_error" in r.output and "gold action 1" in r.output and "Traceback" not in r.output, r.output
     assert took < 8, f"eval ran {took:.1f} s"
 

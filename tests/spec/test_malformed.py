@@ -484,6 +484,26 @@ def test_gold_paths_replayed_past_read_only_tools_broken_in_the_domain(project):
     assert "replayed without find_patient_by_phone, list_appointments" in replay.message
 
 
+@pytest.mark.parametrize("table_break", [
+    sub(PATIENT_COLS, PATIENT_COLS.replace("phone: text", "phone: txt")),  # the table is left out as it parses
+    sub("      primary_key: patient_id\n", "      primary_key: patient_idd\n"),  # it parses, the domain's checks fail it
+], ids=["column-type", "primary-key"])
+def test_a_table_mistake_does_not_hide_the_other_tools_checks_or_the_gold_paths(project, table_break):
+    """Issue 27: a mistake in one table hid every later phase (the other tools' SQL, seed rows, gold replays) until
+    it was fixed. Now what uses that table is left out with it, and the rest is checked in the same run."""
+    table_break(project / DOMAIN)
+    sub("WHERE patient_id = :patient_id ORDER BY day", "WHERE patient_id = :patient_id ORDER BY dayy")(project / DOMAIN)
+    sub("cancel_appointment: {appointment_id: a1}", "cancel_appointment: {appointment_id: a9}")(project / TRAIN)
+    problems = _problems()
+    keys = sorted((Path(p.file).name, ".".join(p.key.split(".")[:3]) if p.key.startswith("database") else p.key)
+                  for p in problems)
+    assert keys == [("domain.yaml", "database.tables.patients"), ("domain.yaml", "tools.list_appointments.query"),
+                    ("train.yaml", "[0].expect.actions[2].cancel_appointment")], "\n".join(map(str, problems))
+    replay = next(p for p in problems if p.key.endswith("cancel_appointment"))
+    assert "Appointment a9 does not exist" in replay.message, replay.message
+    assert "replayed without find_patient_by_phone, list_appointments" in replay.message, replay.message
+
+
 def test_a_gold_path_that_writes_through_a_broken_tool_is_not_replayed(project):
     # without its writes the end state would differ from the gold one: a second, false problem
     sub("    writes:                              # run", "    write:                              # run")(project / DOMAIN)
