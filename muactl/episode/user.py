@@ -36,8 +36,13 @@ def shown_to_user(m: dict[str, Any]) -> bool:
 
 def flipped_history(ctx: EpisodeContext) -> list[dict[str, str]]:
     """The conversation as the simulator sees it: agent text as "user", its own as "assistant", no tools."""
+    return flipped(ctx.messages)
+
+
+def flipped(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """flipped_history of a list of messages."""
     out = []
-    for m in ctx.messages:
+    for m in messages:
         if shown_to_user(m):
             out.append({"role": "user", "content": m["content"]})
         elif m["role"] == "user":
@@ -326,10 +331,17 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
     """The user's prompt for small local models, which slip into the assistant role they were tuned for:
     a short system prompt in the customer's voice, the agent's words marked as the agent's, and a reminder
     of the role, the goal and the stop token after the agent's last message. (HFUser writes the opening
-    message itself, from the goal, so the model sees one customer turn before it writes any.)"""
-    goal = ctx.task.task.user
-    persona = ctx.domain.spec.domain.personas.get(ctx.task.task.persona or "", "")
-    lines = [f"You are a customer of this company: {ctx.domain.spec.domain.description.strip()} You are chatting "
+    message itself, from the goal, so the model sees one customer turn before it writes any; a trained
+    user writes it too.) What a trained user learns from (train/user_sft.py) is this prompt."""
+    return user_prompt(ctx.domain.spec, ctx.task.task, ctx.messages)
+
+
+def user_prompt(spec, task, messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """small_model_messages for a domain's spec, a task (its TaskSpec's model) and the conversation so far:
+    the persona, the goal and the facts the user may give, and the agent's words; never the tools or the data."""
+    goal = task.user
+    persona = spec.domain.personas.get(task.persona or "", "")
+    lines = [f"You are a customer of this company: {spec.domain.description.strip()} You are chatting "
              "with its support agent. You are the customer, not the agent: never offer help. Write one short "
              "sentence per message, in the first person.",
              f"Your request: {first_person(goal.reason)}"]
@@ -345,13 +357,20 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
         "'Yes, please go ahead.'" if goal.consent else "'No, please do not make that change.'"))
     lines.append(f"When the agent says your request is complete, or you have nothing left to ask, write only {STOP}.")
     history = [dict(m, content=f"Support agent: {m['content']}") if m["role"] == "user" else m
-               for m in flipped_history(ctx)]
+               for m in flipped(messages)]
     reminder = (f"(You are the customer. Your request: {first_person(goal.reason)} Reply to the agent in one or "
                 f"two sentences; write {STOP} if your request is complete.)")
     if not history or history[-1]["role"] != "user":
         history.append({"role": "user", "content": "Support agent: Hello, how can I help you today?"})
     history[-1] = dict(history[-1], content=f"{history[-1]['content']}\n\n{reminder}")
     return [{"role": "system", "content": "\n".join(lines)}, *history]
+
+
+def plays_user(path) -> bool:
+    """Whether a model folder was trained to play the user (`muactl train user` marks its card)."""
+    from ..models.folder import read_card
+
+    return read_card(path).get("plays") == "user"
 
 
 class HFUser(UserSimulator):
@@ -369,16 +388,17 @@ class HFUser(UserSimulator):
         self.max_batch = max_batch
 
     async def respond(self, ctx: EpisodeContext) -> UserReply:
+        from ..models.generation import load_model
+
+        lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
         if self.prompt == "small":
-            if not any(m["role"] == "user" for m in ctx.messages):  # the opening: the goal, as the scripted user says it
+            # the opening: the goal, as the scripted user says it; a model trained to play the user writes its own
+            if not any(m["role"] == "user" for m in ctx.messages) and not plays_user(lm.path):
                 return UserReply(first_person(ctx.task.task.user.reason))
             messages = small_model_messages(ctx)
         else:
             history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
             messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
-        from ..models.generation import load_model
-
-        lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
         ids, _ = await self.queue(lm).submit(lm.prompt_ids(messages), self.max_new_tokens, self.temperature, ctx.seed)
         return split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
 

@@ -46,7 +46,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
     if "synth" in stages and "synth" not in state:
         scfg = synth_config(cfg, store.path / "sft.jsonl")
         log("== synth: cold-start data from the teacher")
-        sub = _substore(store, "synth", cfg, asdict_cfg=scfg)
+        sub = substore(store, "synth", cfg, asdict_cfg=scfg)
         t0 = time.perf_counter()
         _, stats = run_synth(scfg, resume=sub, on_progress=on_progress)
         from .synth import describe
@@ -89,10 +89,10 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
             ecfg = eval_config(cfg, ref)
             where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
             log(f"== eval: {label} ({ref}) on {where}")
-            sub = _substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
+            sub = substore(store, f"eval-{label}", cfg, asdict_cfg=ecfg)
             t0 = time.perf_counter()
             estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
-            log(f"eval {label}: pass^1 {_figure(summary.get('pass^1'))} over {summary.get('episodes')} episodes ({took(t0)})")
+            log(f"eval {label}: pass^1 {figure(summary.get('pass^1'))} over {summary.get('episodes')} episodes ({took(t0)})")
             rows[label] = {"model": ref, **{k: summary.get(k) for k in ("pass^1", "avg_reward", "first_call_right",
                                                                           "gold_calls_made", "avg_turns", "episodes")},
                            "per_task": per_task_success(estore.episodes())}
@@ -106,7 +106,7 @@ def took(t0: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
-def _figure(value) -> str:
+def figure(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
@@ -142,7 +142,7 @@ def _user_spec(cfg) -> str:
     return "scripted" if cfg.user.kind == "scripted" else str(cfg.user.model)
 
 
-def _substore(store: RunStore, name: str, cfg, asdict_cfg) -> str:
+def substore(store: RunStore, name: str, cfg, asdict_cfg) -> str:
     """A stage's own run folder inside the pipeline's (runs/<id>/<name>/), created once, then resumed."""
     from dataclasses import asdict
 
