@@ -221,3 +221,18 @@ def test_train_a_tiny_user_end_to_end(in_tmp):
     [e] = RunStore.open(run.name).episodes()
     opening = next(m for m in RunStore.open(run.name).messages(e["id"]) if m["role"] == "user")
     assert opening["content"].strip(), e  # the trained model wrote the opening message
+
+
+def test_a_train_user_run_resumes_as_one(in_tmp):
+    from omegaconf import OmegaConf
+
+    from muactl.train.recipes import compose
+
+    store = RunStore.create("user", "bank", OmegaConf.to_container(compose(None, ["user_sft.trials=3"])), run_id="u1")
+    (store.path / "config.yaml").write_text(OmegaConf.to_yaml(compose(None, ["user_sft.trials=3"])))
+    store.update(status="failed")
+    assert RunStore.open("u1").info()["resume"] == "muactl train user --resume u1"
+    r = runner.invoke(app, ["train", "--resume", "u1", "--cfg"])
+    assert r.exit_code == 0 and "trials: 3" in r.output, r.output
+    r = runner.invoke(app, ["train", "sft", "--resume", "u1"])
+    assert r.exit_code == 2 and "is a user run (user), not sft" in r.output, r.output
