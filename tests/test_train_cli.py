@@ -55,7 +55,7 @@ def test_an_eval_run_is_sent_to_eval(in_tmp):
 
 def test_train_with_nothing_says_what_to_pass(in_tmp):
     r = runner.invoke(app, ["train"])
-    assert r.exit_code == 2 and "--resume RUN_ID" in r.output and "stage (sft, grpo)" in r.output, r.output
+    assert r.exit_code == 2 and "--resume RUN_ID" in r.output and "stage (sft, grpo, user)" in r.output, r.output
 
 
 @pytest.mark.slow

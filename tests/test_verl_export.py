@@ -320,3 +320,24 @@ def test_verl_extra_names_what_verls_agent_loop_imports_undeclared():
     # verl 0.8.0 and 0.9.1: verl.workers.rollout.llm_server imports cachetools, rollout.utils fastapi;
     # verl's own requirements list neither
     assert {"verl", "ray", "tensordict", "cachetools", "fastapi"} <= names
+
+
+def test_export_names_a_local_user_model_by_its_absolute_path(project):
+    """Issue 30: a trained user (`--user hf:runs/<id>/checkpoint-final`) in the rollout. ray runs the loop from the
+    export's folder, so a relative path would name nothing there; before the fix it was written as given, and a
+    missing folder was only found by the first rollout on the cluster."""
+    import shutil
+
+    from muactl.domain.open import open_domain
+    from muactl.models.registry import resolve
+
+    ckpt = project / "runs" / "u" / "checkpoint-final"
+    shutil.copytree(resolve("tiny", open_domain("clinic", with_tasks=False).compiled), ckpt)
+    out = project / "out" / "v"
+    r = runner.invoke(app, ["export", "verl", "clinic", "-o", str(out), "--user", "hf:runs/u/checkpoint-final"])
+    assert r.exit_code == 0, r.output
+    (entry,) = yaml.safe_load((out / "agent_loop.yaml").read_text())
+    assert entry["user"] == f"hf:{ckpt.resolve()}"
+    r = runner.invoke(app, ["export", "verl", "clinic", "-o", str(project / "out" / "w"), "--user", "hf:runs/none/checkpoint-final"])
+    assert r.exit_code == 2 and "--user hf:runs/none/checkpoint-final" in r.output, r.output
+    assert not (project / "out" / "w").exists()

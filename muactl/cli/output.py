@@ -64,6 +64,10 @@ def print_summary(summary: dict, title: str) -> None:
                       "checked (--judge MODEL): they do not count, so those rewards are not τ²'s.", markup=False)
     if summary.get("user_fidelity", {}).get("episodes"):
         print_fidelity([{"task_id": "all tasks", **summary["user_fidelity"]}], "simulated user fidelity")
+    if summary.get("user_verdict"):
+        from ..runs.summary import verdict_line
+
+        console.print(verdict_line(summary["user_verdict"], summary["user_fidelity"]), markup=False, highlight=False)
 
 
 def print_fidelity(rows: list[dict], title: str) -> None:

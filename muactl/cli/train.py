@@ -17,7 +17,7 @@ from .output import print_before_after
 @command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def train(
     ctx: typer.Context,
-    what: Optional[str] = typer.Argument(None, help="A stage (sft, grpo) or an experiment config (YAML) naming "
+    what: Optional[str] = typer.Argument(None, help="A stage (sft, grpo, user) or an experiment config (YAML) naming "
                                          "several; with --resume it may be left out (the run's own is used)."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run (after a crash or kill -9) from its "
                                          "saved config; overrides may extend it (e.g. grpo.steps=N)."),
@@ -26,7 +26,7 @@ def train(
     domain: Optional[list[str]] = typer.Option(None, "--domain", help="NAME or NAME:WEIGHT; repeat it to train one "
                                                "policy on several domains (the recipe's domains:, weight 1 unless given)."),
 ) -> None:
-    """Train: SFT, GRPO with the simulated user in the loop, or a whole recipe from a config file.
+    """Train: SFT, GRPO with the simulated user in the loop, a model to play the user, or a whole recipe from a config file.
 
     Configs are hydra groups from muactl/conf (model, user, synth, sft, grpo, eval) plus a YAML file
     and dotted overrides. Every run writes runs/<id>/ (config.yaml, runs.sqlite, TensorBoard, checkpoints).
@@ -37,6 +37,8 @@ def train(
       [bold]muactl train grpo ... user=litellm user.model=openai/gpt-4o-mini[/bold]
       [bold]muactl train grpo ... grpo.reward=userrl grpo.turn_credit=r2g grpo.trajectory_score=r2g[/bold]
       [bold]muactl train grpo --domain bank:3 --domain retail:1 ...[/bold]   (one policy over two domains, 3:1)
+      [bold]muactl train user model=smollm2-135m domain=bank user_sft.trials=2 sft.epochs=2[/bold]   (a user
+      model from faithful episodes, scored by the fidelity checks; then --user hf:runs/<id>/checkpoint-final)
       [bold]muactl train --resume RUN_ID[/bold]   (a sft, grpo or recipe run, from its saved config)
     """
     from omegaconf import OmegaConf
@@ -58,12 +60,12 @@ def train(
         cfg = compose(store.path / "config.yaml", overrides)
     else:
         if what is None:
-            raise UsageError("muactl train needs what to train: a stage (sft, grpo) or an experiment config "
+            raise UsageError("muactl train needs what to train: a stage (sft, grpo, user) or an experiment config "
                              "(YAML), e.g. `muactl train examples/quickstart.yaml`; or --resume RUN_ID to continue a run")
-        stage = what if what in ("sft", "grpo") else None
+        stage = what if what in STAGES else None
         config_file = None if stage else Path(what)
         if config_file is not None and config_file.suffix not in (".yaml", ".yml"):
-            raise UsageError(f"'{what}' is neither a stage (sft, grpo) nor a YAML config file")
+            raise UsageError(f"'{what}' is neither a stage (sft, grpo, user) nor a YAML config file")
         cfg = compose(config_file, overrides)
     if show_config:
         typer.echo(to_yaml(cfg))
@@ -98,6 +100,13 @@ def train(
             final, stats = run_grpo(cfg, store, str(cfg.model.name), log=typer.echo)
             store.update(status="finished", summary={"grpo": stats, "checkpoint": str(final)})
             typer.echo(f"checkpoint: {final}\nplots: muactl report {store.id}")
+        elif stage == "user":
+            from ..train.user_sft import run_train_user
+
+            state = run_train_user(cfg, store, log=typer.echo)
+            final = state["sft"]["checkpoint"]
+            store.update(status="finished", summary={"user": state, "checkpoint": final})
+            typer.echo(f"checkpoint: {final}\nplay it: muactl eval {cfg.domain} --agent oracle --user hf:{final}")
         else:
             from ..train.pipeline import run_pipeline
 
@@ -127,7 +136,8 @@ def domains_override(given: list[str]) -> str:
     return f"domains=[{', '.join(entries)}]"
 
 
-TRAIN_KINDS = {"sft": "sft", "grpo": "grpo", "train": None}  # a run's kind -> the stage it ran (None: a recipe)
+STAGES = ("sft", "grpo", "user")  # what `muactl train` runs on its own; anything else names a recipe file
+TRAIN_KINDS = {"sft": "sft", "grpo": "grpo", "user": "user", "train": None}  # a run's kind -> its stage (None: a recipe)
 
 
 def resumed_stage(what: str | None, store) -> str | None:
@@ -141,7 +151,7 @@ def resumed_stage(what: str | None, store) -> str | None:
         raise UsageError(f"run {store.id} is a {kind} run, not a training run"
                          + (f"; continue it with: {how}" if how else ""))
     stage = TRAIN_KINDS[kind]
-    given = None if what is None else (what if what in ("sft", "grpo") else "a recipe")
+    given = None if what is None else (what if what in STAGES else "a recipe")
     if given is not None and given != (stage or "a recipe"):
         raise UsageError(f"run {store.id} is a {kind} run ({stage or 'a recipe'}), not {given}; continue it with "
                          f"`muactl train --resume {store.id}` (its saved config decides what is trained; overrides "

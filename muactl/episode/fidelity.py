@@ -20,6 +20,9 @@ or API failure that ended the episode first). An episode's user is `faithful` wh
 applies holds. These are heuristics over text, written for the oracle's plain phrasing: they measure a
 simulator, they do not classify episodes (a broken simulator's episodes are `user_error`).
 
+A user *model* is faithful at FAITHFUL_AT: every check that applied held in at least that share of the episodes
+(model_verdict). Variation (`distinct_n`, `openings`): how many ways a user says things, over many episodes.
+
 Interaction metrics, per episode:
 
     effective_turns       agent turns with no tool error and no malformed reply
@@ -34,6 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+FAITHFUL_AT = 0.90  # a user model is faithful when every check held in at least this share of its episodes
 CHECKS = ("stated_goal", "gave_facts", "consented", "refused", "never_played_agent", "right_stop", "within_budget")
 INTERACTION = ("effective_turns", "first_correct_write", "tool_errors", "user_turns")
 
@@ -167,3 +171,34 @@ def summarize_interaction(rows: list[dict[str, float | None]]) -> dict[str, floa
         out[key] = sum(vals) / len(vals) if vals else None
     out["correct_write_share"] = (sum(r.get("first_correct_write") is not None for r in rows) / len(rows)) if rows else None
     return out
+
+
+def model_verdict(summary: dict[str, Any], threshold: float = FAITHFUL_AT) -> dict[str, Any]:
+    """Whether a user model is faithful: every check that applied (summarize_fidelity's shares) held in at least
+    `threshold` of its episodes; the checks below it are named."""
+    below = [k for k in CHECKS if summary.get(k) is not None and summary[k] < threshold]
+    measured = any(summary.get(k) is not None for k in CHECKS)
+    return {"threshold": threshold, "faithful": measured and not below, "below": below}
+
+
+def distinct_n(texts: list[str], n: int = 2) -> float | None:
+    """distinct-n: the share of the n-grams of all `texts` (lowercased words) that are different; None: no n-gram."""
+    grams = [tuple(w[i:i + n]) for w in (re.findall(r"[a-z0-9'#@.-]+", t.lower()) for t in texts)
+             for i in range(len(w) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else None
+
+
+def user_texts(messages: list[dict[str, Any]]) -> list[str]:
+    """The user's messages of one episode, in order."""
+    return [m.get("content") or "" for m in messages if m["role"] == "user"]
+
+
+def variation(conversations: list[list[dict[str, Any]]], per: int = 100) -> dict[str, float | None]:
+    """How varied a user is over episodes' messages: distinct-1 and distinct-2 of every user message, and the
+    number of distinct opening messages per `per` episodes (the first `per`; fewer episodes: scaled)."""
+    texts = [t for msgs in conversations for t in user_texts(msgs)]
+    firsts = [next(iter(user_texts(msgs)), "") for msgs in conversations[:per]]
+    opened = len({" ".join(t.lower().split()) for t in firsts})
+    return {"episodes": float(len(conversations)), "user_messages": float(len(texts)),
+            "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
+            "openings_per_100": opened * 100 / len(firsts) if firsts else None}

@@ -8,6 +8,7 @@ human) or ###OUT-OF-SCOPE### (the agent asks for something the goal does not cov
 
 from __future__ import annotations
 
+import random
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -35,8 +36,13 @@ def shown_to_user(m: dict[str, Any]) -> bool:
 
 def flipped_history(ctx: EpisodeContext) -> list[dict[str, str]]:
     """The conversation as the simulator sees it: agent text as "user", its own as "assistant", no tools."""
+    return flipped(ctx.messages)
+
+
+def flipped(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """flipped_history of a list of messages."""
     out = []
-    for m in ctx.messages:
+    for m in messages:
         if shown_to_user(m):
             out.append({"role": "user", "content": m["content"]})
         elif m["role"] == "user":
@@ -145,14 +151,80 @@ _CLOSING = re.compile(r"(?:\b(?:is there|was there|do you have|can i help(?: you
 _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may i have|what is your|let me know)\b", re.I)
 
 
+# `scripted:varied`: each situation's phrasings, the plain scripted user's first. Every one keeps what the oracle
+# and the fidelity checks key on: a yes has no "no" in it and a no has one (oracle.consent_in), nothing reads like
+# the agent (fidelity._AGENT_TALK), and the goal and the facts are said whole (stated_goal, gave_facts).
+USER_PHRASES: dict[str, tuple[str, ...]] = {
+    "open": ("{goal}", "Hi. {goal}", "Hello. {goal}", "{goal} Can you sort that out for me?", "Good morning. {goal}",
+             "Hi there! {goal} Thanks.", "{goal} Is that possible?", "Hey, quick one: {goal}", "Hello! {goal} Thank you.",
+             "Good afternoon. {goal} Could you do that?", "Hi, I'm writing because of this. {goal}", "{goal} Thanks in advance."),
+    "facts": ("{facts}", "Sure. {facts}", "Of course: {facts}", "Here you go. {facts}", "{facts} Hope that helps.",
+              "Okay. {facts}", "Right. {facts}", "{facts} Is that enough?", "Certainly. {facts}"),
+    "yes": ("Yes, please go ahead.", "Yes, go ahead.", "Yes please, do it.", "Sure, go ahead.",
+            "Okay, yes, please proceed.", "Yes, that's right, go ahead.", "Yes. Please do.", "Yep, go for it."),
+    "no": ("No, please do not make that change.", "No, don't do that.", "No thanks, I'd rather not.",
+           "No. Please leave it as it is.", "Actually, no. Do not change anything."),
+    "unknown": ("I don't know that, sorry.", "Sorry, I don't have that.", "I'm afraid I don't know.",
+                "I don't know, sorry.", "No idea, sorry.", "I'm not sure, I don't have it here."),
+    "thanks": ("Thank you, that's all.", "Thanks, that's everything.", "Great, thank you. Bye!",
+               "Perfect, thanks for your help.", "That's all I needed, thanks.", "Wonderful, thank you so much.",
+               "Thanks a lot, bye."),
+}
+# how the goal's "I want ..." may begin instead (want and need are no content words of stated_goal's)
+_GOAL_LEADS = ("I want", "I'd like", "I would like", "I need", "I really want")
+# a fact sentence "My email is x@y.z." said another way (the value verbatim, so gave_facts still finds it)
+_FACT_FORMS = ("My {key} is {value}.", "{value} is my {key}.", "My {key}: {value}.", "The {key} is {value}.")
+_MY_FACT = re.compile(r"^My ([a-z]+(?: [a-z]+)?) is (\S.*?)\.?$")
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()]
+
+
 class ScriptedUser(UserSimulator):
     """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
     answers confirmations as the task says (user.consent), makes the gold path's user-side calls when the
     agent names them, and stops when the agent no longer asks anything (a closing "Anything else?" asks
-    nothing). For tests, cheap
-    debugging and CPU training; it does not change its mind or wander like an LLM user."""
+    nothing). For tests, cheap debugging and CPU training; it does not change its mind or wander like an
+    LLM user. `varied` (`scripted:varied`): the same behaviour said several ways, drawn from the episode's
+    seed (as oracle:varied does for the agent): each situation's phrasing (USER_PHRASES), and the known facts
+    in another order and wording, so that data from it does not say each thing one way."""
 
     name = "scripted"
+
+    def __init__(self, varied: bool = False):
+        self.varied = varied
+        if varied:
+            self.name = "scripted:varied"
+
+    def _pick(self, ctx: EpisodeContext, key: str, options) -> str:
+        """The first option, or with `varied` one drawn from the episode's seed and `key` (replayed: the same)."""
+        return options[random.Random(f"{ctx.seed}:user:{key}").randrange(len(options))] if self.varied else options[0]
+
+    def say(self, ctx: EpisodeContext, situation: str, **fields: str) -> str:
+        return self._pick(ctx, f"{situation}:{len(ctx.messages)}", USER_PHRASES[situation]).format(**fields)
+
+    def goal(self, ctx: EpisodeContext, reason: str) -> str:
+        """The goal in the user's words; varied: its leading "I want" said another way."""
+        plain = first_person(reason)
+        if not self.varied or not plain.startswith("I want "):
+            return plain
+        return self._pick(ctx, "goal-lead", _GOAL_LEADS) + plain[len("I want"):]
+
+    def facts(self, ctx: EpisodeContext, known: str) -> str:
+        """The known facts in the user's words; varied: in an order and a wording drawn once per episode."""
+        plain = first_person(known)
+        if not self.varied:
+            return plain
+        rng = random.Random(f"{ctx.seed}:user:facts")
+        parts = _sentences(plain)
+        rng.shuffle(parts)
+        worded = []
+        for part in parts:
+            m = _MY_FACT.match(part)
+            worded.append(rng.choice(_FACT_FORMS).format(key=m.group(1), value=m.group(2)) if m else part)
+        said = " ".join(worded)
+        return self._pick(ctx, "facts-frame", USER_PHRASES["facts"]).format(facts=said)
 
     async def respond(self, ctx: EpisodeContext) -> UserReply:
         goal = ctx.task.task.user
@@ -161,20 +233,20 @@ class ScriptedUser(UserSimulator):
         last = (agent_msgs[-1].get("content") or "") if agent_msgs else ""
         last = _CLOSING.sub("", last)
         if not said:
-            return UserReply(first_person(goal.reason))
+            return UserReply(self.say(ctx, "open", goal=self.goal(ctx, goal.reason)))
         done = await self._user_side_call(ctx, last)
         if done is not None:
             return UserReply(done)
         if _CONFIRM.search(last):
-            return UserReply("Yes, please go ahead." if goal.consent else "No, please do not make that change.")
+            return UserReply(self.say(ctx, "yes" if goal.consent else "no"))
         if _ASK.search(last):
-            known = first_person(goal.known) if goal.known else ""
+            known = self.facts(ctx, goal.known) if goal.known else ""
             if known and known not in said:
                 return UserReply(known)
-            if said.count("I don't know that, sorry.") < 2:
-                return UserReply("I don't know that, sorry.")
+            if sum(s in USER_PHRASES["unknown"] for s in said) < 2:
+                return UserReply(self.say(ctx, "unknown"))
             return UserReply("", "user_stop")
-        return UserReply("Thank you, that's all.", "user_stop")
+        return UserReply(self.say(ctx, "thanks"), "user_stop")
 
     @staticmethod
     async def _user_side_call(ctx: EpisodeContext, last: str) -> str | None:
@@ -259,10 +331,17 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
     """The user's prompt for small local models, which slip into the assistant role they were tuned for:
     a short system prompt in the customer's voice, the agent's words marked as the agent's, and a reminder
     of the role, the goal and the stop token after the agent's last message. (HFUser writes the opening
-    message itself, from the goal, so the model sees one customer turn before it writes any.)"""
-    goal = ctx.task.task.user
-    persona = ctx.domain.spec.domain.personas.get(ctx.task.task.persona or "", "")
-    lines = [f"You are a customer of this company: {ctx.domain.spec.domain.description.strip()} You are chatting "
+    message itself, from the goal, so the model sees one customer turn before it writes any; a trained
+    user writes it too.) What a trained user learns from (train/user_sft.py) is this prompt."""
+    return user_prompt(ctx.domain.spec, ctx.task.task, ctx.messages)
+
+
+def user_prompt(spec, task, messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """small_model_messages for a domain's spec, a task (its TaskSpec's model) and the conversation so far:
+    the persona, the goal and the facts the user may give, and the agent's words; never the tools or the data."""
+    goal = task.user
+    persona = spec.domain.personas.get(task.persona or "", "")
+    lines = [f"You are a customer of this company: {spec.domain.description.strip()} You are chatting "
              "with its support agent. You are the customer, not the agent: never offer help. Write one short "
              "sentence per message, in the first person.",
              f"Your request: {first_person(goal.reason)}"]
@@ -278,13 +357,20 @@ def small_model_messages(ctx: EpisodeContext) -> list[dict[str, str]]:
         "'Yes, please go ahead.'" if goal.consent else "'No, please do not make that change.'"))
     lines.append(f"When the agent says your request is complete, or you have nothing left to ask, write only {STOP}.")
     history = [dict(m, content=f"Support agent: {m['content']}") if m["role"] == "user" else m
-               for m in flipped_history(ctx)]
+               for m in flipped(messages)]
     reminder = (f"(You are the customer. Your request: {first_person(goal.reason)} Reply to the agent in one or "
                 f"two sentences; write {STOP} if your request is complete.)")
     if not history or history[-1]["role"] != "user":
         history.append({"role": "user", "content": "Support agent: Hello, how can I help you today?"})
     history[-1] = dict(history[-1], content=f"{history[-1]['content']}\n\n{reminder}")
     return [{"role": "system", "content": "\n".join(lines)}, *history]
+
+
+def plays_user(path) -> bool:
+    """Whether a model folder was trained to play the user (`muactl train user` marks its card)."""
+    from ..models.folder import read_card
+
+    return read_card(path).get("plays") == "user"
 
 
 class HFUser(UserSimulator):
@@ -302,16 +388,17 @@ class HFUser(UserSimulator):
         self.max_batch = max_batch
 
     async def respond(self, ctx: EpisodeContext) -> UserReply:
+        from ..models.generation import load_model
+
+        lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
         if self.prompt == "small":
-            if not any(m["role"] == "user" for m in ctx.messages):  # the opening: the goal, as the scripted user says it
+            # the opening: the goal, as the scripted user says it; a model trained to play the user writes its own
+            if not any(m["role"] == "user" for m in ctx.messages) and not plays_user(lm.path):
                 return UserReply(first_person(ctx.task.task.user.reason))
             messages = small_model_messages(ctx)
         else:
             history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
             messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
-        from ..models.generation import load_model
-
-        lm = load_model(self.model_ref, domain=ctx.domain)  # loaded once per process, shared by every episode
         ids, _ = await self.queue(lm).submit(lm.prompt_ids(messages), self.max_new_tokens, self.temperature, ctx.seed)
         return split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
 
@@ -323,9 +410,9 @@ class HFUser(UserSimulator):
 
 def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, timeout_s: float = 60.0,
               retries: int = 4, backoff_s: float = 1.0, max_tokens: int | None = 1024) -> UserSimulator:
-    """'scripted', 'hf:<model>', or any litellm model id (e.g. openai/gpt-4o-mini)."""
-    if spec == "scripted":
-        return ScriptedUser()
+    """'scripted', 'scripted:varied', 'hf:<model>', or any litellm model id (e.g. openai/gpt-4o-mini)."""
+    if spec in ("scripted", "scripted:varied"):
+        return ScriptedUser(varied=spec == "scripted:varied")
     if spec.startswith("hf:"):
         return HFUser(spec[3:], temperature)
     from ..models.llm import LLMConfig

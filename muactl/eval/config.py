@@ -17,7 +17,7 @@ class EvalConfig:
     agent: str = option("oracle", "--agent", help="oracle | oracle:varied | hf:<model> | vllm:<model> | a litellm model id | "
                         "adversary:<do-nothing|transfer-at-once|number-sprayer|id-echo> (reward loophole probes).",
                         recipe="model.name")  # the eval stage plays its own checkpoint (hf:)
-    user: str = option("scripted", "--user", help="scripted | hf:<model> | a litellm model id.", recipe="user.model")
+    user: str = option("scripted", "--user", help="scripted | scripted:varied (several phrasings) | hf:<model> | a litellm model id.", recipe="user.model")
     split: str | None = option("test", "--split", help="train | test | all.", recipe="eval.split")
     # explicit task ids (they override split), or ["template:<id>|all"]: set by --task and --tasks
     tasks: list[str] = option(None, "--task", "--tasks", default_factory=list, own=True, recipe="eval.tasks")

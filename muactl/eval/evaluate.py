@@ -52,6 +52,16 @@ def select_tasks(opened, split: str | None, ids: list[str]):
     return chosen
 
 
+def tasks_of(cfg, opened):
+    """The tasks a run plays (cfg: its tasks, split, n, seed and db): fresh template instances, which the same
+    config draws again (so a run resumes, and its episodes can be read back against their tasks), or task files."""
+    from ..domain.task_templates import draw_stream, is_template_spec
+
+    if is_template_spec(cfg.tasks):
+        return draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db, "test" if cfg.split == "test" else "train").tasks
+    return select_tasks(opened, cfg.split, cfg.tasks)
+
+
 def build_parts(cfg: EvalConfig, opened):
     """The agent, a user factory and the tool players an eval (or synth) needs."""
     from ..episode.agents import make_agent
@@ -146,15 +156,11 @@ def _run_eval(cfg, store, on_progress, opened, kind, on_episode, grow_to=None):
         store.forget_excluded()  # infra and user errors said nothing about the agent: play them again
     opened = opened or open_domain(cfg.domain, trust=cfg.trust)
     from .preflight import check_episode_parts
-    from ..domain.task_templates import domain_for, draw_stream, is_template_spec
+    from ..domain.task_templates import domain_for
 
     check_episode_parts(cfg.agent, cfg.user, cfg.api_base, cfg.user_api_base, cfg.tool_model)
 
-    if is_template_spec(cfg.tasks):  # fresh instances; the same config draws the same ones, so resume works
-        tasks = draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db,
-                            "test" if cfg.split == "test" else "train").tasks
-    else:
-        tasks = select_tasks(opened, cfg.split, cfg.tasks)
+    tasks = tasks_of(cfg, opened)
     domains = {t.task.id: domain_for(opened, t) for t in tasks}
     cfg = replace(cfg, scoring=scoring_of(cfg, opened, kind))
     if grow_to is not None:
@@ -200,6 +206,10 @@ def _episodes(cfg, store, tasks, domains, opened, agent, user_factory, on_progre
     summary = summarize(store.episodes(), cfg.trials)
     summary["agent"], summary["user"], summary["split"] = cfg.agent, cfg.user, cfg.split
     summary["scoring"] = cfg.scoring
+    if not cfg.user.startswith("scripted"):  # a user model under test: faithful or not, with intervals
+        from ..runs.summary import user_model_verdict
+
+        summary["user_verdict"] = user_model_verdict(store.episodes())
     if cfg.scoring == "tau2":  # τ²'s reward needs its judge where the basis names NL_ASSERTION
         summary["nl_not_judged"] = sum(1 for e in store.episodes() if (e.get("breakdown") or {}).get("nl_judged") is False)
     store.update(status="finished", summary=summary)

@@ -19,7 +19,7 @@ PROBE_TIMEOUT_S = 5.0
 
 def check_backend(spec: str | None, api_base: str | None, option: str) -> None:
     """Check one `--agent`/`--user`/`--tool-model` value. `option` names it in the message."""
-    if not spec or spec in ("oracle", "oracle:varied", "scripted"):
+    if not spec or spec in ("oracle", "oracle:varied", "scripted", "scripted:varied"):
         return
     if spec.startswith("adversary:") and option == "--agent":  # built in, like the oracle: no provider to ask
         check_adversary(spec)

@@ -77,6 +77,12 @@ def write_card(out: Path | str, tokenizer) -> None:
     (Path(out) / MODEL_CARD).write_text(json.dumps(card) + "\n")
 
 
+def mark_card(out: Path | str, **fields: Any) -> None:
+    """Add fields to a model folder's card (`muactl train user` marks its checkpoints {"plays": "user"})."""
+    card = {**read_card(out), **fields}
+    (Path(out) / MODEL_CARD).write_text(json.dumps(card) + "\n")
+
+
 def save_tokenizer(tokenizer, out: Path | str) -> None:
     """tokenizer.save_pretrained plus the model card."""
     tokenizer.save_pretrained(out)

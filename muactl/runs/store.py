@@ -32,7 +32,7 @@ def new_run_id(kind: str, domain: str) -> str:
 
 RESUME = {"eval": "muactl eval --resume {id}", "synth": "muactl synth --resume {id}",
           "sft": "muactl train sft --resume {id}", "grpo": "muactl train grpo --resume {id}",
-          "train": "muactl train {path}/config.yaml --resume {id}"}
+          "user": "muactl train user --resume {id}", "train": "muactl train {path}/config.yaml --resume {id}"}
 
 
 def resume_command(info: dict[str, Any], path: Path) -> str | None:

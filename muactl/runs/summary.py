@@ -121,6 +121,43 @@ def fidelity_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     return summarize_fidelity([e["fidelity"] for e in _played(episodes) if e.get("fidelity")])
 
 
+def fidelity_intervals(episodes: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """A 95% bootstrap interval (runs/stats.py, over episodes) of each check's share, and of `faithful`."""
+    from ..episode.fidelity import CHECKS, faithful
+    from .stats import bootstrap
+
+    rows = [e for e in _played(episodes) if e.get("fidelity")]
+    out = {}
+    for key in (*CHECKS, "faithful"):
+        vals = {f"{e['task_id']}:{e['trial']}": float(faithful(e["fidelity"]) if key == "faithful" else e["fidelity"][key])
+                for e in rows if key == "faithful" or e["fidelity"].get(key) is not None}
+        if vals:
+            _, low, high = bootstrap({"0": vals})
+            out[key] = [round(low, 3), round(high, 3)]
+    return out
+
+
+def user_model_verdict(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the user that played these episodes is faithful (episode/fidelity.py's model_verdict), with the
+    intervals of its checks."""
+    from ..episode.fidelity import model_verdict
+
+    return {**model_verdict(fidelity_summary(episodes)), "intervals": fidelity_intervals(episodes)}
+
+
+def verdict_line(verdict: dict, fidelity: dict) -> str:
+    """A user model's verdict as a sentence: faithful at the threshold or not, which checks fell short, and the
+    95% interval of each check."""
+    from ..episode.fidelity import CHECKS
+
+    at = f"at >= {verdict['threshold']:.2f} on every check"
+    head = (f"user model faithful {at}" if verdict["faithful"] else
+            f"user model NOT faithful {at}" + (f" (below: {', '.join(verdict['below'])})" if verdict["below"] else ""))
+    spans = [f"{k} {fidelity[k]:.2f} [{lo:.2f}, {hi:.2f}]" for k in (*CHECKS, "faithful")
+             if fidelity.get(k) is not None and (iv := verdict.get("intervals", {}).get(k)) for lo, hi in [iv]]
+    return f"{head}; over {fidelity['episodes']} episodes, 95% intervals: " + "; ".join(spans)
+
+
 def fidelity_per_task(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_task: dict[str, list[dict[str, Any]]] = {}
     for e in episodes:

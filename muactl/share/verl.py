@@ -41,8 +41,9 @@ class VerlExport:
     domain: str = option(help="Domain name or folder.")
     output: Path = option(MISSING, "-o", "--output", help="Folder to write (parquet, agent loop, config, launch script).")
     model: str = option("Qwen/Qwen3-8B", "--model", help="Default policy in the launch script (MODEL=... overrides).")
-    # the user simulator inside the rollout: scripted, or a litellm model id
-    user: str = option("scripted", "--user", help="User simulator in the rollout: scripted or a litellm model id.")
+    # the user simulator inside the rollout: scripted, a local model (a trained user: hf:PATH), or a litellm model id
+    user: str = option("scripted", "--user", help="User simulator in the rollout: scripted | scripted:varied | hf:<model> "
+                       "(a folder is written as its absolute path) | a litellm model id.")
     user_api_base: str | None = option(None, "--user-api-base", help="OpenAI-compatible server for the user.")
     user_temperature: float = 0.7
     nnodes: int = option(1, "--nnodes", min=1, help="Nodes in the launch script (NNODES=... overrides).")
@@ -110,6 +111,19 @@ def write_parquet(path: Path, data: list[dict[str, Any]]) -> None:
     pq.write_table(pa.Table.from_pylist(data), path)
 
 
+def exported_user(user: str) -> str:
+    """The rollout's user as the agent loop is given it: a local model folder (hf:PATH, e.g. a `muactl train user`
+    checkpoint) is checked now and named by its absolute path, since ray runs the loop from the export's folder."""
+    if not user.startswith("hf:"):
+        return user
+    from ..eval.preflight import check_local_model
+
+    ref = user[3:]
+    check_local_model(ref, f"--user {user}")
+    path = Path(ref).expanduser()
+    return f"hf:{path.resolve()}" if path.exists() else user
+
+
 def export_verl(cfg: VerlExport) -> dict[str, Any]:
     """Write the export folder; returns a summary (paths, row counts, the GRPO settings used)."""
     from .packs import collect_files
@@ -126,6 +140,7 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     if grpo.get("reward") != "binary":
         raise UsageError("the verl export trains on muactl's binary task reward (grpo.reward=binary); "
                          "turn-level credit (userrl) runs only in `muactl train grpo`")
+    user = exported_user(cfg.user)
     opened = validate_domain(cfg.domain)
     name = opened.spec.domain.name
     if not any(t.split == "train" for t in opened.tasks):
@@ -160,7 +175,7 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     if not counts["test"]:  # verl wants validation files: validate on the train tasks rather than fail
         shutil.copyfile(out / "train.parquet", out / "test.parquet")
     (out / f"{MODULE}.py").write_text(MODULE_TEMPLATE.format(domain=name, verl=VERL_TESTED))
-    loop_cfg = {"name": agent_name, "_target_": f"{MODULE}.{CLASS}", "domain_dir": "domain", "user": cfg.user,
+    loop_cfg = {"name": agent_name, "_target_": f"{MODULE}.{CLASS}", "domain_dir": "domain", "user": user,
                 "user_api_base": cfg.user_api_base, "user_temperature": cfg.user_temperature,
                 "max_turns": int(grpo["max_turns"]), "max_new_tokens": int(grpo["max_new_tokens"]),
                 # muactl train's `episode` and `api` settings (their defaults): limits and an LLM user's calls
@@ -172,7 +187,7 @@ def export_verl(cfg: VerlExport) -> dict[str, Any]:
     script.chmod(0o755)
     (out / "README.md").write_text(README.format(domain=name, agent_name=agent_name, verl=VERL_TESTED, module=MODULE,
                                                  cls=CLASS, train=counts["train"], test=counts["test"], model=cfg.model,
-                                                 user=cfg.user, replays=EXCLUDED_REPLAYS,
+                                                 user=user, replays=EXCLUDED_REPLAYS,
                                                  **{k: grpo[k] for k in ("group_size", "tasks_per_step", "steps")}))
     return {"output": str(out), "agent_name": agent_name, "rows": counts, "grpo": grpo}
 

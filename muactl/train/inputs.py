@@ -17,8 +17,14 @@ def check_train_inputs(cfg, stage: str | None) -> None:
     from .pipeline import check_stages
 
     stages = [stage] if stage else list(cfg.stages)
-    check_stages(stages)
+    if stage != "user":  # `train user` is a stage of its own, never part of a recipe's list
+        check_stages(stages)
     check_model(str(cfg.model.name))
+    if stage == "user":
+        from ..domain.open import open_domain
+
+        check_user_sft(cfg, open_domain(cfg.domain, trust=cfg.trust, start_mcp=False))
+        return
     if "sft" in stages and "synth" not in stages:
         check_data(cfg.data)
     if "synth" in stages:
@@ -95,3 +101,21 @@ def check_tasks(opened, tasks, key: str) -> None:
         select_tasks(opened, split, ids)
     except UsageError as e:
         raise UsageError(f"{key}: {e}") from None
+
+
+def check_user_sft(cfg, opened) -> None:
+    """`train user`'s inputs: the runs it reads (each a run of this domain), or the synth it would run; the held-out set."""
+    from ..errors import UsageError
+    from ..eval.preflight import check_backend
+    from ..runs.store import RunStore
+
+    u = cfg.user_sft
+    for ref in u.runs:
+        domain = RunStore.open(str(ref)).info().get("domain")
+        if domain != opened.spec.domain.name:
+            raise UsageError(f"user_sft.runs: run {ref} is on domain {domain}, not {opened.spec.domain.name}")
+    if not u.runs:
+        check_backend(str(u.agent), None, "user_sft.agent")
+        check_backend(str(u.user), None, "user_sft.user")
+        check_tasks(opened, u.tasks, "user_sft.tasks")
+    check_tasks(opened, u.eval_tasks, "user_sft.eval_tasks")

@@ -94,7 +94,7 @@ def synth_stage(cfg, store: RunStore, log, on_progress) -> dict[str, Any]:
         name = "synth" if one else f"synth-{part.label}"
         default = store.path / ("sft.jsonl" if one else f"sft-{part.label}.jsonl")
         scfg = synth_config(part.cfg, default)
-        sub = _substore(store, name, part.cfg, asdict_cfg=scfg)
+        sub = substore(store, name, part.cfg, asdict_cfg=scfg)
         t0 = time.perf_counter()
         _, stats[part.name] = run_synth(scfg, resume=sub, on_progress=on_progress)
         log(f"synth{'' if one else f' {part.name}'}: {describe(stats[part.name])} ({took(t0)})")
@@ -129,10 +129,10 @@ def eval_stage(cfg, store: RunStore, label: str, ref: str, log, on_progress) -> 
         ecfg = eval_config(part.cfg, ref)
         where = ", ".join(ecfg.tasks) if ecfg.tasks else f"the {ecfg.split} split"
         log(f"== eval: {label} ({ref}) on {where}{'' if one else f' of {part.name}'}")
-        sub = _substore(store, f"eval-{label}" if one else f"eval-{label}-{part.label}", part.cfg, asdict_cfg=ecfg)
+        sub = substore(store, f"eval-{label}" if one else f"eval-{label}-{part.label}", part.cfg, asdict_cfg=ecfg)
         t0 = time.perf_counter()
         estore, summary = run_eval(ecfg, resume=sub, on_progress=on_progress)
-        log(f"eval {label}{'' if one else f' {part.name}'}: pass^1 {_figure(summary.get('pass^1'))} over "
+        log(f"eval {label}{'' if one else f' {part.name}'}: pass^1 {figure(summary.get('pass^1'))} over "
             f"{summary.get('episodes')} episodes ({took(t0)})")
         figures[part.name] = {k: summary.get(k) for k in EVAL_FIGURES}
         # task ids are a domain's own: over several, each is named with its domain
@@ -140,7 +140,7 @@ def eval_stage(cfg, store: RunStore, label: str, ref: str, log, on_progress) -> 
     if one:
         return {"model": ref, **figures[domains[0].name], "per_task": per_task_success(episodes)}
     overall = summarize(episodes, cfg.eval.trials)
-    log(f"eval {label}: pass^1 {_figure(overall.get('pass^1'))} over all {len(domains)} domains' "
+    log(f"eval {label}: pass^1 {figure(overall.get('pass^1'))} over all {len(domains)} domains' "
         f"{overall.get('episodes')} episodes")
     return {"model": ref, **{k: overall.get(k) for k in EVAL_FIGURES}, "per_task": per_task_success(episodes),
             "domains": figures}
@@ -177,7 +177,7 @@ def took(t0: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
-def _figure(value) -> str:
+def figure(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
@@ -213,7 +213,7 @@ def _user_spec(cfg) -> str:
     return "scripted" if cfg.user.kind == "scripted" else str(cfg.user.model)
 
 
-def _substore(store: RunStore, name: str, cfg, asdict_cfg) -> str:
+def substore(store: RunStore, name: str, cfg, asdict_cfg) -> str:
     """A stage's own run folder inside the pipeline's (runs/<id>/<name>/), created once, then resumed."""
     from dataclasses import asdict
 

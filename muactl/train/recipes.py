@@ -88,6 +88,22 @@ class GRPOConf:
     eval_n: int = 200  # with template eval_tasks: how many instances
 
 
+@dataclass
+class UserSFTConf:
+    """`muactl train user`: where the faithful episodes come from, and the held-out set the trained user is scored on."""
+    runs: list = field(default_factory=list)  # run ids or folders (synth, eval with an API user, chat); empty: synth here
+    agent: str = "oracle:varied"  # the synth that makes the data when `runs` is empty: this agent ...
+    user: str = "scripted:varied"  # ... against this user
+    tasks: Any = "train"  # ... on these tasks (a split, [task ids] or template:<id>|all: the train seed stream)
+    n: int = 100  # with template tasks: how many instances
+    trials: int = 2
+    eval_tasks: Any = "test"  # held out: a split, [task ids] or template:<id>|all (the test seed stream)
+    eval_n: int = 100
+    eval_trials: int = 1
+    max_turns: int = 16
+    temperature: float = 0.0  # the trained user's sampling temperature in its evaluation
+
+
 def recipe_group(cls, group: str) -> type:
     """The hydra schema of a recipe group (eval, synth, api, episode), made from the command dataclass that
     declares its settings: one field per `cls` field whose recipe key is `group.<name>`, with its type and
@@ -142,6 +158,7 @@ class TrainConf:
     synth: SynthConf = field(default_factory=SynthConf)
     sft: SFTConf = field(default_factory=SFTConf)
     grpo: GRPOConf = field(default_factory=GRPOConf)
+    user_sft: UserSFTConf = field(default_factory=UserSFTConf)
     eval: EvalConf = field(default_factory=EvalConf)
     api: APIConf = field(default_factory=APIConf)
     episode: EpisodeConf = field(default_factory=EpisodeConf)

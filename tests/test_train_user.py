@@ -1,0 +1,238 @@
+"""`muactl train user` (issue 30): the varied scripted user, a user model's training data (one example per user
+message, loss on that reply only, never the agent's tools or the database), the fidelity filter, the verdict of a
+user model in eval, and a trained user loaded as `--user hf:PATH`. Real built-in domains, real SQLite, the real
+tiny model; LLM users talk through the real local OpenAI-compatible server, only their model is fake."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl.cli import app
+from muactl.episode.fidelity import variation
+from muactl.eval.config import EvalConfig
+from muactl.eval.evaluate import run_eval
+from muactl.runs.store import RunStore
+from tests.fakes.openai_server import FakeOpenAI, Reply
+
+runner = CliRunner()
+WIDE = {"COLUMNS": "250"}
+
+
+@pytest.fixture(autouse=True)
+def private_runs(in_tmp):
+    return in_tmp
+
+
+def conversations(store):
+    return [store.messages(e["id"]) for e in store.episodes()]
+
+
+def said_by_task(store) -> dict[str, list[str]]:
+    return {e["task_id"]: [m["content"] for m in store.messages(e["id"]) if m["role"] == "user"] for e in store.episodes()}
+
+
+# ---------------------------------------------------------------- variation on purpose
+
+
+@pytest.mark.parametrize("domain", ["bank", "retail"])
+def test_varied_scripted_user_stays_faithful_and_says_things_more_ways(domain):
+    draw = dict(domain=domain, tasks=["template:all"], n=40, split="test")
+    plain, ps = run_eval(EvalConfig(**draw))
+    varied, vs = run_eval(EvalConfig(**draw, user="scripted:varied"))
+    assert ps["pass^1"] == vs["pass^1"] == 1.0
+    assert vs["user_fidelity"]["faithful"] == 1.0 and vs["user_fidelity"]["gave_facts"] == 1.0
+    a, b = variation(conversations(plain)), variation(conversations(varied))
+    assert b["distinct_2"] > a["distinct_2"] * 1.1 and b["openings_per_100"] > a["openings_per_100"]
+    again, _ = run_eval(EvalConfig(**draw, user="scripted:varied"))  # drawn from the episode's seed: replayed alike
+    assert said_by_task(again) == said_by_task(varied)
+
+
+def test_varied_facts_keep_every_value_in_another_order_and_wording():
+    from muactl.episode.user import ScriptedUser
+
+    user, known = ScriptedUser(varied=True), "Your name is Maya Novak. Your email is maya.novak34@example.com."
+    said = {user.facts(SimpleNamespace(seed=s, messages=[]), known) for s in range(40)}
+    assert all("Maya Novak" in t and "maya.novak34@example.com" in t for t in said)
+    assert len(said) > 10
+    assert any(t.index("maya.novak34") < t.index("Maya Novak") for t in said)  # the order changes too
+    assert ScriptedUser().facts(SimpleNamespace(seed=3, messages=[]), known) == \
+        "My name is Maya Novak. My email is maya.novak34@example.com."
+
+
+def test_distinct_n_counts_different_ngrams():
+    from muactl.episode.fidelity import distinct_n
+
+    assert distinct_n(["a b a b"], 2) == pytest.approx(2 / 3)
+    assert distinct_n(["one"], 2) is None
+    assert variation([[{"role": "user", "content": "hi there"}], [{"role": "user", "content": "Hi  there"}]])[
+        "openings_per_100"] == 50
+
+
+# ---------------------------------------------------------------- the training data
+
+
+def test_user_examples_train_only_the_reply_and_never_show_tools_or_data():
+    from muactl.domain.open import open_domain
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.registry import resolve
+    from muactl.train.sft import tokenize_example
+    from muactl.train.user_sft import stored_messages, user_examples
+
+    bank = open_domain("bank")
+    store, _ = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="scripted:varied", agent="oracle:varied"))
+    [e] = store.episodes()
+    messages = stored_messages(store, e["id"])
+    tool_results = [m["content"] for m in messages if m["role"] == "tool"]
+    examples = user_examples(bank.spec, bank.task("move-quin"), messages, e["termination"])
+    said = [m["content"] for m in messages if m["role"] == "user"]
+    assert [x["messages"][-1]["content"] for x in examples][:-1] == said[:-1]
+    assert examples[-1]["messages"][-1]["content"] == f"{said[-1]} ###STOP###"  # it ended the episode
+    tok = load_tokenizer(resolve("tiny", bank.compiled))
+    for x in examples:
+        text = json.dumps(x["messages"])
+        assert "tool" not in {m["role"] for m in x["messages"]} and "tool_calls" not in text
+        assert "customer service agent" not in text and "find_customer" not in text  # no agent prompt, no tools
+        assert not any(r in text for r in tool_results)  # nothing the database answered
+        ex = tokenize_example(tok, x, 4096)
+        trained = tok.decode([i for i, m in zip(ex["input_ids"], ex["assistant_masks"]) if m])
+        assert trained.strip() == x["messages"][-1]["content"] + "<|im_end|>", trained
+
+
+def _agent_playing_user(body):
+    return Reply(content="Hello! How can I help you today? Shall I check your account?")
+
+
+def test_only_faithful_episodes_become_training_data():
+    from muactl.domain.open import open_domain
+    from muactl.train.user_sft import faithful_episodes
+
+    good, _ = run_eval(EvalConfig(domain="bank", tasks=["move-quin", "close-ned"]))
+    with FakeOpenAI(_agent_playing_user) as server:
+        bad, _ = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/bad", user_api_base=server.base,
+                                     max_turns=6))
+    kept, counts = faithful_episodes([good.id, str(bad.path)], open_domain("bank"))
+    assert sorted(t.task.id for t, _, _ in kept) == ["close-ned", "move-quin"]
+    assert counts == {"episodes": 3, "kept": 2, "unfaithful": 1, "not_played": 0, "other_task": 0}
+    drawn, _ = run_eval(EvalConfig(domain="bank", tasks=["template:balance"], n=3))  # instances, drawn again to read
+    kept, counts = faithful_episodes([drawn.id], open_domain("bank"))
+    assert counts["kept"] == 3 and kept[0][0].task.id.startswith("balance")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["user_sft.runs=[no-such-run]"], "no-such-run"),
+    (["user_sft.eval_tasks=[no-such-task]"], "user_sft.eval_tasks: no task 'no-such-task'"),
+    (["user_sft.user=hf:runs/none/checkpoint-final"], "user_sft.user hf:runs/none/checkpoint-final"),
+])
+def test_bad_train_user_input_fails_before_a_run_folder_exists(in_tmp, args, message):
+    r = runner.invoke(app, ["train", "user", *args, "run_id=bad"])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (in_tmp / "runs" / "bad").exists()
+
+
+def test_train_user_refuses_a_run_of_another_domain(in_tmp):
+    other, _ = run_eval(EvalConfig(domain="retail", tasks=["template:all"], n=1))
+    r = runner.invoke(app, ["train", "user", "domain=bank", f"user_sft.runs=[{other.id}]", "run_id=bad"])
+    assert r.exit_code == 2 and "is on domain retail, not bank" in r.output, r.output
+
+
+# ---------------------------------------------------------------- a user model where a user is accepted
+
+
+@pytest.fixture(scope="module")
+def tiny_folder():
+    """The tiny model's folder: a real checkpoint (random weights) standing in for a trained user."""
+    from muactl.domain.open import open_domain
+    from muactl.models.registry import resolve
+
+    return str(resolve("tiny", open_domain("bank", with_tasks=False).compiled))
+
+
+def test_grpo_config_takes_a_user_model_by_path(tiny_folder):
+    from muactl.episode.user import HFUser
+    from muactl.train.grpo import user_factory
+    from muactl.train.inputs import check_train_inputs
+    from muactl.train.recipes import compose
+
+    cfg = compose(None, [f"user=hf:{tiny_folder}", "user.temperature=0.7"])
+    check_train_inputs(cfg, "grpo")
+    user = user_factory(cfg)()
+    assert isinstance(user, HFUser) and user.model_ref == tiny_folder and user.temperature == 0.7
+    with pytest.raises(Exception, match="no config.json|unknown model"):
+        check_train_inputs(compose(None, ["user=hf:runs/none/checkpoint-final"]), "grpo")
+
+
+def test_a_card_marked_as_user_writes_its_own_opening(tmp_path, tiny_folder):
+    import shutil
+
+    from muactl.domain.open import open_domain
+    from muactl.episode.user import HFUser
+    from muactl.models.folder import mark_card, read_card
+
+    bank = open_domain("bank")
+    folder = tmp_path / "user-model"
+    shutil.copytree(tiny_folder, folder)
+    mark_card(folder, plays="user")
+    assert read_card(folder)["plays"] == "user" and read_card(folder)["format"] == "chatml"  # the card kept
+    ctx = SimpleNamespace(task=bank.task("move-quin"), domain=bank.compiled, seed=0, state={},
+                          messages=[{"role": "system", "content": "x"}])
+    goal = "I want to move 10 from my checking account to my holiday account."
+    assert asyncio.run(HFUser(tiny_folder, max_new_tokens=8).respond(ctx)).content == goal  # an untrained one: the goal
+    trained = asyncio.run(HFUser(str(folder), max_new_tokens=8).respond(ctx))
+    assert trained.content != goal  # the model wrote it (random weights: not the goal)
+
+
+@pytest.mark.slow
+def test_eval_reports_whether_a_user_model_is_faithful(tiny_folder):
+    r = runner.invoke(app, ["eval", "bank", "--task", "move-quin", "--user", f"hf:{tiny_folder}", "--max-turns", "4"],
+                      env=WIDE)
+    assert r.exit_code == 0, r.output
+    assert "user model NOT faithful at >= 0.90 on every check" in r.output and "95% intervals" in r.output
+    scripted = runner.invoke(app, ["eval", "bank", "--task", "move-quin"], env=WIDE)
+    assert "user model" not in scripted.output  # the scripted user is no model under test
+
+
+@pytest.mark.slow
+def test_train_a_tiny_user_end_to_end(in_tmp):
+    """Issue 30.4: a tiny user trained on one task's faithful episodes; fidelity is computed on its held-out run,
+    and the checkpoint plays the user in `muactl eval --user hf:PATH`."""
+    # a randomly initialised 4-layer model learns slowly: 30 epochs of one episode's 4 messages (~3 min CPU)
+    r = runner.invoke(app, ["train", "user", "model=tiny", "domain=bank", "user_sft.tasks=[move-quin]",
+                            "user_sft.trials=1", "sft.max_steps=60", "sft.batch_size=2", "sft.lr=3e-3",
+                            "sft.warmup_ratio=0", "sft.logging_steps=10", "user_sft.eval_tasks=[move-quin]",
+                            "user_sft.max_turns=6", "run_id=u"], env=WIDE)
+    assert r.exit_code == 0, r.output
+    assert "1 faithful episodes of 1" in r.output and "user model" in r.output and "95% intervals" in r.output
+    state = json.loads((in_tmp / "runs" / "u" / "stages.json").read_text())
+    trained, scripted = state["eval"]["trained"], state["eval"]["scripted"]
+    assert state["data"]["examples"] == 4 and state["sft"]["steps"] == 60
+    assert trained["fidelity"]["episodes"] == 1 and trained["verdict"]["threshold"] == 0.9
+    assert set(trained["verdict"]["intervals"]) >= {"stated_goal", "never_played_agent", "faithful"}
+    assert scripted["fidelity"]["faithful"] == 1.0 and scripted["pass^1"] == 1.0
+    final = state["sft"]["checkpoint"]
+    assert json.loads((in_tmp / final / "muactl.json").read_text())["plays"] == "user"
+    r = runner.invoke(app, ["eval", "bank", "--task", "move-quin", "--user", f"hf:{final}", "--max-turns", "6"], env=WIDE)
+    assert r.exit_code == 0 and "user model" in r.output, r.output
+    [run] = [p for p in (in_tmp / "runs").iterdir() if p.name != "u"]
+    [e] = RunStore.open(run.name).episodes()
+    opening = next(m for m in RunStore.open(run.name).messages(e["id"]) if m["role"] == "user")
+    assert opening["content"].strip(), e  # the trained model wrote the opening message
+
+
+def test_a_train_user_run_resumes_as_one(in_tmp):
+    from omegaconf import OmegaConf
+
+    from muactl.train.recipes import compose
+
+    store = RunStore.create("user", "bank", OmegaConf.to_container(compose(None, ["user_sft.trials=3"])), run_id="u1")
+    (store.path / "config.yaml").write_text(OmegaConf.to_yaml(compose(None, ["user_sft.trials=3"])))
+    store.update(status="failed")
+    assert RunStore.open("u1").info()["resume"] == "muactl train user --resume u1"
+    r = runner.invoke(app, ["train", "--resume", "u1", "--cfg"])
+    assert r.exit_code == 0 and "trials: 3" in r.output, r.output
+    r = runner.invoke(app, ["train", "sft", "--resume", "u1"])
+    assert r.exit_code == 2 and "is a user run (user), not sft" in r.output, r.output
