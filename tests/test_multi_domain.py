@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 
 import pytest
@@ -216,3 +217,22 @@ def test_sft_says_per_domain_how_many_rows_fit_max_length():
 
     rows = [row("bank", 3), row("bank", 3), row("retail", 3), row("retail", 400)]
     assert domains_fitting(tokenizer, rows, max_length=200) == "bank 2 of 2, retail 1 of 2"
+
+
+@pytest.mark.slow  # ~1 min: the import, then the oracle on every airline and bank training task
+@pytest.mark.skipif(not os.environ.get("TAU2_BENCH"), reason="set TAU2_BENCH to a τ²-bench checkout to import its data")
+def test_a_pipeline_over_bank_and_an_imported_tau2_domain(in_tmp):
+    """The issue's third domain: τ² airline imported from the checkout, mixed 1:1 with bank."""
+    r = runner.invoke(app, ["import", "tau2", os.environ["TAU2_BENCH"], "--domain", "airline"])
+    assert r.exit_code == 0, r.output
+    (in_tmp / "mix.yaml").write_text("stages: [synth, eval]\nsynth: {trials: 1}\neval: {max_turns: 1, concurrency: 20}\n"
+                                     "domains:\n  - bank\n  - tau2-airline\n")
+    r = runner.invoke(app, ["train", str(in_tmp / "mix.yaml"), "run_id=t1", "model.max_new_tokens=4"])
+    assert r.exit_code == 0, r.output
+    stages = json.loads((in_tmp / "runs" / "t1" / "stages.json").read_text())
+    assert set(stages["synth"]["domains"]) == {"bank", "tau2-airline"}
+    mixed = {d: f["mixed"] for d, f in stages["synth"]["domains"].items()}
+    assert abs(mixed["bank"] - mixed["tau2-airline"]) <= 1 and min(mixed.values()) > 0, mixed
+    base = stages["eval"]["base"]
+    assert set(base["domains"]) == {"bank", "tau2-airline"}
+    assert base["episodes"] == sum(f["episodes"] for f in base["domains"].values())
