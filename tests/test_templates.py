@@ -229,14 +229,15 @@ def test_grpo_draws_a_fresh_instance_per_group(bank):
     from muactl.train.grpo import Rollouts
 
     grpo = SimpleNamespace(group_size=4, judge=None, band_low=0.1, band_high=0.9, instance_per_rollout=False)
-    cfg = SimpleNamespace(seed=0, db="random", tasks="template:all", grpo=grpo)
+    cfg = SimpleNamespace(seed=0, domain="bank", domains=None, db="random", tasks="template:all", grpo=grpo)
     r = Rollouts(cfg, bank, store=None, tokenizer=None, make_user=None)
-    jobs = r._jobs(["template:move"] * 4 + ["template:balance"] * 4, step=3)
+    bank_source = r.sources[0]  # a run over one domain has one source of prompts
+    jobs = r._jobs([(bank_source, "template:move")] * 4 + [(bank_source, "template:balance")] * 4, step=3)
     assert len({id(j.task) for j in jobs[:4]}) == 1 and jobs[0].task is not jobs[4].task
     seeds = {j.task.task.origin.db_seed for j in jobs}
     assert len(seeds) == 2 and all(s < TEST_BASE for s in seeds)
     assert jobs[0].domain.instance_key == f"db{jobs[0].task.task.origin.db_seed}"
-    again = r._jobs(["template:move"] * 4, step=4)
+    again = r._jobs([(bank_source, "template:move")] * 4, step=4)
     assert instance_key(again[0].task.task) != instance_key(jobs[0].task.task)
 
 
