@@ -469,27 +469,14 @@ def convert_world(compiled, entries: dict, world: str, language: str, strict: bo
 def stage_tasks(tdir: Path, converted: list[Converted], checkout: Path, world: str, language: str) -> None:
     """<category>.yaml per category (the tasks whose oracle reaches ground_truth) and flagged.json (the others,
     with why), each task validated as a muactl task first."""
-    from types import SimpleNamespace
-
-    from pydantic import ValidationError
-
-    from ..domain.task_templates import write_tasks
-    from ..spec import models as m
+    from .staging import write_imported_tasks
 
     tdir.mkdir(parents=True)
     header = (f"Imported from ACEBench ({checkout.name}, {language}) by muactl import acebench; re-import to refresh. "
               "Repaired tasks carry the tag 'repaired'; flagged ones are in flagged.json.")
     for category in CATEGORIES:
-        chosen = [c for c in converted if c.category == category and not c.flagged]
-        specs = []
-        for c in chosen:
-            try:
-                specs.append(SimpleNamespace(task=m.Task.model_validate(c.task)))
-            except ValidationError as e:
-                raise SpecError.single(checkout, f"task {c.id!r} does not make a muactl task: {e.errors()[0]['msg']} at "
-                                                 f"{'.'.join(map(str, e.errors()[0]['loc']))}") from None
-        if specs:
-            write_tasks(specs, tdir / f"{category}.yaml", header)
+        chosen = [(c.id, c.task) for c in converted if c.category == category and not c.flagged]
+        write_imported_tasks(tdir / f"{category}.yaml", chosen, checkout, header)
     flagged = [{"id": c.id, "category": c.category, "why": c.flagged, "repairs": c.repairs, "task": c.task}
                for c in converted if c.flagged]
     (tdir / "flagged.json").write_text(json.dumps(flagged, indent=1, ensure_ascii=False) + "\n")

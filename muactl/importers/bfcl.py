@@ -33,7 +33,7 @@ from ..errors import CallUnreadable, ScaffoldExists, SpecError, UsageError
 from ..limits import MAX_BFCL_CALLS, MAX_BFCL_JSON_BYTES, MAX_BFCL_SOURCE_BYTES
 from .acebench import read_lines
 from .bfcl_truth import CATEGORIES, CLASS_DOCS, parse_call
-from .tau2_input import json_value, kind, read_text
+from .tau2_input import json_value, kind, read_python, read_text
 
 HERE = Path(__file__).resolve().parent / "bfcl_domains"
 DOMAIN = "bfcl"
@@ -103,14 +103,8 @@ def read_docs(root: Path, ev: Path) -> dict[str, list[dict]]:
 
 
 def python_tree(root: Path, path: Path) -> ast.Module:
-    """A BFCL module as a syntax tree (parsed, never run)."""
-    text = read_text(root, path, MAX_BFCL_SOURCE_BYTES, "MAX_BFCL_SOURCE_BYTES")
-    try:
-        return ast.parse(text, filename=str(path))
-    except SyntaxError as e:
-        raise SpecError.single(path, f"Python syntax error: {e.msg}", e.lineno or 1, e.offset or 1) from None
-    except (RecursionError, MemoryError):
-        raise SpecError.single(path, "Python nested too deeply to parse") from None
+    """A BFCL module as a syntax tree (parsed, never run), within BFCL's source limit."""
+    return read_python(root, path, MAX_BFCL_SOURCE_BYTES, "MAX_BFCL_SOURCE_BYTES")
 
 
 def module_literals(root: Path, path: Path, names: tuple[str, ...]) -> dict[str, Any]:
@@ -285,28 +279,14 @@ def stage_domain(d: Path, docs: dict, rows: dict[str, list[dict]]):
 def stage_tasks(tdir: Path, converted: list[Converted], checkout: Path) -> None:
     """<category>.yaml per category (the imported entries) and skipped.json (the others, with why), each task
     validated as a muactl task first."""
-    from types import SimpleNamespace
-
-    from pydantic import ValidationError
-
-    from ..domain.task_templates import write_tasks
-    from ..spec import models as m
+    from .staging import write_imported_tasks
 
     tdir.mkdir(parents=True)
     header = (f"Imported from BFCL multi-turn ({checkout.name}) by muactl import bfcl; re-import to refresh. Entries "
               "involving classes not imported yet are listed in skipped.json.")
     for category in CATEGORIES:
-        specs = []
-        for c in converted:
-            if c.category != category or c.task is None:
-                continue
-            try:
-                specs.append(SimpleNamespace(task=m.Task.model_validate(c.task)))
-            except ValidationError as e:
-                raise SpecError.single(checkout, f"entry {c.id!r} does not make a muactl task: {e.errors()[0]['msg']} "
-                                                 f"at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
-        if specs:
-            write_tasks(specs, tdir / f"{category}.yaml", header)
+        chosen = [(c.id, c.task) for c in converted if c.category == category and c.task is not None]
+        write_imported_tasks(tdir / f"{category}.yaml", chosen, checkout, header, noun="entry")
     skipped = [{"id": c.id, "category": c.category, "classes": c.classes, "why": c.skipped}
                for c in converted if c.skipped]
     (tdir / "skipped.json").write_text(json.dumps(skipped, indent=1) + "\n")

@@ -109,9 +109,10 @@ def read_toml(root: Path, path: Path) -> dict:
         raise SpecError.single(path, "TOML nested too deeply to read") from None
 
 
-def read_python(root: Path, path: Path) -> ast.Module:
-    """τ²'s tools.py as a syntax tree (parsed, never run)."""
-    text = read_text(root, path, MAX_TAU2_SOURCE_BYTES, "MAX_TAU2_SOURCE_BYTES")
+def read_python(root: Path, path: Path, max_bytes: int = MAX_TAU2_SOURCE_BYTES,
+                limit_name: str = "MAX_TAU2_SOURCE_BYTES") -> ast.Module:
+    """A checkout's Python module (τ²'s tools.py, BFCL's classes) as a syntax tree: parsed, never run."""
+    text = read_text(root, path, max_bytes, limit_name)
     try:
         return ast.parse(text, filename=str(path))
     except SyntaxError as e:
