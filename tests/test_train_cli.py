@@ -4,6 +4,8 @@ training run, is refused with the command that does continue it. The model is th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
@@ -94,6 +96,32 @@ def test_bad_train_input_fails_before_a_run_folder_exists(in_tmp, args, message)
     assert not (in_tmp / "runs" / "bad").exists()
     listed = runner.invoke(app, ["runs"])
     assert listed.output.startswith("no runs in"), listed.output
+
+
+def _recipe_run_after_synth(run_id: str, data: str) -> RunStore:
+    """A recipe run whose synth stage finished (stages.json names its data), cut off before sft."""
+    store = _run("train", run_id, ["domain=bank", "model=tiny", "stages=[synth,sft]"])
+    (store.path / "stages.json").write_text(json.dumps({"synth": {"data": data, "kept": 1}}))
+    return store
+
+
+def test_resuming_a_recipe_with_stages_sft_takes_the_runs_own_synth_data(in_tmp, monkeypatch):
+    # before the fix: exit 2 "sft needs data=FILE.jsonl", though the pipeline would read the run's synth output
+    import muactl.train.pipeline as pipeline
+
+    data = in_tmp / "kept.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n')
+    _recipe_run_after_synth("r5", str(data))
+    reached = []
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda cfg, store, log: reached.append(list(cfg.stages)) or {})
+    r = runner.invoke(app, ["train", "--resume", "r5", "stages=[sft]"])
+    assert r.exit_code == 0 and reached == [["sft"]], r.output
+
+
+def test_resuming_with_stages_sft_when_the_runs_synth_data_is_gone_says_so(in_tmp):
+    _recipe_run_after_synth("r6", "runs/r6/sft.jsonl")
+    r = runner.invoke(app, ["train", "--resume", "r6", "stages=[sft]"])
+    assert r.exit_code == 2 and "data file runs/r6/sft.jsonl not found" in r.output, r.output
 
 
 def test_good_task_lists_pass_the_checks(in_tmp):

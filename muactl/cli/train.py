@@ -70,9 +70,11 @@ def train(
     if show_config:
         typer.echo(to_yaml(cfg))
         return
+    from ..runs.stages import stages_state
     from ..train.inputs import check_train_inputs
 
-    check_train_inputs(cfg, stage)  # bad input fails here, before a run folder exists
+    # bad input fails here, before a run folder exists
+    check_train_inputs(cfg, stage, finished=stages_state(store) if store is not None and stage is None else None)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     kind = stage or "train"
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():

@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def check_train_inputs(cfg, stage: str | None) -> None:
+def check_train_inputs(cfg, stage: str | None, finished: dict | None = None) -> None:
     """Raise a UsageError, SpecError or ModelError for the first bad input of what `stage` (sft, grpo, or
     None: the recipe's cfg.stages) will run; cheap: nothing is trained, generated or drawn. Over several
-    domains each is checked as the stages will run it (its own tasks, db and user), the error naming it."""
+    domains each is checked as the stages will run it (its own tasks, db and user), the error naming it.
+    `finished`: the stages a resumed recipe run has already finished (runs/<id>/stages.json), so that
+    `--resume RUN stages=[sft]` takes its SFT data from the run's own synth, as the pipeline does."""
     from ..errors import UsageError
     from .grpo import check_settings
     from .mix import parts
@@ -25,8 +27,9 @@ def check_train_inputs(cfg, stage: str | None) -> None:
 
         check_user_sft(cfg, open_domain(cfg.domain, trust=cfg.trust, start_mcp=False))
         return
-    if "sft" in stages and "synth" not in stages:
-        check_data(cfg.data)
+    finished = finished or {}
+    if "sft" in stages and "synth" not in stages and "sft" not in finished:
+        check_data(cfg.data or finished.get("synth", {}).get("data"))
     if "synth" in stages:
         from ..eval.preflight import check_backend
 
