@@ -23,6 +23,7 @@ from muactl.runs.store import RunStore
 from tests.fakes.openai_server import (
     FakeOpenAI,
     Faulty,
+    Late,
     Reply,
     do_nothing_agent,
     fake_user,
@@ -276,8 +277,8 @@ def test_infra_errors_are_reported_and_excluded_from_pass_k(bank):
 
 def test_no_episode_lost_or_double_counted_under_random_faults(bank):
     tasks = [t for t in bank.tasks if t.split == "test"]
-    faults = [Reply(status=500), Reply(status=429), Reply(status=502), Reply(raw="{not json"),
-              Reply(content="late", delay=1.0)]
+    # a late reply is the right answer, late (Late): on a loaded machine the client may read it, not time out
+    faults = [Reply(status=500), Reply(status=429), Reply(status=502), Reply(raw="{not json"), Late(delay=1.0)]
     faulty = Faulty(two_sided(gold_agent([t.task for t in tasks])), faults=faults, p=0.15, seed=7)
     with FakeOpenAI(faulty) as server:
         cfg = EvalConfig("bank", agent="openai/fake", user="openai/fake", api_base=server.base,

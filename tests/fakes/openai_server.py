@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,6 +28,15 @@ class Reply:
 
 
 Responder = Callable[[dict[str, Any]], Reply]
+
+
+@dataclass
+class Late:
+    """A fault for Faulty: the wrapped responder's own reply, sent after `delay` seconds. A client whose timeout
+    is shorter retries; but a client whose event loop was busy past the timeout (a loaded machine) finds the
+    reply already there and reads it, which is right, so the fault carries the right answer, not a marker
+    text that would change the episode when it is read."""
+    delay: float
 
 
 class FakeOpenAI:
@@ -255,7 +264,7 @@ class Faulty:
     request gets one of `faults` with probability `p` (seeded). Counts what it injected."""
 
     def __init__(self, base: Responder, fault: Reply | None = None, first: int = 0,
-                 faults: list[Reply] | None = None, p: float = 0.0, seed: int = 0,
+                 faults: list[Reply | Late] | None = None, p: float = 0.0, seed: int = 0,
                  only: Callable[[dict], bool] | None = None):
         self.base, self.fault, self.first, self.faults, self.p = base, fault, first, faults or [], p
         self.only = only  # inject only into requests this accepts
@@ -273,5 +282,8 @@ class Faulty:
                     return self.fault
                 if self.faults and self.rng.random() < self.p:
                     self.injected += 1
-                    return self.rng.choice(self.faults)
+                    fault = self.rng.choice(self.faults)
+                    if not isinstance(fault, Late):
+                        return fault
+                    return replace(self.base(body), delay=fault.delay)
         return self.base(body)
