@@ -50,12 +50,13 @@ def user(text):
 
 
 def entries() -> dict[str, list[tuple[dict, list]]]:
-    """Per category, (entry, ground_truth) pairs: a TradingBot entry, and one that involves MathAPI too."""
+    """Per category, (entry, ground_truth) pairs: one per imported class, and one involving a class not imported."""
     base = {"question": [user("Log me in (ana, pw) and buy 3 NOVA at 12.5."), user("Put 100 in my account."),
                          user("Show my transactions.")],
             "initial_config": {"TradingBot": STATE}, "involved_classes": ["TradingBot"]}
     gold = [[LOGIN, BUY], [FUND], ["get_transaction_history()"]]
     math = {"question": [user("What is 2 + 3?")], "initial_config": {}, "involved_classes": ["MathAPI", "TradingBot"]}
+    travel = {"question": [user("Book me a flight.")], "initial_config": {}, "involved_classes": ["TravelAPI", "TradingBot"]}
     message = {"question": [user("Log in as USR001 and send Bo 'hi'.")], "initial_config": {"MessageAPI": {
         "user_map": {"Ana": "USR001", "Bo": "USR002"}, "current_user": None}}, "involved_classes": ["MessageAPI"]}
     message_gold = [["message_login(user_id='USR001')", "send_message(receiver_id='USR002', message='hi')"]]
@@ -87,7 +88,8 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
                          (dict(message, id=f"multi_turn_{category}_2"), message_gold),
                          (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold),
                          (dict(twitter, id=f"multi_turn_{category}_4"), twitter_gold),
-                         (dict(vehicle, id=f"multi_turn_{category}_5"), vehicle_gold)]
+                         (dict(vehicle, id=f"multi_turn_{category}_5"), vehicle_gold),
+                         (dict(travel, id=f"multi_turn_{category}_6"), [["travel_booking_fn(a=1, b=2)"]])]
     return out
 
 
@@ -103,8 +105,11 @@ VEHICLE_TOOLS = ("startEngine", "fillFuelTank", "lockDoors", "adjustClimateContr
                  "pressBrakePedal", "releaseBrakePedal", "setCruiseControl", "get_current_speed", "display_log",
                  "estimate_drive_feasibility_by_mileage", "liter_to_gallon", "gallon_to_liter", "estimate_distance",
                  "get_zipcode_based_on_city", "set_navigation", "check_tire_pressure", "find_nearest_tire_shop")
+MATH_TOOLS = ("logarithm", "mean", "standard_deviation", "si_unit_conversion", "imperial_si_conversion", "add",
+              "subtract", "multiply", "divide", "power", "square_root", "absolute_value", "round_number", "percentage",
+              "min_value", "max_value", "sum_values")
 OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS, "TwitterAPI": TWITTER_TOOLS,
-             "VehicleControlAPI": VEHICLE_TOOLS}
+             "VehicleControlAPI": VEHICLE_TOOLS, "MathAPI": MATH_TOOLS}
 VEHICLE_SEED = 99
 VEHICLE = {"random_seed": VEHICLE_SEED, "fuelLevel": 0.0, "batteryVoltage": 12.6, "engine_state": "stopped",
            "remainingUnlockedDoors": 4, "doorStatus": {"driver": "unlocked", "passenger": "unlocked",
@@ -143,7 +148,7 @@ def fake_checkout(root: Path) -> Path:
             "".join(json.dumps({"id": e["id"], "ground_truth": g}) + "\n" for e, g in pairs))
     for cls, stem in CLASS_DOCS.items():
         docs = docs_of_shipped_tools(cls) if cls in ("TradingBot", *OWN_TOOLS) else [
-            {"name": "add" if cls == "MathAPI" else f"{stem}_fn", "description": "Invented.",
+            {"name": f"{stem}_fn", "description": "Invented.",
              "parameters": {"type": "dict", "properties": {"a": {"type": "float"}, "b": {"type": "float"}}}}]
         (ev / "data" / "multi_turn_func_doc" / f"{stem}.json").write_text("".join(json.dumps(d) + "\n" for d in docs))
     src = ev / "eval_checker" / "multi_turn_eval" / "func_source_code"
@@ -217,10 +222,10 @@ def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
 
 def test_the_import_lists_what_it_skipped_and_why(project):
     root, output = project
-    assert re.search(r"base\s+6\s+5\s+1\s+MathAPI 1", output), output
+    assert re.search(r"base\s+7\s+6\s+1\s+TravelAPI 1", output), output
     skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
     assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
-        ("multi_turn_base_1", "involves MathAPI, whose tools muactl does not import yet")]
+        ("multi_turn_base_6", "involves TravelAPI, whose tools muactl does not import yet")]
     assert len(skipped) == 4
     r = runner.invoke(app, ["import", "bfcl", str(root.parent / "gorilla"), "--dir", str(root)])
     assert r.exit_code != 0 and "--force" in r.output  # an earlier import is not replaced silently
@@ -389,6 +394,49 @@ def test_vehicle_control_answers_as_bfcl_prints(opened):
         '{"gallon": %r}' % (3 * 0.264172)]
 
 
+def test_math_api_answers_as_bfcl_prints(opened):
+    calls = [("logarithm", {"value": 630.0, "base": 10, "precision": 5}), ("logarithm", {"value": -5, "base": 10, "precision": 8}),
+             ("logarithm", {"value": 10, "base": 1, "precision": 5}), ("mean", {"numbers": [5000, 3000, 2000]}),
+             ("mean", {"numbers": []}), ("standard_deviation", {"numbers": [100, 95, 85, 90, 88, 92]}),
+             ("si_unit_conversion", {"value": 3, "unit_in": "um", "unit_out": "km"}),
+             ("si_unit_conversion", {"value": 3, "unit_in": "km", "unit_out": "mile"}),
+             ("imperial_si_conversion", {"value": 100, "unit_in": "fahrenheit", "unit_out": "celsius"}),
+             ("imperial_si_conversion", {"value": 7, "unit_in": "lb", "unit_out": "lb"}),
+             ("add", {"a": 2, "b": 3}), ("add", {"a": 0.1, "b": 0.2}), ("divide", {"a": 1, "b": 0}),
+             ("divide", {"a": 10, "b": 4}), ("power", {"base": 2, "exponent": 70}),
+             ("power", {"base": -8, "exponent": 1 / 3}), ("power", {"base": 0, "exponent": -1}),
+             ("power", {"base": 10.0, "exponent": 400}), ("square_root", {"number": 2, "precision": 12}),
+             ("square_root", {"number": 2, "precision": 0}), ("round_number", {"number": 2.675, "decimal_places": 2}),
+             ("round_number", {"number": 12350, "decimal_places": -2}), ("round_number", {"number": 2.5}),
+             ("percentage", {"part": 1, "whole": 3}), ("min_value", {"numbers": [1, 1.0, 3]}),
+             ("max_value", {"numbers": [2.0, 2]}), ("sum_values", {"numbers": [0.1, 0.2, 0.3]}),
+             ("absolute_value", {"number": -4})]
+    assert replay(opened, "multi_turn_base_1", calls) == [
+        # mpmath's mpf (and mpc, for a negative value) and decimal's Decimal fail json.dumps: str() of the dict
+        "{'result': mpf('2.7993393')}", "{'result': mpc(real='0.69897000492', imag='1.364376355')}",
+        '{"error": ""}',  # mpmath's ZeroDivisionError says nothing
+        '{"result": 3333.3333333333335}', '{"error": "Cannot calculate mean of an empty list"}',
+        '{"result": 4.85340659285368}', '{"result": 3e-09}',
+        '{"error": "Conversion from \'km\' to \'mile\' is not supported"}', '{"result": 37.77777777777778}',
+        '{"result": 7}', '{"result": 5}', '{"result": 0.30000000000000004}', '{"error": "Cannot divide by zero"}',
+        '{"result": 2.5}', '{"result": 1180591620717411303424}',
+        "{'result': (1.0000000000000002+1.7320508075688772j)}",
+        "Error during execution: 0.0 cannot be raised to a negative power",
+        "Error during execution: (34, 'Numerical result out of range')", "{'result': Decimal('1.41421356237')}",
+        "Error during execution: valid range for prec is [1, MAX_PREC]",
+        '{"result": 2.67}', '{"result": 12400}', '{"result": 2.0}', '{"result": 33.33333333333333}',
+        '{"result": 1}', '{"result": 2.0}',  # the first of equal values, int or float
+        '{"result": 0.6000000000000001}', '{"result": 4}']
+
+
+def test_math_precision_and_powers_are_bounded(opened):
+    out = replay(opened, "multi_turn_base_1", [("logarithm", {"value": 2, "base": 3, "precision": 10 ** 9}),
+                                              ("square_root", {"number": 2, "precision": 10 ** 9}),
+                                              ("power", {"base": 10, "exponent": 10 ** 12})])
+    assert out == ['{"error": "muactl computes at most 1000 digits"}'] * 2 + [
+        '{"error": "muactl writes integers of at most 10000 bits"}']
+
+
 def test_long_context_answers_with_bfcls_extra_data(opened):
     out = replay(opened, "multi_turn_long_context_0", [
         ("trading_login", {"username": "a", "password": "b"}), ("get_stock_info", {"symbol": "NOVA"}),
@@ -479,7 +527,7 @@ def test_a_malformed_entry_file_names_file_and_line(tmp_path):
     path = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data" / "BFCL_v4_multi_turn_base.json"
     path.write_text(path.read_text() + '{"id": "x", "question": [}\n')
     r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
-    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:7" in r.output, r.output
+    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:8" in r.output, r.output
     assert not (tmp_path / "p" / "domains").exists()
 
 

@@ -39,12 +39,14 @@ HERE = Path(__file__).resolve().parent / "bfcl_domains"
 DOMAIN = "bfcl"
 LEADERBOARD = "berkeley-function-call-leaderboard"
 SOURCES = "eval_checker/multi_turn_eval/func_source_code"
-# the classes muactl has tables for: their load tool, source module and default-state literal
+# the classes muactl has tools for: their load tool, source module and default-state literal (None, None for a
+# class without state, MathAPI: its functions read and change nothing)
 IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE"),
             "MessageAPI": ("load_message_api", "message_api.py", "DEFAULT_STATE"),
             "TicketAPI": ("load_ticket_api", "ticket_api.py", "DEFAULT_STATE"),
             "TwitterAPI": ("load_twitter_api", "posting_api.py", "DEFAULT_STATE"),
-            "VehicleControlAPI": ("load_vehicle_control_api", "vehicle_control.py", "DEFAULT_STATE")}
+            "VehicleControlAPI": ("load_vehicle_control_api", "vehicle_control.py", "DEFAULT_STATE"),
+            "MathAPI": (None, "math_api.py", None)}
 # where _load_scenario reads an attribute from initial_config under another name than DEFAULT_STATE's
 CONFIG_NAMES = {"VehicleControlAPI": {"engine_state": "engineState", "_parkingBrakeForce": "parkingBrakeForce",
                                       "_slopeAngle": "slopeAngle"}}
@@ -206,7 +208,7 @@ def convert(entry: dict, answer: dict, category: str, docs: dict, defaults: dict
     config = entry.get("initial_config") or {}
     long_context = category == "long_context"
     setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c], CONFIG_NAMES.get(c)),
-                               "long_context": long_context}} for c in classes]
+                               "long_context": long_context}} for c in classes if IMPORTED[c][0]]
     tools = [d["name"] for c in classes for d in docs[c]]
     params = {d["name"]: list(d["parameters"]["properties"]) for c in classes for d in docs[c]}
     held = entry.get("missed_function") or {}
@@ -317,6 +319,8 @@ def import_bfcl(checkout: Path, project: Path, force: bool = False) -> Imported:
     sources = ev / SOURCES
     defaults = {}
     for cls, (_, module, name) in IMPORTED.items():
+        if name is None:
+            continue
         state = module_literals(root, sources / module, (name,))[name]
         seed = default_seed(root, sources / module, cls)
         defaults[cls] = state | ({"random_seed": seed} if seed is not None else {})
