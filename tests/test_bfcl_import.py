@@ -57,6 +57,9 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
     gold = [[LOGIN, BUY], [FUND], ["get_transaction_history()"]]
     math = {"question": [user("What is 2 + 3?")], "initial_config": {}, "involved_classes": ["MathAPI", "TradingBot"]}
     travel = {"question": [user("Book me a flight.")], "initial_config": {}, "involved_classes": ["TravelAPI", "TradingBot"]}
+    files = {"question": [user("In docs, make b.txt.")], "initial_config": {"GorillaFileSystem": TREE},
+             "involved_classes": ["GorillaFileSystem"]}
+    files_gold = [["cd(folder='docs')", "touch(file_name='b.txt')"]]
     message = {"question": [user("Log in as USR001 and send Bo 'hi'.")], "initial_config": {"MessageAPI": {
         "user_map": {"Ana": "USR001", "Bo": "USR002"}, "current_user": None}}, "involved_classes": ["MessageAPI"]}
     message_gold = [["message_login(user_id='USR001')", "send_message(receiver_id='USR002', message='hi')"]]
@@ -81,6 +84,11 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
             first["question"] = [base["question"][0], user("Put 100 in my account."), [], base["question"][2]]
             first["missed_function"] = {"2": ["fund_account"]}
             truth = [gold[0], [], [FUND], gold[2]]
+        files_entry, files_truth = dict(files, id=f"multi_turn_{category}_7"), files_gold
+        if category == "miss_func":  # BFCL's own gold calls cat a turn before its function is added
+            files_entry["question"] = files["question"] + [[]]
+            files_entry["missed_function"] = {"1": ["cat"]}
+            files_truth = [files_gold[0] + ["cat(file_name='b.txt')"], []]
         if category == "long_context":  # a positional argument, and the long data BFCL adds
             first["question"] = base["question"] + [user("And NOVA's details?")]
             truth = gold + [["get_stock_info('NOVA')"]]
@@ -89,10 +97,17 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
                          (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold),
                          (dict(twitter, id=f"multi_turn_{category}_4"), twitter_gold),
                          (dict(vehicle, id=f"multi_turn_{category}_5"), vehicle_gold),
-                         (dict(travel, id=f"multi_turn_{category}_6"), [["travel_booking_fn(a=1, b=2)"]])]
+                         (dict(travel, id=f"multi_turn_{category}_6"), [["travel_booking_fn(a=1, b=2)"]]),
+                         (files_entry, files_truth)]
     return out
 
 
+TREE = {"root": {"ana": {"type": "directory", "contents": {
+    "docs": {"type": "directory", "contents": {"a.txt": {"type": "file", "content": "b line\na line\nc"},
+                                               "sub": {"type": "directory", "contents": {}}}},
+    "notes.txt": {"type": "file", "content": "b line\nx line"}}}}}
+FILE_TOOLS = ("cat", "cd", "cp", "diff", "du", "echo", "find", "grep", "ls", "mkdir", "mv", "pwd", "rm", "rmdir", "sort",
+              "tail", "touch", "wc")
 MESSAGE_TOOLS = ("list_users", "get_user_id", "message_login", "message_get_login_status", "send_message",
                  "delete_message", "view_messages_sent", "add_contact", "search_messages", "get_message_stats")
 TICKET_TOOLS = ("create_ticket", "get_ticket", "close_ticket", "resolve_ticket", "edit_ticket", "ticket_login",
@@ -109,7 +124,7 @@ MATH_TOOLS = ("logarithm", "mean", "standard_deviation", "si_unit_conversion", "
               "subtract", "multiply", "divide", "power", "square_root", "absolute_value", "round_number", "percentage",
               "min_value", "max_value", "sum_values")
 OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS, "TwitterAPI": TWITTER_TOOLS,
-             "VehicleControlAPI": VEHICLE_TOOLS, "MathAPI": MATH_TOOLS}
+             "VehicleControlAPI": VEHICLE_TOOLS, "MathAPI": MATH_TOOLS, "GorillaFileSystem": FILE_TOOLS}
 VEHICLE_SEED = 99
 VEHICLE = {"random_seed": VEHICLE_SEED, "fuelLevel": 0.0, "batteryVoltage": 12.6, "engine_state": "stopped",
            "remainingUnlockedDoors": 4, "doorStatus": {"driver": "unlocked", "passenger": "unlocked",
@@ -176,7 +191,9 @@ def fake_checkout(root: Path) -> Path:
         "AUTOMOBILE_EXTENSION = ['AU']\nTRANSACTION_HISTORY_EXTENSION = [{'type': 'deposit', 'amount': 1.1, "
         "'timestamp': '2023-01-01 00:00:00.5'}]\nWATCH_LIST_EXTENSION = ['WA', 'WB', ...]\n"
         "CAR_STATUS_METADATA_EXTENSION = 'Make: Invented'\nINTERMEDIARY_CITIES = ['Midway']\n"
-        "LONG_WEATHER_EXTENSION = {'-1_day': {'windSpeed': 1.5}}\nPARKING_BRAKE_INSTRUCTION = 'Pull it.'\n")
+        "LONG_WEATHER_EXTENSION = {'-1_day': {'windSpeed': 1.5}}\nPARKING_BRAKE_INSTRUCTION = 'Pull it.'\n"
+        "FILE_CONTENT_EXTENSION = ' More.'\nPOPULATE_FILE_EXTENSION = ['img_1.jpg', 'img_2.jpg']\n"
+        "FILES_TAIL_USED = ['a.txt']\n")
     (ev / "constants").mkdir()
     (ev / "constants" / "default_prompts.py").write_text(
         f"MAXIMUM_STEP_LIMIT = 20\nDEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC = (\n    {ADDED!r}\n)\n")
@@ -222,7 +239,7 @@ def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
 
 def test_the_import_lists_what_it_skipped_and_why(project):
     root, output = project
-    assert re.search(r"base\s+7\s+6\s+1\s+TravelAPI 1", output), output
+    assert re.search(r"base\s+8\s+7\s+1\s+TravelAPI 1", output), output
     skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
     assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
         ("multi_turn_base_6", "involves TravelAPI, whose tools muactl does not import yet")]
@@ -437,6 +454,86 @@ def test_math_precision_and_powers_are_bounded(opened):
         '{"error": "muactl writes integers of at most 10000 bits"}']
 
 
+def test_file_system_answers_as_bfcl_prints(opened):
+    calls = [("pwd", {}), ("ls", {"a": True}), ("cd", {"folder": "docs/sub"}), ("cd", {"folder": "docs/"}), ("pwd", {}),
+             ("cat", {"file_name": "a.txt"}), ("sort", {"file_name": "a.txt"}), ("wc", {"file_name": "a.txt", "mode": "w"}),
+             ("tail", {"file_name": "a.txt", "lines": 2}), ("grep", {"file_name": "a.txt", "pattern": "line"}),
+             ("cat", {"file_name": "sub"}), ("cd", {"folder": ".."}), ("cd", {"folder": ".."}), ("mkdir", {"dir_name": "bin"}),
+             ("touch", {"file_name": "bin"}), ("touch", {"file_name": "a|b"}), ("cp", {"source": "docs", "destination": "copy"}),
+             ("cd", {"folder": "copy"}), ("echo", {"content": "new", "file_name": "a.txt"}), ("cd", {"folder": ".."}),
+             ("cd", {"folder": "docs"}), ("cat", {"file_name": "a.txt"}), ("cd", {"folder": ".."}),
+             ("mv", {"source": "docs", "destination": "bin"}), ("cd", {"folder": "bin"}), ("cd", {"folder": "docs"}),
+             ("cd", {"folder": "sub"}), ("pwd", {}), ("cd", {"folder": "/"}), ("find", {"path": "/", "name": "a"}),
+             ("find", {"path": "bin/docs"}), ("du", {}), ("du", {"human_readable": True}),
+             ("diff", {"file_name1": "notes.txt", "file_name2": "copy"}), ("rmdir", {"dir_name": "bin"}),
+             ("rm", {"file_name": "bin"}), ("ls", {}), ("echo", {"content": "hi"}),
+             ("cp", {"source": "notes.txt", "destination": "copy"}), ("cp", {"source": "notes.txt", "destination": "copy"}),
+             ("mv", {"source": "x", "destination": "y"}), ("mv", {"source": "copy", "destination": "a/b"})]
+    assert replay(opened, "multi_turn_base_7", calls) == [
+        '{"current_working_directory": "/ana"}', '{"current_directory_content": ["docs", "notes.txt"]}',
+        '{"error": "cd: docs/sub: Unsupported path. Only one folder level at a time is supported."}',
+        '{"current_working_directory": "docs"}', '{"current_working_directory": "/ana/docs"}',
+        '{"file_content": "b line\\na line\\nc"}', '{"sorted_content": "a line\\nb line\\nc"}',
+        '{"count": 5, "type": "words"}', '{"last_lines": "a line\\nc"}', '{"matching_lines": ["b line", "a line"]}',
+        '{"error": "cat: \'sub\': Is a directory"}', '{}',
+        '{"error": "Current directory is already the root. Cannot go back."}', 'None',
+        '{"error": "touch: cannot touch \'bin\': File exists"}', '{"error": "touch: cannot touch \'a|b\': Invalid character"}',
+        '{"result": "\'docs\' copied to \'copy\'"}', '{"current_working_directory": "copy"}', 'None', '{}',
+        '{"current_working_directory": "docs"}',
+        '{"file_content": "new"}',  # cp copied the dict, not the files in it: one a.txt, written through copy/
+        '{}', '{"result": "\'docs\' moved to \'bin/docs\'"}', '{"current_working_directory": "bin"}',
+        '{"current_working_directory": "docs"}', '{"current_working_directory": "sub"}',
+        '{"current_working_directory": "/ana/docs/sub"}',  # sub's parent is still the docs object mv left behind
+        '{"current_working_directory": "ana"}', '{"matches": ["/bin/docs/a.txt", "/copy/a.txt"]}',
+        '{"matches": ["bin/docs/a.txt", "bin/docs/sub"]}', '{"disk_usage": "19 bytes"}', '{"disk_usage": "19.00 B"}',
+        '{"error": "diff: notes.txt or copy: No such file or directory"}',
+        '{"error": "rmdir: cannot remove \'bin\': Directory not empty"}', '{"result": "\'bin\' removed"}',
+        '{"current_directory_content": ["notes.txt", "copy"]}', '{"terminal_output": "hi"}',
+        '{"result": "\'notes.txt\' copied to \'copy/notes.txt\'"}',
+        "Error during execution: File 'notes.txt' already exists in directory 'copy'.",
+        '{"error": "mv: cannot move \'x\': No such file or directory"}',
+        '{"error": "mv: path not allowed in destination. Provide only a file or directory name."}']
+
+
+def test_file_system_state_is_the_tree_bfcl_compares(opened):
+    from muactl.episode.agents.base import Agent, AgentReply
+
+    class Roundabout(Agent):  # a scratch file made and removed, then the gold's work: the same tree, other objects
+        async def act(self, ctx):
+            if ctx.messages[-1]["role"] != "user":
+                return AgentReply("Done.")
+            return AgentReply("", [{"name": "touch", "arguments": {"file_name": "tmp"}},
+                                   {"name": "rm", "arguments": {"file_name": "tmp"}},
+                                   {"name": "cd", "arguments": {"folder": "docs"}},
+                                   {"name": "touch", "arguments": {"file_name": "b.txt"}}])
+
+    ep = episode(opened, "multi_turn_base_7", Roundabout())
+    assert ep.reward == 1.0 and ep.breakdown["turns"][0]["state"], ep.breakdown
+
+
+def test_long_context_files_get_bfcls_extra_content_and_files(opened):
+    out = replay(opened, "multi_turn_long_context_7", [("cat", {"file_name": "notes.txt"}), ("cd", {"folder": "docs"}),
+                                                      ("cat", {"file_name": "a.txt"}), ("cd", {"folder": "sub"}), ("ls", {})])
+    assert out == ['{"file_content": "b line\\nx line More."}', '{"current_working_directory": "docs"}',
+                   '{"file_content": "b line\\na line\\nc"}',  # FILES_TAIL_USED: left as it is
+                   '{"current_working_directory": "sub"}',
+                   '{"current_directory_content": ["img_1.jpg", "img_2.jpg"]}']  # a directory with no subdirectory
+
+
+def test_a_function_bfcls_gold_calls_before_it_is_added_is_shown_then(project, opened):
+    root, output = project
+    task = opened.task("multi_turn_miss_func_7").task
+    assert task.turns[0].tools == ["cat"] and task.turns[1].message == ADDED and not task.turns[1].tools
+    repaired = json.loads((root / "tasks" / "bfcl" / "repaired.json").read_text())
+    assert repaired == [{"id": "multi_turn_miss_func_7", "category": "miss_func",
+                         "why": "gold calls cat at turn 0, held out until turn 1: shown from turn 0"}]
+    assert "repaired (its gold calls a held-out function before it is shown" in output
+    from muactl.episode.agents.oracle import OracleAgent
+
+    ep = episode(opened, "multi_turn_miss_func_7", OracleAgent())
+    assert ep.reward == 1.0, (ep.breakdown, [m for m in ep.messages if m["role"] == "tool"])
+
+
 def test_long_context_answers_with_bfcls_extra_data(opened):
     out = replay(opened, "multi_turn_long_context_0", [
         ("trading_login", {"username": "a", "password": "b"}), ("get_stock_info", {"symbol": "NOVA"}),
@@ -527,7 +624,7 @@ def test_a_malformed_entry_file_names_file_and_line(tmp_path):
     path = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data" / "BFCL_v4_multi_turn_base.json"
     path.write_text(path.read_text() + '{"id": "x", "question": [}\n')
     r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
-    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:8" in r.output, r.output
+    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:9" in r.output, r.output
     assert not (tmp_path / "p" / "domains").exists()
 
 

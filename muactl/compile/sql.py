@@ -155,6 +155,17 @@ def _py_pow(base: Any, exponent: Any) -> Any:
         return None
 
 
+def _py_splitlines(text: Any) -> Any:
+    # str.splitlines() of a text as a JSON array (Python's line breaks: \n, \r\n, \r, \v, \f, \x1c-\x1e, \x85,
+    # \u2028, \u2029; no empty last line); NULL for anything but text
+    return json.dumps(text.splitlines()) if isinstance(text, str) else None
+
+
+def _py_split(text: Any) -> Any:
+    # str.split() of a text as a JSON array (runs of Unicode whitespace; no empty words); NULL for anything but text
+    return json.dumps(text.split()) if isinstance(text, str) else None
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -201,7 +212,8 @@ class _PySum:
 SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
                  "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
                  "py_format": (_py_format, 2), "py_sha256": (_py_sha256, 1), "fts_any": (_fts_any, 1),
-                 "py_mp_log": (_py_mp_log, 3), "py_decimal_sqrt": (_py_decimal_sqrt, 2), "py_pow": (_py_pow, 2)}
+                 "py_mp_log": (_py_mp_log, 3), "py_decimal_sqrt": (_py_decimal_sqrt, 2), "py_pow": (_py_pow, 2),
+                 "py_splitlines": (_py_splitlines, 1), "py_split": (_py_split, 1)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 

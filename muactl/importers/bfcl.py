@@ -15,7 +15,9 @@ BFCL's random.Random draws are CPython's own, drawn here for each seed the tasks
 Scoring is BFCL's: the checks after each turn with gold calls (muactl's turns), compare_db off.
 
 An entry that involves a class muactl has no tables for yet is not imported: it is listed, with why, in
-tasks/bfcl/skipped.json and in the import's table, never silently dropped.
+tasks/bfcl/skipped.json and in the import's table, never silently dropped. An entry whose own gold calls a held-out
+function before its turn (BFCL runs it: its executor calls any method of the class) shows that function from then
+on: listed with why in tasks/bfcl/repaired.json and the table.
 """
 
 from __future__ import annotations
@@ -40,13 +42,15 @@ DOMAIN = "bfcl"
 LEADERBOARD = "berkeley-function-call-leaderboard"
 SOURCES = "eval_checker/multi_turn_eval/func_source_code"
 # the classes muactl has tools for: their load tool, source module and default-state literal (None, None for a
-# class without state, MathAPI: its functions read and change nothing)
+# class without state, MathAPI: its functions read and change nothing; a load tool and no literal where the
+# default is an object, GorillaFileSystem's root Directory("/"): the YAML's load has it, the entry's config is passed as is)
 IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE"),
             "MessageAPI": ("load_message_api", "message_api.py", "DEFAULT_STATE"),
             "TicketAPI": ("load_ticket_api", "ticket_api.py", "DEFAULT_STATE"),
             "TwitterAPI": ("load_twitter_api", "posting_api.py", "DEFAULT_STATE"),
             "VehicleControlAPI": ("load_vehicle_control_api", "vehicle_control.py", "DEFAULT_STATE"),
-            "MathAPI": (None, "math_api.py", None)}
+            "MathAPI": (None, "math_api.py", None),
+            "GorillaFileSystem": ("load_gorilla_file_system", "gorilla_file_system.py", None)}
 # where _load_scenario reads an attribute from initial_config under another name than DEFAULT_STATE's
 CONFIG_NAMES = {"VehicleControlAPI": {"engine_state": "engineState", "_parkingBrakeForce": "parkingBrakeForce",
                                       "_slopeAngle": "slopeAngle"}}
@@ -56,7 +60,8 @@ DRAW_KINDS = {"TradingBot": ("timestamp", 86401), "MessageAPI": ("message_id", 9
 # long_context.py's data the imported classes read
 EXTENSIONS = ("MA_5_EXTENSION", "MA_20_EXTENSION", "ORDER_DETAIL_EXTENSION", "TECHNOLOGY_EXTENSION",
               "AUTOMOBILE_EXTENSION", "TRANSACTION_HISTORY_EXTENSION", "WATCH_LIST_EXTENSION",
-              "CAR_STATUS_METADATA_EXTENSION", "INTERMEDIARY_CITIES", "LONG_WEATHER_EXTENSION", "PARKING_BRAKE_INSTRUCTION")
+              "CAR_STATUS_METADATA_EXTENSION", "INTERMEDIARY_CITIES", "LONG_WEATHER_EXTENSION", "PARKING_BRAKE_INSTRUCTION",
+              "FILE_CONTENT_EXTENSION", "POPULATE_FILE_EXTENSION", "FILES_TAIL_USED")
 # kept as the text str() prints for their items: WATCH_LIST_EXTENSION ends in Python's Ellipsis, no JSON value
 PRINTED = ("WATCH_LIST_EXTENSION",)
 DRAWS = 200  # draws kept per random seed: more than any entry's gold path or a 20-step turn can use
@@ -140,6 +145,7 @@ class Converted:
     task: dict | None = None
     skipped: str | None = None
     classes: list[str] = field(default_factory=list)
+    repaired: str | None = None  # how the task differs from the entry, where BFCL's own data disagrees
 
 
 def class_state(config: dict, defaults: dict, names: dict[str, str] | None = None) -> dict:
@@ -207,24 +213,45 @@ def convert(entry: dict, answer: dict, category: str, docs: dict, defaults: dict
         raise SpecError.single(path, f"entry {entry['id']!r}: 'question' must be a list of turns")
     config = entry.get("initial_config") or {}
     long_context = category == "long_context"
-    setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c], CONFIG_NAMES.get(c)),
-                               "long_context": long_context}} for c in classes if IMPORTED[c][0]]
+    setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c], CONFIG_NAMES.get(c))
+                               if c in defaults else dict(config.get(c) or {}), "long_context": long_context}}
+             for c in classes if IMPORTED[c][0]]
     tools = [d["name"] for c in classes for d in docs[c]]
     params = {d["name"]: list(d["parameters"]["properties"]) for c in classes for d in docs[c]}
     held = entry.get("missed_function") or {}
+    gold = gold_turns(entry, answer, params, path)
+    appears, repaired = appearing_turns(held, gold, tools)
     turns = []
-    for k, (messages, actions) in enumerate(zip(question, gold_turns(entry, answer, params, path))):
-        shown = [n for n in held.get(str(k), []) if n in tools]
+    for k, (messages, actions) in enumerate(zip(question, gold)):
         texts = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        if shown:  # BFCL sends its own message when it adds the held-out functions
+        if [n for n in held.get(str(k), []) if n in tools]:  # BFCL sends its own message when it adds them
             texts = [added]
         if len(texts) != 1 or not isinstance(texts[0], str):
             raise SpecError.single(path, f"entry {entry['id']!r} turn {k}: expected one user message")
+        shown = [n for n, turn in appears.items() if turn == k]
         turns.append({"message": texts[0], "actions": actions, **({"tools": shown} if shown else {})})
     task = {"id": entry["id"], "split": "test", "user": {"reason": turns[0]["message"]}, "setup": setup,
             "tools": tools, "turns": turns, "expect": {"compare_db": False},
             "tags": ["bfcl", category, *classes]}
-    return Converted(entry["id"], category, task, classes=classes)
+    return Converted(entry["id"], category, task, classes=classes, repaired=repaired)
+
+
+def appearing_turns(held: dict, gold: list[list[dict]], tools: list[str]) -> tuple[dict[str, int], str | None]:
+    """The turn each held-out function appears at (missed_function's), and the repair where the entry's own gold
+    calls one before that turn: BFCL's executor runs any method of the class, listed or not, so its check passes
+    that gold, while muactl refuses a tool before it appears; such a function appears at the turn its gold first
+    calls it (the later turn keeps BFCL's message)."""
+    appears = {n: int(k) for k, names in held.items() for n in names if n in tools}
+    early = {}
+    for n, k in appears.items():
+        first = next((j for j, calls in enumerate(gold[:k]) if any(n in c for c in calls)), None)
+        if first is not None:
+            early[n] = first
+    if not early:
+        return appears, None
+    why = "; ".join(f"gold calls {n} at turn {j}, held out until turn {appears[n]}: shown from turn {j}"
+                    for n, j in early.items())
+    return appears | early, why
 
 
 # ---------------------------------------------------------------- the domain
@@ -279,8 +306,8 @@ def stage_domain(d: Path, docs: dict, rows: dict[str, list[dict]]):
 
 
 def stage_tasks(tdir: Path, converted: list[Converted], checkout: Path) -> None:
-    """<category>.yaml per category (the imported entries) and skipped.json (the others, with why), each task
-    validated as a muactl task first."""
+    """<category>.yaml per category (the imported entries), skipped.json (the others, with why) and repaired.json
+    (the tasks that differ from their entry, with how), each task validated as a muactl task first."""
     from .staging import write_imported_tasks
 
     tdir.mkdir(parents=True)
@@ -292,6 +319,8 @@ def stage_tasks(tdir: Path, converted: list[Converted], checkout: Path) -> None:
     skipped = [{"id": c.id, "category": c.category, "classes": c.classes, "why": c.skipped}
                for c in converted if c.skipped]
     (tdir / "skipped.json").write_text(json.dumps(skipped, indent=1) + "\n")
+    repaired = [{"id": c.id, "category": c.category, "why": c.repaired} for c in converted if c.repaired]
+    (tdir / "repaired.json").write_text(json.dumps(repaired, indent=1) + "\n")
 
 
 @dataclass
@@ -365,6 +394,7 @@ def table_rows(imported: Imported) -> list[dict[str, Any]]:
                 if cls not in IMPORTED:
                     missing[cls] = missing.get(cls, 0) + 1
         rows.append({"category": category, "entries": len(cs), "imported": sum(c.task is not None for c in cs),
+                     "repaired": [c.id for c in cs if c.repaired],
                      "skipped": sum(bool(c.skipped) for c in cs), "missing_classes": missing})
     return rows
 
