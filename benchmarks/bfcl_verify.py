@@ -1,5 +1,5 @@
 """muactl's BFCL multi-turn import checked against BFCL's own classes, per category: entries in BFCL, entries
-imported (the others involve classes muactl has no tools for yet), gold calls with the same output bytes,
+imported (an entry involving a class muactl had no tools for would not be), gold calls with the same output bytes,
 turns after which the involved classes' state is the same, BFCL's own check passing the gold, and the oracle's
 score by BFCL's rule through muactl's engine (`muactl eval --agent oracle`: every turn with gold calls passes
 the state and response checks), with the lines of muactl's YAML against the imported classes' Python. With an

@@ -56,7 +56,8 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
             "initial_config": {"TradingBot": STATE}, "involved_classes": ["TradingBot"]}
     gold = [[LOGIN, BUY], [FUND], ["get_transaction_history()"]]
     math = {"question": [user("What is 2 + 3?")], "initial_config": {}, "involved_classes": ["MathAPI", "TradingBot"]}
-    travel = {"question": [user("Book me a flight.")], "initial_config": {}, "involved_classes": ["TravelAPI", "TradingBot"]}
+    travel = {"question": [user("Log me in to travel as Ana Li.")], "initial_config": {"TravelAPI": TRAVEL},
+              "involved_classes": ["TravelAPI", "TradingBot"]}
     files = {"question": [user("In docs, make b.txt.")], "initial_config": {"GorillaFileSystem": TREE},
              "involved_classes": ["GorillaFileSystem"]}
     files_gold = [["cd(folder='docs')", "touch(file_name='b.txt')"]]
@@ -97,7 +98,7 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
                          (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold),
                          (dict(twitter, id=f"multi_turn_{category}_4"), twitter_gold),
                          (dict(vehicle, id=f"multi_turn_{category}_5"), vehicle_gold),
-                         (dict(travel, id=f"multi_turn_{category}_6"), [["travel_booking_fn(a=1, b=2)"]]),
+                         (dict(travel, id=f"multi_turn_{category}_6"), [[AUTH]]),
                          (files_entry, files_truth)]
     return out
 
@@ -106,6 +107,17 @@ TREE = {"root": {"ana": {"type": "directory", "contents": {
     "docs": {"type": "directory", "contents": {"a.txt": {"type": "file", "content": "b line\na line\nc"},
                                                "sub": {"type": "directory", "contents": {}}}},
     "notes.txt": {"type": "file", "content": "b line\nx line"}}}}}
+TRAVEL_SEED = 5
+TRAVEL = {"random_seed": TRAVEL_SEED, "credit_card_list": {"card_1": {
+    "card_number": "4111", "expiration_date": "12/30", "cardholder_name": "Ana Li", "card_verification_number": 123,
+    "balance": 1000.0}}}
+AUTH = ("authenticate_travel(client_id='c', client_secret='s', refresh_token='r', grant_type='read_write', "
+        "user_first_name='Ana', user_last_name='Li')")
+TRAVEL_TOOLS = ("authenticate_travel", "travel_get_login_status", "get_budget_fiscal_year", "register_credit_card",
+                "get_flight_cost", "get_credit_card_balance", "book_flight", "retrieve_invoice", "get_booking_history",
+                "list_all_airports", "cancel_booking", "compute_exchange_rate", "verify_traveler_information",
+                "set_budget_limit", "get_nearest_airport_by_city", "purchase_insurance", "contact_customer_support",
+                "get_all_credit_cards")
 FILE_TOOLS = ("cat", "cd", "cp", "diff", "du", "echo", "find", "grep", "ls", "mkdir", "mv", "pwd", "rm", "rmdir", "sort",
               "tail", "touch", "wc")
 MESSAGE_TOOLS = ("list_users", "get_user_id", "message_login", "message_get_login_status", "send_message",
@@ -124,7 +136,8 @@ MATH_TOOLS = ("logarithm", "mean", "standard_deviation", "si_unit_conversion", "
               "subtract", "multiply", "divide", "power", "square_root", "absolute_value", "round_number", "percentage",
               "min_value", "max_value", "sum_values")
 OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS, "TwitterAPI": TWITTER_TOOLS,
-             "VehicleControlAPI": VEHICLE_TOOLS, "MathAPI": MATH_TOOLS, "GorillaFileSystem": FILE_TOOLS}
+             "VehicleControlAPI": VEHICLE_TOOLS, "MathAPI": MATH_TOOLS, "GorillaFileSystem": FILE_TOOLS,
+             "TravelAPI": TRAVEL_TOOLS}
 VEHICLE_SEED = 99
 VEHICLE = {"random_seed": VEHICLE_SEED, "fuelLevel": 0.0, "batteryVoltage": 12.6, "engine_state": "stopped",
            "remainingUnlockedDoors": 4, "doorStatus": {"driver": "unlocked", "passenger": "unlocked",
@@ -193,7 +206,14 @@ def fake_checkout(root: Path) -> Path:
         "CAR_STATUS_METADATA_EXTENSION = 'Make: Invented'\nINTERMEDIARY_CITIES = ['Midway']\n"
         "LONG_WEATHER_EXTENSION = {'-1_day': {'windSpeed': 1.5}}\nPARKING_BRAKE_INSTRUCTION = 'Pull it.'\n"
         "FILE_CONTENT_EXTENSION = ' More.'\nPOPULATE_FILE_EXTENSION = ['img_1.jpg', 'img_2.jpg']\n"
-        "FILES_TAIL_USED = ['a.txt']\n")
+        "FILES_TAIL_USED = ['a.txt']\nCREDIT_CARD_EXTENSION = {'card_x': {'card_number': '9', 'balance': 5.0}}\n"
+        "BOOKING_RECORD_EXTENSION = {'booking_x': {'card_id': 'card_x', 'travel_cost': 1.5}}\n")
+    (src / "travel_booking.py").write_text(
+        "import random\n\nDEFAULT_STATE = {'random_seed': 141053, 'credit_card_list': {}, 'booking_record': {}, "
+        "'access_token': None, 'token_type': None, 'token_expires_in': None, 'token_scope': None, "
+        "'user_first_name': None, 'user_last_name': None, 'budget_limit': None}\n\n\nclass TravelAPI:\n"
+        "    def get_flight_cost(self, travel_from, travel_to, travel_date, travel_class):\n"
+        "        base_costs = {('SFO', 'LAX'): 200, ('SFO', 'JFK'): 500, ('LAX', 'SFO'): 100}\n")
     (ev / "constants").mkdir()
     (ev / "constants" / "default_prompts.py").write_text(
         f"MAXIMUM_STEP_LIMIT = 20\nDEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC = (\n    {ADDED!r}\n)\n")
@@ -239,11 +259,8 @@ def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
 
 def test_the_import_lists_what_it_skipped_and_why(project):
     root, output = project
-    assert re.search(r"base\s+8\s+7\s+1\s+TravelAPI 1", output), output
-    skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
-    assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
-        ("multi_turn_base_6", "involves TravelAPI, whose tools muactl does not import yet")]
-    assert len(skipped) == 4
+    assert re.search(r"base\s+8\s+8\s+0\s", output), output  # all eight classes have tools: nothing is left out
+    assert json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text()) == []
     r = runner.invoke(app, ["import", "bfcl", str(root.parent / "gorilla"), "--dir", str(root)])
     assert r.exit_code != 0 and "--force" in r.output  # an earlier import is not replaced silently
 
@@ -360,6 +377,14 @@ def test_ticket_api_answers_as_bfcl_prints(opened):
         '{"success": true}', '{"success": false}']
 
 
+def test_a_ticket_id_may_be_a_number_or_a_string_as_in_bfcls_gold(opened):
+    out = replay(opened, "multi_turn_base_3", [("get_ticket", {"ticket_id": "ticket_3"}), ("get_ticket", {"ticket_id": 3}),
+                                               ("get_ticket", {"ticket_id": True})])
+    assert out[:2] == ['{"error": "Ticket with ID ticket_3 not found."}',
+                       '{"id": 3, "title": "Old", "status": "Open", "created_by": "Ana"}']
+    assert "True is not of type ['integer', 'string']" in out[2]  # a param's type list ([integer, string]) is JSON Schema's
+
+
 def test_twitter_api_answers_as_bfcl_prints(opened):
     out = replay(opened, "multi_turn_base_4", [
         ("post_tweet", {"content": "x"}), ("authenticate_twitter", {"username": "ana", "password": "no"}),
@@ -452,6 +477,57 @@ def test_math_precision_and_powers_are_bounded(opened):
                                               ("power", {"base": 10, "exponent": 10 ** 12})])
     assert out == ['{"error": "muactl computes at most 1000 digits"}'] * 2 + [
         '{"error": "muactl writes integers of at most 10000 bits"}']
+
+
+def test_travel_api_answers_as_bfcl_prints_with_one_stream_for_every_id(opened):
+    rng = random.Random(TRAVEL_SEED)  # one stream, drawn from a different range for each kind of id, in call order
+    token, card, balance, booking, transaction, insurance = (
+        str(rng.randint(100000, 999999)), str(rng.randint(100000000000, 999999999999)), rng.randint(10000, 99999),
+        str(rng.randint(1000000, 9999999)), str(rng.randint(10000000, 99999999)), str(rng.randint(100000000, 999999999)))
+    flight = {"access_token": token, "card_id": "card_1", "travel_date": "2024-11-15", "travel_from": "SFO",
+              "travel_to": "JFK", "travel_class": "economy"}
+    out = replay(opened, "multi_turn_base_6", [
+        ("get_flight_cost", {"travel_from": "SFO", "travel_to": "LAX", "travel_date": "2024-11-15", "travel_class": "business"}),
+        ("get_flight_cost", {"travel_from": "SFO", "travel_to": "XXX", "travel_date": "2024-11-15", "travel_class": "business"}),
+        ("register_credit_card", {"access_token": "x", "card_number": "5", "expiration_date": "1/30", "cardholder_name": "A",
+                                  "card_verification_number": 1}),
+        ("authenticate_travel", {"client_id": "c", "client_secret": "s", "refresh_token": "r", "grant_type": "read_write",
+                                 "user_first_name": "Ana", "user_last_name": "Li"}),
+        ("register_credit_card", {"access_token": token, "card_number": "5500", "expiration_date": "1/30",
+                                  "cardholder_name": "Ana Li", "card_verification_number": 7}),
+        ("book_flight", flight), ("book_flight", {**flight, "travel_date": "2024-02-30"}),
+        ("book_flight", {**flight, "travel_date": "2024-11-16", "travel_to": "LAX"}),
+        ("retrieve_invoice", {"access_token": token, "booking_id": booking}),
+        ("purchase_insurance", {"access_token": token, "insurance_type": "full", "booking_id": booking, "insurance_cost": 50,
+                                "card_id": "card_1"}),
+        ("get_credit_card_balance", {"access_token": token, "card_id": "card_1"}),
+        ("get_credit_card_balance", {"access_token": token, "card_id": "card_9"}),
+        ("cancel_booking", {"access_token": token, "booking_id": booking}),
+        ("compute_exchange_rate", {"base_currency": "EUR", "target_currency": "USD", "value": 100}),
+        ("set_budget_limit", {"access_token": token, "budget_limit": 2000}),
+        ("book_flight", {**flight, "travel_to": "LAX"}),
+        ("verify_traveler_information", {"first_name": "Bo", "last_name": "Li", "date_of_birth": "1990-05-05",
+                                         "passport_number": "US1"}),
+        ("get_all_credit_cards", {})])
+    assert out == [
+        '{"travel_cost_list": [800.0]}',  # business (x2) on a date whose digits add up to an even number (x2)
+        "Error during execution: No available route for the given airports.", '{"error": "Token not initialized"}',
+        '{"expires_in": 2, "access_token": "%s", "token_type": "Bearer", "scope": "read_write"}' % token,
+        '{"card_id": "%s"}' % card,
+        '{"booking_id": "%s", "transaction_id": "%s", "booking_status": true, "booking_history": {}}' % (booking, transaction),
+        '{"booking_status": false, "error": "Invalid date format. Use YYYY-MM-DD."}',  # no 30 February
+        '{"booking_status": false, "error": "Insufficient funds"}',
+        '{"invoice": {"booking_id": "%s", "travel_date": "2024-11-15", "travel_from": "SFO", "travel_to": "JFK", '
+        '"travel_class": "economy", "travel_cost": 1000.0, "transaction_id": "%s"}}' % (booking, transaction),
+        '{"insurance_id": "%s", "insurance_status": true}' % insurance, '{"card_balance": -50.0}',
+        '{"error": "Card not registered. Here are a list of card_id\'s: [\'card_1\', \'%s\']"}' % card,
+        '{"cancel_status": true}', '{"exchanged_value": 125.0}', '{"budget_limit": 2000.0}',
+        '{"booking_status": false, "error": "Balance is less than budget limit"}',
+        '{"verification_status": false, "verification_failure": "Cannot book flight information for another user.'
+        'Expected Ana Li, got Bo Li"}',
+        '{"credit_card_list": {"card_1": {"card_number": "4111", "expiration_date": "12/30", "cardholder_name": "Ana Li", '
+        '"card_verification_number": 123, "balance": 950.0}, "%s": {"card_number": "5500", "expiration_date": "1/30", '
+        '"cardholder_name": "Ana Li", "card_verification_number": 7, "balance": %d}}}' % (card, balance)]
 
 
 def test_file_system_answers_as_bfcl_prints(opened):

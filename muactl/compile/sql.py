@@ -166,6 +166,42 @@ def _py_split(text: Any) -> Any:
     return json.dumps(text.split()) if isinstance(text, str) else None
 
 
+MAX_DRAWS = 10_000  # draws py_randint replays at most
+
+
+def _py_randint(seed: Any, ranges: Any) -> Any:
+    # the last of random.Random(seed).randint(a, b) for each [a, b] of a JSON list, in order: one stream that draws
+    # from several ranges (each range takes its own share of the stream, so the draws cannot be tabled per range);
+    # NULL for anything but an int seed and a list of int pairs (at most MAX_DRAWS)
+    import random
+
+    try:
+        pairs = _parsed(ranges)
+    except (ValueError, RecursionError):
+        return None
+    if type(seed) is not int or not isinstance(pairs, list) or not 0 < len(pairs) <= MAX_DRAWS or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) and p[0] <= p[1] for p in pairs):
+        return None
+    rng = random.Random(seed)
+    return [rng.randint(a, b) for a, b in pairs][-1]
+
+
+_STRPTIME_FORMAT = re.compile(r"(?:%[YmdHMS]|[-/ :T.])+")
+
+
+def _py_strptime(text: Any, fmt: Any) -> Any:
+    # datetime.strptime(text, fmt) as ISO text ('2024-01-05T00:00:00'; "1" and " 1" read as days, as Python reads
+    # them); NULL where Python raises ValueError. Formats of %Y %m %d %H %M %S and separators, texts up to 64 chars
+    import datetime
+
+    if not isinstance(text, str) or len(text) > 64 or not isinstance(fmt, str) or not _STRPTIME_FORMAT.fullmatch(fmt):
+        return None
+    try:
+        return datetime.datetime.strptime(text, fmt).isoformat()
+    except ValueError:
+        return None
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -213,7 +249,8 @@ SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "cal
                  "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
                  "py_format": (_py_format, 2), "py_sha256": (_py_sha256, 1), "fts_any": (_fts_any, 1),
                  "py_mp_log": (_py_mp_log, 3), "py_decimal_sqrt": (_py_decimal_sqrt, 2), "py_pow": (_py_pow, 2),
-                 "py_splitlines": (_py_splitlines, 1), "py_split": (_py_split, 1)}
+                 "py_splitlines": (_py_splitlines, 1), "py_split": (_py_split, 1), "py_randint": (_py_randint, 2),
+                 "py_strptime": (_py_strptime, 2)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 

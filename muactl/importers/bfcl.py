@@ -50,7 +50,8 @@ IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE"
             "TwitterAPI": ("load_twitter_api", "posting_api.py", "DEFAULT_STATE"),
             "VehicleControlAPI": ("load_vehicle_control_api", "vehicle_control.py", "DEFAULT_STATE"),
             "MathAPI": (None, "math_api.py", None),
-            "GorillaFileSystem": ("load_gorilla_file_system", "gorilla_file_system.py", None)}
+            "GorillaFileSystem": ("load_gorilla_file_system", "gorilla_file_system.py", None),
+            "TravelAPI": ("load_travel_api", "travel_booking.py", "DEFAULT_STATE")}
 # where _load_scenario reads an attribute from initial_config under another name than DEFAULT_STATE's
 CONFIG_NAMES = {"VehicleControlAPI": {"engine_state": "engineState", "_parkingBrakeForce": "parkingBrakeForce",
                                       "_slopeAngle": "slopeAngle"}}
@@ -61,7 +62,10 @@ DRAW_KINDS = {"TradingBot": ("timestamp", 86401), "MessageAPI": ("message_id", 9
 EXTENSIONS = ("MA_5_EXTENSION", "MA_20_EXTENSION", "ORDER_DETAIL_EXTENSION", "TECHNOLOGY_EXTENSION",
               "AUTOMOBILE_EXTENSION", "TRANSACTION_HISTORY_EXTENSION", "WATCH_LIST_EXTENSION",
               "CAR_STATUS_METADATA_EXTENSION", "INTERMEDIARY_CITIES", "LONG_WEATHER_EXTENSION", "PARKING_BRAKE_INSTRUCTION",
-              "FILE_CONTENT_EXTENSION", "POPULATE_FILE_EXTENSION", "FILES_TAIL_USED")
+              "FILE_CONTENT_EXTENSION", "POPULATE_FILE_EXTENSION", "FILES_TAIL_USED", "CREDIT_CARD_EXTENSION",
+              "BOOKING_RECORD_EXTENSION")
+# TravelAPI.get_flight_cost's route table: a literal dict local to the method, (from, to) -> base cost
+FLIGHT_COSTS = ("TravelAPI", "get_flight_cost", "base_costs")
 # kept as the text str() prints for their items: WATCH_LIST_EXTENSION ends in Python's Ellipsis, no JSON value
 PRINTED = ("WATCH_LIST_EXTENSION",)
 DRAWS = 200  # draws kept per random seed: more than any entry's gold path or a 20-step turn can use
@@ -155,6 +159,40 @@ def class_state(config: dict, defaults: dict, names: dict[str, str] | None = Non
     names = names or {}
     state = {names.get(k, k): config.get(names.get(k, k), v) for k, v in defaults.items()}
     return {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in state.items()}
+
+
+def method_literal(root: Path, path: Path, where: tuple[str, str, str]) -> Any:
+    """The literal a class's method assigns to a local name (`where`: class, method, name), read from the syntax tree."""
+    cls, method, name = where
+    for node in ast.walk(python_tree(root, path)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == method:
+                    for st in ast.walk(fn):
+                        target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) \
+                            and len(st.targets) == 1 else None
+                        if isinstance(target, ast.Name) and target.id == name and st.value is not None:
+                            try:
+                                return ast.literal_eval(st.value)
+                            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                                raise SpecError.single(path, f"{cls}.{method}'s {name} is not a literal; muactl reads only "
+                                                             "literal data", st.lineno) from None
+    raise SpecError.single(path, f"no literal {name} in {cls}.{method} (is the checkout gorilla's of 2026?)")
+
+
+def flight_costs(root: Path, sources: Path) -> list[dict]:
+    """get_flight_cost's routes, in the dict's order: the flight_cost rows."""
+    path = sources / IMPORTED["TravelAPI"][1]
+    costs = method_literal(root, path, FLIGHT_COSTS)
+    rows = []
+    if not isinstance(costs, dict):
+        raise SpecError.single(path, f"{FLIGHT_COSTS[2]} is not a dict")
+    for pos, (pair, base) in enumerate(costs.items()):
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+                and type(base) is int):
+            raise SpecError.single(path, f"{FLIGHT_COSTS[2]}: expected (from, to): cost, found {pair!r}: {base!r}")
+        rows.append({"pos": pos, "src": pair[0], "dst": pair[1], "base": base})
+    return rows
 
 
 def default_seed(root: Path, path: Path, cls: str) -> int | None:
@@ -257,9 +295,9 @@ def appearing_turns(held: dict, gold: list[list[dict]], tools: list[str]) -> tup
 # ---------------------------------------------------------------- the domain
 
 
-def seed_rows(defaults: dict, extensions: dict, converted: list[Converted]) -> dict[str, list[dict]]:
-    """The static rows: the scratch outcome row, long_context's data and each class's seeds' draws (CPython's
-    random.Random, as BFCL's classes draw them)."""
+def seed_rows(defaults: dict, extensions: dict, converted: list[Converted], costs: list[dict]) -> dict[str, list[dict]]:
+    """The static rows: the scratch outcome row, long_context's data, TravelAPI's routes and each class's seeds'
+    draws (CPython's random.Random, as BFCL's classes draw them; TravelAPI's, from several ranges, are py_randint's)."""
     loads = {load: cls for cls, (load, _, _) in IMPORTED.items()}
     seeds = {cls: {defaults[cls]["random_seed"]} for cls in DRAW_KINDS}
     for c in converted:
@@ -273,7 +311,7 @@ def seed_rows(defaults: dict, extensions: dict, converted: list[Converted]) -> d
             rng = random.Random(seed)
             draws += [{"seed": seed, "kind": draw, "n": n, **({"r": rng.random()} if span is None else
                                                                {"value": rng.randrange(span)})} for n in range(DRAWS)]
-    return {"outcome": [{"id": 1, "ok": False, "text": None, "n": None}], "draws": draws,
+    return {"outcome": [{"id": 1, "ok": False, "text": None, "n": None}], "draws": draws, "flight_cost": costs,
             "extension": [{"name": k, "value": ", ".join(map(repr, v)) if k in PRINTED else v}
                           for k, v in extensions.items()]}
 
@@ -372,7 +410,7 @@ def import_bfcl(checkout: Path, project: Path, force: bool = False) -> Imported:
     project.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
-        stage_domain(stage / "domain", docs, seed_rows(defaults, extensions, converted))
+        stage_domain(stage / "domain", docs, seed_rows(defaults, extensions, converted, flight_costs(root, sources)))
         stage_tasks(stage / "tasks", converted, checkout)
         for path in dest:
             if path.exists():
