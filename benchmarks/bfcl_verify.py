@@ -1,5 +1,5 @@
 """muactl's BFCL multi-turn import checked against BFCL's own classes, per category: entries in BFCL, entries
-imported (the others involve classes muactl has no tools for yet), gold calls with the same output bytes,
+imported (an entry involving a class muactl had no tools for would not be), gold calls with the same output bytes,
 turns after which the involved classes' state is the same, BFCL's own check passing the gold, and the oracle's
 score by BFCL's rule through muactl's engine (`muactl eval --agent oracle`: every turn with gold calls passes
 the state and response checks), with the lines of muactl's YAML against the imported classes' Python. With an
@@ -86,7 +86,10 @@ def main() -> None:
         for cls, n in r["missing_classes"].items():
             missing[cls] = missing.get(cls, 0) + n
     print("not imported yet (entries involving each class, all categories): "
-          + ", ".join(f"{c} {n}" for c, n in sorted(missing.items())))
+          + (", ".join(f"{c} {n}" for c, n in sorted(missing.items())) or "none"))
+    repaired = [i for r in rows for i in r["repaired"]]
+    print("repaired (the gold calls a held-out function before it is shown; tasks/bfcl/repaired.json): "
+          + (", ".join(repaired) or "none"))
     if args.acebench or args.tau2:
         from benchmarks import acebench_verify
 

@@ -50,12 +50,17 @@ def user(text):
 
 
 def entries() -> dict[str, list[tuple[dict, list]]]:
-    """Per category, (entry, ground_truth) pairs: a TradingBot entry, and one that involves MathAPI too."""
+    """Per category, (entry, ground_truth) pairs: one per imported class, and one involving a class not imported."""
     base = {"question": [user("Log me in (ana, pw) and buy 3 NOVA at 12.5."), user("Put 100 in my account."),
                          user("Show my transactions.")],
             "initial_config": {"TradingBot": STATE}, "involved_classes": ["TradingBot"]}
     gold = [[LOGIN, BUY], [FUND], ["get_transaction_history()"]]
     math = {"question": [user("What is 2 + 3?")], "initial_config": {}, "involved_classes": ["MathAPI", "TradingBot"]}
+    travel = {"question": [user("Log me in to travel as Ana Li.")], "initial_config": {"TravelAPI": TRAVEL},
+              "involved_classes": ["TravelAPI", "TradingBot"]}
+    files = {"question": [user("In docs, make b.txt.")], "initial_config": {"GorillaFileSystem": TREE},
+             "involved_classes": ["GorillaFileSystem"]}
+    files_gold = [["cd(folder='docs')", "touch(file_name='b.txt')"]]
     message = {"question": [user("Log in as USR001 and send Bo 'hi'.")], "initial_config": {"MessageAPI": {
         "user_map": {"Ana": "USR001", "Bo": "USR002"}, "current_user": None}}, "involved_classes": ["MessageAPI"]}
     message_gold = [["message_login(user_id='USR001')", "send_message(receiver_id='USR002', message='hi')"]]
@@ -80,6 +85,11 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
             first["question"] = [base["question"][0], user("Put 100 in my account."), [], base["question"][2]]
             first["missed_function"] = {"2": ["fund_account"]}
             truth = [gold[0], [], [FUND], gold[2]]
+        files_entry, files_truth = dict(files, id=f"multi_turn_{category}_7"), files_gold
+        if category == "miss_func":  # BFCL's own gold calls cat a turn before its function is added
+            files_entry["question"] = files["question"] + [[]]
+            files_entry["missed_function"] = {"1": ["cat"]}
+            files_truth = [files_gold[0] + ["cat(file_name='b.txt')"], []]
         if category == "long_context":  # a positional argument, and the long data BFCL adds
             first["question"] = base["question"] + [user("And NOVA's details?")]
             truth = gold + [["get_stock_info('NOVA')"]]
@@ -87,10 +97,29 @@ def entries() -> dict[str, list[tuple[dict, list]]]:
                          (dict(message, id=f"multi_turn_{category}_2"), message_gold),
                          (dict(ticket, id=f"multi_turn_{category}_3"), ticket_gold),
                          (dict(twitter, id=f"multi_turn_{category}_4"), twitter_gold),
-                         (dict(vehicle, id=f"multi_turn_{category}_5"), vehicle_gold)]
+                         (dict(vehicle, id=f"multi_turn_{category}_5"), vehicle_gold),
+                         (dict(travel, id=f"multi_turn_{category}_6"), [[AUTH]]),
+                         (files_entry, files_truth)]
     return out
 
 
+TREE = {"root": {"ana": {"type": "directory", "contents": {
+    "docs": {"type": "directory", "contents": {"a.txt": {"type": "file", "content": "b line\na line\nc"},
+                                               "sub": {"type": "directory", "contents": {}}}},
+    "notes.txt": {"type": "file", "content": "b line\nx line"}}}}}
+TRAVEL_SEED = 5
+TRAVEL = {"random_seed": TRAVEL_SEED, "credit_card_list": {"card_1": {
+    "card_number": "4111", "expiration_date": "12/30", "cardholder_name": "Ana Li", "card_verification_number": 123,
+    "balance": 1000.0}}}
+AUTH = ("authenticate_travel(client_id='c', client_secret='s', refresh_token='r', grant_type='read_write', "
+        "user_first_name='Ana', user_last_name='Li')")
+TRAVEL_TOOLS = ("authenticate_travel", "travel_get_login_status", "get_budget_fiscal_year", "register_credit_card",
+                "get_flight_cost", "get_credit_card_balance", "book_flight", "retrieve_invoice", "get_booking_history",
+                "list_all_airports", "cancel_booking", "compute_exchange_rate", "verify_traveler_information",
+                "set_budget_limit", "get_nearest_airport_by_city", "purchase_insurance", "contact_customer_support",
+                "get_all_credit_cards")
+FILE_TOOLS = ("cat", "cd", "cp", "diff", "du", "echo", "find", "grep", "ls", "mkdir", "mv", "pwd", "rm", "rmdir", "sort",
+              "tail", "touch", "wc")
 MESSAGE_TOOLS = ("list_users", "get_user_id", "message_login", "message_get_login_status", "send_message",
                  "delete_message", "view_messages_sent", "add_contact", "search_messages", "get_message_stats")
 TICKET_TOOLS = ("create_ticket", "get_ticket", "close_ticket", "resolve_ticket", "edit_ticket", "ticket_login",
@@ -103,8 +132,12 @@ VEHICLE_TOOLS = ("startEngine", "fillFuelTank", "lockDoors", "adjustClimateContr
                  "pressBrakePedal", "releaseBrakePedal", "setCruiseControl", "get_current_speed", "display_log",
                  "estimate_drive_feasibility_by_mileage", "liter_to_gallon", "gallon_to_liter", "estimate_distance",
                  "get_zipcode_based_on_city", "set_navigation", "check_tire_pressure", "find_nearest_tire_shop")
+MATH_TOOLS = ("logarithm", "mean", "standard_deviation", "si_unit_conversion", "imperial_si_conversion", "add",
+              "subtract", "multiply", "divide", "power", "square_root", "absolute_value", "round_number", "percentage",
+              "min_value", "max_value", "sum_values")
 OWN_TOOLS = {"MessageAPI": MESSAGE_TOOLS, "TicketAPI": TICKET_TOOLS, "TwitterAPI": TWITTER_TOOLS,
-             "VehicleControlAPI": VEHICLE_TOOLS}
+             "VehicleControlAPI": VEHICLE_TOOLS, "MathAPI": MATH_TOOLS, "GorillaFileSystem": FILE_TOOLS,
+             "TravelAPI": TRAVEL_TOOLS}
 VEHICLE_SEED = 99
 VEHICLE = {"random_seed": VEHICLE_SEED, "fuelLevel": 0.0, "batteryVoltage": 12.6, "engine_state": "stopped",
            "remainingUnlockedDoors": 4, "doorStatus": {"driver": "unlocked", "passenger": "unlocked",
@@ -143,7 +176,7 @@ def fake_checkout(root: Path) -> Path:
             "".join(json.dumps({"id": e["id"], "ground_truth": g}) + "\n" for e, g in pairs))
     for cls, stem in CLASS_DOCS.items():
         docs = docs_of_shipped_tools(cls) if cls in ("TradingBot", *OWN_TOOLS) else [
-            {"name": "add" if cls == "MathAPI" else f"{stem}_fn", "description": "Invented.",
+            {"name": f"{stem}_fn", "description": "Invented.",
              "parameters": {"type": "dict", "properties": {"a": {"type": "float"}, "b": {"type": "float"}}}}]
         (ev / "data" / "multi_turn_func_doc" / f"{stem}.json").write_text("".join(json.dumps(d) + "\n" for d in docs))
     src = ev / "eval_checker" / "multi_turn_eval" / "func_source_code"
@@ -171,7 +204,16 @@ def fake_checkout(root: Path) -> Path:
         "AUTOMOBILE_EXTENSION = ['AU']\nTRANSACTION_HISTORY_EXTENSION = [{'type': 'deposit', 'amount': 1.1, "
         "'timestamp': '2023-01-01 00:00:00.5'}]\nWATCH_LIST_EXTENSION = ['WA', 'WB', ...]\n"
         "CAR_STATUS_METADATA_EXTENSION = 'Make: Invented'\nINTERMEDIARY_CITIES = ['Midway']\n"
-        "LONG_WEATHER_EXTENSION = {'-1_day': {'windSpeed': 1.5}}\nPARKING_BRAKE_INSTRUCTION = 'Pull it.'\n")
+        "LONG_WEATHER_EXTENSION = {'-1_day': {'windSpeed': 1.5}}\nPARKING_BRAKE_INSTRUCTION = 'Pull it.'\n"
+        "FILE_CONTENT_EXTENSION = ' More.'\nPOPULATE_FILE_EXTENSION = ['img_1.jpg', 'img_2.jpg']\n"
+        "FILES_TAIL_USED = ['a.txt']\nCREDIT_CARD_EXTENSION = {'card_x': {'card_number': '9', 'balance': 5.0}}\n"
+        "BOOKING_RECORD_EXTENSION = {'booking_x': {'card_id': 'card_x', 'travel_cost': 1.5}}\n")
+    (src / "travel_booking.py").write_text(
+        "import random\n\nDEFAULT_STATE = {'random_seed': 141053, 'credit_card_list': {}, 'booking_record': {}, "
+        "'access_token': None, 'token_type': None, 'token_expires_in': None, 'token_scope': None, "
+        "'user_first_name': None, 'user_last_name': None, 'budget_limit': None}\n\n\nclass TravelAPI:\n"
+        "    def get_flight_cost(self, travel_from, travel_to, travel_date, travel_class):\n"
+        "        base_costs = {('SFO', 'LAX'): 200, ('SFO', 'JFK'): 500, ('LAX', 'SFO'): 100}\n")
     (ev / "constants").mkdir()
     (ev / "constants" / "default_prompts.py").write_text(
         f"MAXIMUM_STEP_LIMIT = 20\nDEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC = (\n    {ADDED!r}\n)\n")
@@ -217,11 +259,8 @@ def test_import_of_a_folder_that_is_not_bfcl_is_a_clear_error(tmp_path):
 
 def test_the_import_lists_what_it_skipped_and_why(project):
     root, output = project
-    assert re.search(r"base\s+6\s+5\s+1\s+MathAPI 1", output), output
-    skipped = json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text())
-    assert [(s["id"], s["why"]) for s in skipped if s["category"] == "base"] == [
-        ("multi_turn_base_1", "involves MathAPI, whose tools muactl does not import yet")]
-    assert len(skipped) == 4
+    assert re.search(r"base\s+8\s+8\s+0\s", output), output  # all eight classes have tools: nothing is left out
+    assert json.loads((root / "tasks" / "bfcl" / "skipped.json").read_text()) == []
     r = runner.invoke(app, ["import", "bfcl", str(root.parent / "gorilla"), "--dir", str(root)])
     assert r.exit_code != 0 and "--force" in r.output  # an earlier import is not replaced silently
 
@@ -338,6 +377,14 @@ def test_ticket_api_answers_as_bfcl_prints(opened):
         '{"success": true}', '{"success": false}']
 
 
+def test_a_ticket_id_may_be_a_number_or_a_string_as_in_bfcls_gold(opened):
+    out = replay(opened, "multi_turn_base_3", [("get_ticket", {"ticket_id": "ticket_3"}), ("get_ticket", {"ticket_id": 3}),
+                                               ("get_ticket", {"ticket_id": True})])
+    assert out[:2] == ['{"error": "Ticket with ID ticket_3 not found."}',
+                       '{"id": 3, "title": "Old", "status": "Open", "created_by": "Ana"}']
+    assert "True is not of type ['integer', 'string']" in out[2]  # a param's type list ([integer, string]) is JSON Schema's
+
+
 def test_twitter_api_answers_as_bfcl_prints(opened):
     out = replay(opened, "multi_turn_base_4", [
         ("post_tweet", {"content": "x"}), ("authenticate_twitter", {"username": "ana", "password": "no"}),
@@ -387,6 +434,180 @@ def test_vehicle_control_answers_as_bfcl_prints(opened):
         '{"currentACTemperature": %r, "fanSpeed": 50, "climateMode": "auto", "humidityLevel": 50.0}' % ((70 - 32) * 5 / 9),
         '{"error": "Invalid speed"}', '{"distance": 750.0}',  # 62 is not a multiple of 5
         '{"gallon": %r}' % (3 * 0.264172)]
+
+
+def test_math_api_answers_as_bfcl_prints(opened):
+    calls = [("logarithm", {"value": 630.0, "base": 10, "precision": 5}), ("logarithm", {"value": -5, "base": 10, "precision": 8}),
+             ("logarithm", {"value": 10, "base": 1, "precision": 5}), ("mean", {"numbers": [5000, 3000, 2000]}),
+             ("mean", {"numbers": []}), ("standard_deviation", {"numbers": [100, 95, 85, 90, 88, 92]}),
+             ("si_unit_conversion", {"value": 3, "unit_in": "um", "unit_out": "km"}),
+             ("si_unit_conversion", {"value": 3, "unit_in": "km", "unit_out": "mile"}),
+             ("imperial_si_conversion", {"value": 100, "unit_in": "fahrenheit", "unit_out": "celsius"}),
+             ("imperial_si_conversion", {"value": 7, "unit_in": "lb", "unit_out": "lb"}),
+             ("add", {"a": 2, "b": 3}), ("add", {"a": 0.1, "b": 0.2}), ("divide", {"a": 1, "b": 0}),
+             ("divide", {"a": 10, "b": 4}), ("power", {"base": 2, "exponent": 70}),
+             ("power", {"base": -8, "exponent": 1 / 3}), ("power", {"base": 0, "exponent": -1}),
+             ("power", {"base": 10.0, "exponent": 400}), ("square_root", {"number": 2, "precision": 12}),
+             ("square_root", {"number": 2, "precision": 0}), ("round_number", {"number": 2.675, "decimal_places": 2}),
+             ("round_number", {"number": 12350, "decimal_places": -2}), ("round_number", {"number": 2.5}),
+             ("percentage", {"part": 1, "whole": 3}), ("min_value", {"numbers": [1, 1.0, 3]}),
+             ("max_value", {"numbers": [2.0, 2]}), ("sum_values", {"numbers": [0.1, 0.2, 0.3]}),
+             ("absolute_value", {"number": -4})]
+    assert replay(opened, "multi_turn_base_1", calls) == [
+        # mpmath's mpf (and mpc, for a negative value) and decimal's Decimal fail json.dumps: str() of the dict
+        "{'result': mpf('2.7993393')}", "{'result': mpc(real='0.69897000492', imag='1.364376355')}",
+        '{"error": ""}',  # mpmath's ZeroDivisionError says nothing
+        '{"result": 3333.3333333333335}', '{"error": "Cannot calculate mean of an empty list"}',
+        '{"result": 4.85340659285368}', '{"result": 3e-09}',
+        '{"error": "Conversion from \'km\' to \'mile\' is not supported"}', '{"result": 37.77777777777778}',
+        '{"result": 7}', '{"result": 5}', '{"result": 0.30000000000000004}', '{"error": "Cannot divide by zero"}',
+        '{"result": 2.5}', '{"result": 1180591620717411303424}',
+        "{'result': (1.0000000000000002+1.7320508075688772j)}",
+        "Error during execution: 0.0 cannot be raised to a negative power",
+        "Error during execution: (34, 'Numerical result out of range')", "{'result': Decimal('1.41421356237')}",
+        "Error during execution: valid range for prec is [1, MAX_PREC]",
+        '{"result": 2.67}', '{"result": 12400}', '{"result": 2.0}', '{"result": 33.33333333333333}',
+        '{"result": 1}', '{"result": 2.0}',  # the first of equal values, int or float
+        '{"result": 0.6000000000000001}', '{"result": 4}']
+
+
+def test_math_precision_and_powers_are_bounded(opened):
+    out = replay(opened, "multi_turn_base_1", [("logarithm", {"value": 2, "base": 3, "precision": 10 ** 9}),
+                                              ("square_root", {"number": 2, "precision": 10 ** 9}),
+                                              ("power", {"base": 10, "exponent": 10 ** 12})])
+    assert out == ['{"error": "muactl computes at most 1000 digits"}'] * 2 + [
+        '{"error": "muactl writes integers of at most 10000 bits"}']
+
+
+def test_travel_api_answers_as_bfcl_prints_with_one_stream_for_every_id(opened):
+    rng = random.Random(TRAVEL_SEED)  # one stream, drawn from a different range for each kind of id, in call order
+    token, card, balance, booking, transaction, insurance = (
+        str(rng.randint(100000, 999999)), str(rng.randint(100000000000, 999999999999)), rng.randint(10000, 99999),
+        str(rng.randint(1000000, 9999999)), str(rng.randint(10000000, 99999999)), str(rng.randint(100000000, 999999999)))
+    flight = {"access_token": token, "card_id": "card_1", "travel_date": "2024-11-15", "travel_from": "SFO",
+              "travel_to": "JFK", "travel_class": "economy"}
+    out = replay(opened, "multi_turn_base_6", [
+        ("get_flight_cost", {"travel_from": "SFO", "travel_to": "LAX", "travel_date": "2024-11-15", "travel_class": "business"}),
+        ("get_flight_cost", {"travel_from": "SFO", "travel_to": "XXX", "travel_date": "2024-11-15", "travel_class": "business"}),
+        ("register_credit_card", {"access_token": "x", "card_number": "5", "expiration_date": "1/30", "cardholder_name": "A",
+                                  "card_verification_number": 1}),
+        ("authenticate_travel", {"client_id": "c", "client_secret": "s", "refresh_token": "r", "grant_type": "read_write",
+                                 "user_first_name": "Ana", "user_last_name": "Li"}),
+        ("register_credit_card", {"access_token": token, "card_number": "5500", "expiration_date": "1/30",
+                                  "cardholder_name": "Ana Li", "card_verification_number": 7}),
+        ("book_flight", flight), ("book_flight", {**flight, "travel_date": "2024-02-30"}),
+        ("book_flight", {**flight, "travel_date": "2024-11-16", "travel_to": "LAX"}),
+        ("retrieve_invoice", {"access_token": token, "booking_id": booking}),
+        ("purchase_insurance", {"access_token": token, "insurance_type": "full", "booking_id": booking, "insurance_cost": 50,
+                                "card_id": "card_1"}),
+        ("get_credit_card_balance", {"access_token": token, "card_id": "card_1"}),
+        ("get_credit_card_balance", {"access_token": token, "card_id": "card_9"}),
+        ("cancel_booking", {"access_token": token, "booking_id": booking}),
+        ("compute_exchange_rate", {"base_currency": "EUR", "target_currency": "USD", "value": 100}),
+        ("set_budget_limit", {"access_token": token, "budget_limit": 2000}),
+        ("book_flight", {**flight, "travel_to": "LAX"}),
+        ("verify_traveler_information", {"first_name": "Bo", "last_name": "Li", "date_of_birth": "1990-05-05",
+                                         "passport_number": "US1"}),
+        ("get_all_credit_cards", {})])
+    assert out == [
+        '{"travel_cost_list": [800.0]}',  # business (x2) on a date whose digits add up to an even number (x2)
+        "Error during execution: No available route for the given airports.", '{"error": "Token not initialized"}',
+        '{"expires_in": 2, "access_token": "%s", "token_type": "Bearer", "scope": "read_write"}' % token,
+        '{"card_id": "%s"}' % card,
+        '{"booking_id": "%s", "transaction_id": "%s", "booking_status": true, "booking_history": {}}' % (booking, transaction),
+        '{"booking_status": false, "error": "Invalid date format. Use YYYY-MM-DD."}',  # no 30 February
+        '{"booking_status": false, "error": "Insufficient funds"}',
+        '{"invoice": {"booking_id": "%s", "travel_date": "2024-11-15", "travel_from": "SFO", "travel_to": "JFK", '
+        '"travel_class": "economy", "travel_cost": 1000.0, "transaction_id": "%s"}}' % (booking, transaction),
+        '{"insurance_id": "%s", "insurance_status": true}' % insurance, '{"card_balance": -50.0}',
+        '{"error": "Card not registered. Here are a list of card_id\'s: [\'card_1\', \'%s\']"}' % card,
+        '{"cancel_status": true}', '{"exchanged_value": 125.0}', '{"budget_limit": 2000.0}',
+        '{"booking_status": false, "error": "Balance is less than budget limit"}',
+        '{"verification_status": false, "verification_failure": "Cannot book flight information for another user.'
+        'Expected Ana Li, got Bo Li"}',
+        '{"credit_card_list": {"card_1": {"card_number": "4111", "expiration_date": "12/30", "cardholder_name": "Ana Li", '
+        '"card_verification_number": 123, "balance": 950.0}, "%s": {"card_number": "5500", "expiration_date": "1/30", '
+        '"cardholder_name": "Ana Li", "card_verification_number": 7, "balance": %d}}}' % (card, balance)]
+
+
+def test_file_system_answers_as_bfcl_prints(opened):
+    calls = [("pwd", {}), ("ls", {"a": True}), ("cd", {"folder": "docs/sub"}), ("cd", {"folder": "docs/"}), ("pwd", {}),
+             ("cat", {"file_name": "a.txt"}), ("sort", {"file_name": "a.txt"}), ("wc", {"file_name": "a.txt", "mode": "w"}),
+             ("tail", {"file_name": "a.txt", "lines": 2}), ("grep", {"file_name": "a.txt", "pattern": "line"}),
+             ("cat", {"file_name": "sub"}), ("cd", {"folder": ".."}), ("cd", {"folder": ".."}), ("mkdir", {"dir_name": "bin"}),
+             ("touch", {"file_name": "bin"}), ("touch", {"file_name": "a|b"}), ("cp", {"source": "docs", "destination": "copy"}),
+             ("cd", {"folder": "copy"}), ("echo", {"content": "new", "file_name": "a.txt"}), ("cd", {"folder": ".."}),
+             ("cd", {"folder": "docs"}), ("cat", {"file_name": "a.txt"}), ("cd", {"folder": ".."}),
+             ("mv", {"source": "docs", "destination": "bin"}), ("cd", {"folder": "bin"}), ("cd", {"folder": "docs"}),
+             ("cd", {"folder": "sub"}), ("pwd", {}), ("cd", {"folder": "/"}), ("find", {"path": "/", "name": "a"}),
+             ("find", {"path": "bin/docs"}), ("du", {}), ("du", {"human_readable": True}),
+             ("diff", {"file_name1": "notes.txt", "file_name2": "copy"}), ("rmdir", {"dir_name": "bin"}),
+             ("rm", {"file_name": "bin"}), ("ls", {}), ("echo", {"content": "hi"}),
+             ("cp", {"source": "notes.txt", "destination": "copy"}), ("cp", {"source": "notes.txt", "destination": "copy"}),
+             ("mv", {"source": "x", "destination": "y"}), ("mv", {"source": "copy", "destination": "a/b"})]
+    assert replay(opened, "multi_turn_base_7", calls) == [
+        '{"current_working_directory": "/ana"}', '{"current_directory_content": ["docs", "notes.txt"]}',
+        '{"error": "cd: docs/sub: Unsupported path. Only one folder level at a time is supported."}',
+        '{"current_working_directory": "docs"}', '{"current_working_directory": "/ana/docs"}',
+        '{"file_content": "b line\\na line\\nc"}', '{"sorted_content": "a line\\nb line\\nc"}',
+        '{"count": 5, "type": "words"}', '{"last_lines": "a line\\nc"}', '{"matching_lines": ["b line", "a line"]}',
+        '{"error": "cat: \'sub\': Is a directory"}', '{}',
+        '{"error": "Current directory is already the root. Cannot go back."}', 'None',
+        '{"error": "touch: cannot touch \'bin\': File exists"}', '{"error": "touch: cannot touch \'a|b\': Invalid character"}',
+        '{"result": "\'docs\' copied to \'copy\'"}', '{"current_working_directory": "copy"}', 'None', '{}',
+        '{"current_working_directory": "docs"}',
+        '{"file_content": "new"}',  # cp copied the dict, not the files in it: one a.txt, written through copy/
+        '{}', '{"result": "\'docs\' moved to \'bin/docs\'"}', '{"current_working_directory": "bin"}',
+        '{"current_working_directory": "docs"}', '{"current_working_directory": "sub"}',
+        '{"current_working_directory": "/ana/docs/sub"}',  # sub's parent is still the docs object mv left behind
+        '{"current_working_directory": "ana"}', '{"matches": ["/bin/docs/a.txt", "/copy/a.txt"]}',
+        '{"matches": ["bin/docs/a.txt", "bin/docs/sub"]}', '{"disk_usage": "19 bytes"}', '{"disk_usage": "19.00 B"}',
+        '{"error": "diff: notes.txt or copy: No such file or directory"}',
+        '{"error": "rmdir: cannot remove \'bin\': Directory not empty"}', '{"result": "\'bin\' removed"}',
+        '{"current_directory_content": ["notes.txt", "copy"]}', '{"terminal_output": "hi"}',
+        '{"result": "\'notes.txt\' copied to \'copy/notes.txt\'"}',
+        "Error during execution: File 'notes.txt' already exists in directory 'copy'.",
+        '{"error": "mv: cannot move \'x\': No such file or directory"}',
+        '{"error": "mv: path not allowed in destination. Provide only a file or directory name."}']
+
+
+def test_file_system_state_is_the_tree_bfcl_compares(opened):
+    from muactl.episode.agents.base import Agent, AgentReply
+
+    class Roundabout(Agent):  # a scratch file made and removed, then the gold's work: the same tree, other objects
+        async def act(self, ctx):
+            if ctx.messages[-1]["role"] != "user":
+                return AgentReply("Done.")
+            return AgentReply("", [{"name": "touch", "arguments": {"file_name": "tmp"}},
+                                   {"name": "rm", "arguments": {"file_name": "tmp"}},
+                                   {"name": "cd", "arguments": {"folder": "docs"}},
+                                   {"name": "touch", "arguments": {"file_name": "b.txt"}}])
+
+    ep = episode(opened, "multi_turn_base_7", Roundabout())
+    assert ep.reward == 1.0 and ep.breakdown["turns"][0]["state"], ep.breakdown
+
+
+def test_long_context_files_get_bfcls_extra_content_and_files(opened):
+    out = replay(opened, "multi_turn_long_context_7", [("cat", {"file_name": "notes.txt"}), ("cd", {"folder": "docs"}),
+                                                      ("cat", {"file_name": "a.txt"}), ("cd", {"folder": "sub"}), ("ls", {})])
+    assert out == ['{"file_content": "b line\\nx line More."}', '{"current_working_directory": "docs"}',
+                   '{"file_content": "b line\\na line\\nc"}',  # FILES_TAIL_USED: left as it is
+                   '{"current_working_directory": "sub"}',
+                   '{"current_directory_content": ["img_1.jpg", "img_2.jpg"]}']  # a directory with no subdirectory
+
+
+def test_a_function_bfcls_gold_calls_before_it_is_added_is_shown_then(project, opened):
+    root, output = project
+    task = opened.task("multi_turn_miss_func_7").task
+    assert task.turns[0].tools == ["cat"] and task.turns[1].message == ADDED and not task.turns[1].tools
+    repaired = json.loads((root / "tasks" / "bfcl" / "repaired.json").read_text())
+    assert repaired == [{"id": "multi_turn_miss_func_7", "category": "miss_func",
+                         "why": "gold calls cat at turn 0, held out until turn 1: shown from turn 0"}]
+    assert "repaired (its gold calls a held-out function before it is shown" in output
+    from muactl.episode.agents.oracle import OracleAgent
+
+    ep = episode(opened, "multi_turn_miss_func_7", OracleAgent())
+    assert ep.reward == 1.0, (ep.breakdown, [m for m in ep.messages if m["role"] == "tool"])
 
 
 def test_long_context_answers_with_bfcls_extra_data(opened):
@@ -479,7 +700,7 @@ def test_a_malformed_entry_file_names_file_and_line(tmp_path):
     path = checkout / "berkeley-function-call-leaderboard" / "bfcl_eval" / "data" / "BFCL_v4_multi_turn_base.json"
     path.write_text(path.read_text() + '{"id": "x", "question": [}\n')
     r = runner.invoke(app, ["import", "bfcl", str(checkout), "--dir", str(tmp_path / "p")])
-    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:7" in r.output, r.output
+    assert r.exit_code == 2 and "BFCL_v4_multi_turn_base.json:9" in r.output, r.output
     assert not (tmp_path / "p" / "domains").exists()
 
 

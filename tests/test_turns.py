@@ -139,6 +139,17 @@ def test_a_tool_appears_at_its_turn(bank):
     assert ep.reward == 1.0, ep.breakdown
 
 
+def test_a_tool_of_the_first_turn_is_there_from_the_start(bank):
+    task = in_turns(bank.task("move-mia"), [
+        {"message": "I am Mia. Move 150 to savings.", "actions": [FIND, MOVE], "tools": ["transfer_funds"]},
+        {"message": "Thanks. Which accounts do I have now?", "actions": [LIST], "tools": ["list_accounts"]}])
+    agent = Script([[FIND, MOVE], "Done.", [LIST], "Done."])
+    ep = run(task, bank.compiled, agent)
+    assert "transfer_funds" in agent.seen_tools[0] and "list_accounts" not in agent.seen_tools[0]
+    assert not any(m.get("error") for m in ep.messages if m["role"] == "tool"), ep.messages  # listed, so callable
+    assert ep.reward == 1.0, ep.breakdown
+
+
 def test_turn_problems_are_told(bank):
     from pydantic import ValidationError
 

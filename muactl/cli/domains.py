@@ -108,7 +108,8 @@ def import_bfcl_cmd(
     """Import BFCL-V3 multi-turn: writes domains/bfcl/ (muactl's YAML tools, BFCL's function docs and
     long_context data) and tasks/bfcl/ (one file per category: base, miss_func, miss_param, long_context; fixed
     user turns, scored by BFCL's checks after each turn). Entries that involve a class muactl has no tools for
-    yet are not imported: the table counts them and tasks/bfcl/skipped.json lists each with why.
+    yet are not imported: the table counts them and tasks/bfcl/skipped.json lists each with why. An entry whose
+    gold calls a held-out function before its turn shows it from then on (tasks/bfcl/repaired.json).
 
     Example: [bold]muactl import bfcl ../gorilla && muactl validate bfcl[/bold]
     """
@@ -120,6 +121,10 @@ def import_bfcl_cmd(
         why = ", ".join(f"{c} {n}" for c, n in sorted(r["missing_classes"].items()))
         typer.echo(f"{r['category']:13} {r['entries']:7} {r['imported']:8} {r['skipped']:7}  {why}")
     typer.echo(f"classes imported: {', '.join(IMPORTED)}; an entry is imported when every class it involves is")
+    repaired = [i for r in table_rows(imported) for i in r["repaired"]]
+    if repaired:
+        typer.echo(f"repaired (its gold calls a held-out function before it is shown; tasks/bfcl/repaired.json): "
+                   f"{', '.join(repaired)}")
     typer.echo(f"wrote {imported.domain} and {imported.tasks}")
     typer.echo(f"Next: muactl validate {imported.domain.name}")
 

@@ -107,6 +107,101 @@ def _fts_any(text: Any) -> Any:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or '""'
 
 
+MAX_PRECISION = 1000  # digits py_mp_log and py_decimal_sqrt compute at most (each costs time that grows with it)
+MAX_POW_BITS = 10_000  # the largest integer py_pow writes (Python's int ** int is unbounded)
+
+
+def _py_mp_log(value: Any, base: Any, dps: Any) -> Any:
+    # repr of mpmath's log(value) / log(base) at `dps` decimal digits (mpf('1.3027'), mpc(...) for a negative
+    # value), as a Python tool that sets mpmath.mp.dps prints it; a context of its own, so nothing global moves.
+    # NULL where mpmath raises (a base whose log is 0) or dps is over MAX_PRECISION
+    if type(value) not in (int, float) or type(base) not in (int, float) or type(dps) is not int or dps > MAX_PRECISION:
+        return None
+    import mpmath
+
+    ctx = mpmath.MPContext()
+    ctx.dps = dps
+    try:
+        return repr(ctx.log(value) / ctx.log(base))
+    except (ZeroDivisionError, ValueError, OverflowError):
+        return None
+
+
+def _py_decimal_sqrt(x: Any, prec: Any) -> Any:
+    # repr of decimal's Decimal(x).sqrt() with `prec` significant digits (Decimal('1.4142')); NULL for a negative
+    # x or a prec outside 1..MAX_PRECISION
+    if type(x) not in (int, float) or type(prec) is not int or not 1 <= prec <= MAX_PRECISION or x < 0:
+        return None
+    import decimal
+
+    try:
+        return repr(decimal.Context(prec=prec).sqrt(decimal.Decimal(x)))
+    except (decimal.InvalidOperation, ValueError):
+        return None
+
+
+def _py_pow(base: Any, exponent: Any) -> Any:
+    # Python's base ** exponent as repr writes it: an int for int ** non-negative int (up to MAX_POW_BITS bits),
+    # a float, or a complex ((1+1.7j), a negative base to a fractional power); NULL where Python raises
+    # (0 to a negative power, a float overflow) or the int would be longer
+    if type(base) not in (int, float) or type(exponent) not in (int, float):
+        return None
+    if type(base) is int and type(exponent) is int and exponent > 0 and abs(base) > 1 \
+            and (abs(base).bit_length() - 1) * exponent > MAX_POW_BITS:
+        return None
+    try:
+        return repr(base ** exponent)
+    except (ZeroDivisionError, OverflowError):
+        return None
+
+
+def _py_splitlines(text: Any) -> Any:
+    # str.splitlines() of a text as a JSON array (Python's line breaks: \n, \r\n, \r, \v, \f, \x1c-\x1e, \x85,
+    # \u2028, \u2029; no empty last line); NULL for anything but text
+    return json.dumps(text.splitlines()) if isinstance(text, str) else None
+
+
+def _py_split(text: Any) -> Any:
+    # str.split() of a text as a JSON array (runs of Unicode whitespace; no empty words); NULL for anything but text
+    return json.dumps(text.split()) if isinstance(text, str) else None
+
+
+MAX_DRAWS = 10_000  # draws py_randint replays at most
+
+
+def _py_randint(seed: Any, ranges: Any) -> Any:
+    # the last of random.Random(seed).randint(a, b) for each [a, b] of a JSON list, in order: one stream that draws
+    # from several ranges (each range takes its own share of the stream, so the draws cannot be tabled per range);
+    # NULL for anything but an int seed and a list of int pairs (at most MAX_DRAWS)
+    import random
+
+    try:
+        pairs = _parsed(ranges)
+    except (ValueError, RecursionError):
+        return None
+    if type(seed) is not int or not isinstance(pairs, list) or not 0 < len(pairs) <= MAX_DRAWS or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) and p[0] <= p[1] for p in pairs):
+        return None
+    rng = random.Random(seed)
+    return [rng.randint(a, b) for a, b in pairs][-1]
+
+
+_STRPTIME_FORMAT = re.compile(r"(?:%[YmdHMS]|[-/ :T.])+")
+
+
+def _py_strptime(text: Any, fmt: Any) -> Any:
+    # datetime.strptime(text, fmt) as ISO text ('2024-01-05T00:00:00'; "1" and " 1" read as days, as Python reads
+    # them); NULL where Python raises ValueError. Formats of %Y %m %d %H %M %S and separators, texts up to 64 chars
+    import datetime
+
+    if not isinstance(text, str) or len(text) > 64 or not isinstance(fmt, str) or not _STRPTIME_FORMAT.fullmatch(fmt):
+        return None
+    try:
+        return datetime.datetime.strptime(text, fmt).isoformat()
+    except ValueError:
+        return None
+
+
 _CALC_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -152,7 +247,10 @@ class _PySum:
 # Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
 SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
                  "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
-                 "py_format": (_py_format, 2), "py_sha256": (_py_sha256, 1), "fts_any": (_fts_any, 1)}
+                 "py_format": (_py_format, 2), "py_sha256": (_py_sha256, 1), "fts_any": (_fts_any, 1),
+                 "py_mp_log": (_py_mp_log, 3), "py_decimal_sqrt": (_py_decimal_sqrt, 2), "py_pow": (_py_pow, 2),
+                 "py_splitlines": (_py_splitlines, 1), "py_split": (_py_split, 1), "py_randint": (_py_randint, 2),
+                 "py_strptime": (_py_strptime, 2)}
 SQL_AGGREGATES = {"py_sum": (_PySum, 1)}
 
 

@@ -119,7 +119,8 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
         elif opening == "agent":
             await emit({"role": "assistant", "content": greeting or "Hi! How can I help you today?", "fixed": True})
         next_is_user = not (solo or turns)
-        hidden = {n for t in turns for n in t.tools} | {t.name for t in domain.agent_tools()
+        # the first turn's own tools are there from the start, as visible_tools lists them
+        hidden = {n for t in turns[1:] for n in t.tools} | {t.name for t in domain.agent_tools()
                                                          if task.task.tools is not None and t.name not in task.task.tools}
         while True:
             if next_is_user:

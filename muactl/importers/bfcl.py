@@ -15,7 +15,9 @@ BFCL's random.Random draws are CPython's own, drawn here for each seed the tasks
 Scoring is BFCL's: the checks after each turn with gold calls (muactl's turns), compare_db off.
 
 An entry that involves a class muactl has no tables for yet is not imported: it is listed, with why, in
-tasks/bfcl/skipped.json and in the import's table, never silently dropped.
+tasks/bfcl/skipped.json and in the import's table, never silently dropped. An entry whose own gold calls a held-out
+function before its turn (BFCL runs it: its executor calls any method of the class) shows that function from then
+on: listed with why in tasks/bfcl/repaired.json and the table.
 """
 
 from __future__ import annotations
@@ -39,12 +41,17 @@ HERE = Path(__file__).resolve().parent / "bfcl_domains"
 DOMAIN = "bfcl"
 LEADERBOARD = "berkeley-function-call-leaderboard"
 SOURCES = "eval_checker/multi_turn_eval/func_source_code"
-# the classes muactl has tables for: their load tool, source module and default-state literal
+# the classes muactl has tools for: their load tool, source module and default-state literal (None, None for a
+# class without state, MathAPI: its functions read and change nothing; a load tool and no literal where the
+# default is an object, GorillaFileSystem's root Directory("/"): the YAML's load has it, the entry's config is passed as is)
 IMPORTED = {"TradingBot": ("load_trading_bot", "trading_bot.py", "DEFAULT_STATE"),
             "MessageAPI": ("load_message_api", "message_api.py", "DEFAULT_STATE"),
             "TicketAPI": ("load_ticket_api", "ticket_api.py", "DEFAULT_STATE"),
             "TwitterAPI": ("load_twitter_api", "posting_api.py", "DEFAULT_STATE"),
-            "VehicleControlAPI": ("load_vehicle_control_api", "vehicle_control.py", "DEFAULT_STATE")}
+            "VehicleControlAPI": ("load_vehicle_control_api", "vehicle_control.py", "DEFAULT_STATE"),
+            "MathAPI": (None, "math_api.py", None),
+            "GorillaFileSystem": ("load_gorilla_file_system", "gorilla_file_system.py", None),
+            "TravelAPI": ("load_travel_api", "travel_booking.py", "DEFAULT_STATE")}
 # where _load_scenario reads an attribute from initial_config under another name than DEFAULT_STATE's
 CONFIG_NAMES = {"VehicleControlAPI": {"engine_state": "engineState", "_parkingBrakeForce": "parkingBrakeForce",
                                       "_slopeAngle": "slopeAngle"}}
@@ -54,7 +61,11 @@ DRAW_KINDS = {"TradingBot": ("timestamp", 86401), "MessageAPI": ("message_id", 9
 # long_context.py's data the imported classes read
 EXTENSIONS = ("MA_5_EXTENSION", "MA_20_EXTENSION", "ORDER_DETAIL_EXTENSION", "TECHNOLOGY_EXTENSION",
               "AUTOMOBILE_EXTENSION", "TRANSACTION_HISTORY_EXTENSION", "WATCH_LIST_EXTENSION",
-              "CAR_STATUS_METADATA_EXTENSION", "INTERMEDIARY_CITIES", "LONG_WEATHER_EXTENSION", "PARKING_BRAKE_INSTRUCTION")
+              "CAR_STATUS_METADATA_EXTENSION", "INTERMEDIARY_CITIES", "LONG_WEATHER_EXTENSION", "PARKING_BRAKE_INSTRUCTION",
+              "FILE_CONTENT_EXTENSION", "POPULATE_FILE_EXTENSION", "FILES_TAIL_USED", "CREDIT_CARD_EXTENSION",
+              "BOOKING_RECORD_EXTENSION")
+# TravelAPI.get_flight_cost's route table: a literal dict local to the method, (from, to) -> base cost
+FLIGHT_COSTS = ("TravelAPI", "get_flight_cost", "base_costs")
 # kept as the text str() prints for their items: WATCH_LIST_EXTENSION ends in Python's Ellipsis, no JSON value
 PRINTED = ("WATCH_LIST_EXTENSION",)
 DRAWS = 200  # draws kept per random seed: more than any entry's gold path or a 20-step turn can use
@@ -138,6 +149,7 @@ class Converted:
     task: dict | None = None
     skipped: str | None = None
     classes: list[str] = field(default_factory=list)
+    repaired: str | None = None  # how the task differs from the entry, where BFCL's own data disagrees
 
 
 def class_state(config: dict, defaults: dict, names: dict[str, str] | None = None) -> dict:
@@ -147,6 +159,40 @@ def class_state(config: dict, defaults: dict, names: dict[str, str] | None = Non
     names = names or {}
     state = {names.get(k, k): config.get(names.get(k, k), v) for k, v in defaults.items()}
     return {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in state.items()}
+
+
+def method_literal(root: Path, path: Path, where: tuple[str, str, str]) -> Any:
+    """The literal a class's method assigns to a local name (`where`: class, method, name), read from the syntax tree."""
+    cls, method, name = where
+    for node in ast.walk(python_tree(root, path)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == method:
+                    for st in ast.walk(fn):
+                        target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) \
+                            and len(st.targets) == 1 else None
+                        if isinstance(target, ast.Name) and target.id == name and st.value is not None:
+                            try:
+                                return ast.literal_eval(st.value)
+                            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                                raise SpecError.single(path, f"{cls}.{method}'s {name} is not a literal; muactl reads only "
+                                                             "literal data", st.lineno) from None
+    raise SpecError.single(path, f"no literal {name} in {cls}.{method} (is the checkout gorilla's of 2026?)")
+
+
+def flight_costs(root: Path, sources: Path) -> list[dict]:
+    """get_flight_cost's routes, in the dict's order: the flight_cost rows."""
+    path = sources / IMPORTED["TravelAPI"][1]
+    costs = method_literal(root, path, FLIGHT_COSTS)
+    rows = []
+    if not isinstance(costs, dict):
+        raise SpecError.single(path, f"{FLIGHT_COSTS[2]} is not a dict")
+    for pos, (pair, base) in enumerate(costs.items()):
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+                and type(base) is int):
+            raise SpecError.single(path, f"{FLIGHT_COSTS[2]}: expected (from, to): cost, found {pair!r}: {base!r}")
+        rows.append({"pos": pos, "src": pair[0], "dst": pair[1], "base": base})
+    return rows
 
 
 def default_seed(root: Path, path: Path, cls: str) -> int | None:
@@ -205,32 +251,53 @@ def convert(entry: dict, answer: dict, category: str, docs: dict, defaults: dict
         raise SpecError.single(path, f"entry {entry['id']!r}: 'question' must be a list of turns")
     config = entry.get("initial_config") or {}
     long_context = category == "long_context"
-    setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c], CONFIG_NAMES.get(c)),
-                               "long_context": long_context}} for c in classes]
+    setup = [{IMPORTED[c][0]: {"state": class_state(config.get(c) or {}, defaults[c], CONFIG_NAMES.get(c))
+                               if c in defaults else dict(config.get(c) or {}), "long_context": long_context}}
+             for c in classes if IMPORTED[c][0]]
     tools = [d["name"] for c in classes for d in docs[c]]
     params = {d["name"]: list(d["parameters"]["properties"]) for c in classes for d in docs[c]}
     held = entry.get("missed_function") or {}
+    gold = gold_turns(entry, answer, params, path)
+    appears, repaired = appearing_turns(held, gold, tools)
     turns = []
-    for k, (messages, actions) in enumerate(zip(question, gold_turns(entry, answer, params, path))):
-        shown = [n for n in held.get(str(k), []) if n in tools]
+    for k, (messages, actions) in enumerate(zip(question, gold)):
         texts = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        if shown:  # BFCL sends its own message when it adds the held-out functions
+        if [n for n in held.get(str(k), []) if n in tools]:  # BFCL sends its own message when it adds them
             texts = [added]
         if len(texts) != 1 or not isinstance(texts[0], str):
             raise SpecError.single(path, f"entry {entry['id']!r} turn {k}: expected one user message")
+        shown = [n for n, turn in appears.items() if turn == k]
         turns.append({"message": texts[0], "actions": actions, **({"tools": shown} if shown else {})})
     task = {"id": entry["id"], "split": "test", "user": {"reason": turns[0]["message"]}, "setup": setup,
             "tools": tools, "turns": turns, "expect": {"compare_db": False},
             "tags": ["bfcl", category, *classes]}
-    return Converted(entry["id"], category, task, classes=classes)
+    return Converted(entry["id"], category, task, classes=classes, repaired=repaired)
+
+
+def appearing_turns(held: dict, gold: list[list[dict]], tools: list[str]) -> tuple[dict[str, int], str | None]:
+    """The turn each held-out function appears at (missed_function's), and the repair where the entry's own gold
+    calls one before that turn: BFCL's executor runs any method of the class, listed or not, so its check passes
+    that gold, while muactl refuses a tool before it appears; such a function appears at the turn its gold first
+    calls it (the later turn keeps BFCL's message)."""
+    appears = {n: int(k) for k, names in held.items() for n in names if n in tools}
+    early = {}
+    for n, k in appears.items():
+        first = next((j for j, calls in enumerate(gold[:k]) if any(n in c for c in calls)), None)
+        if first is not None:
+            early[n] = first
+    if not early:
+        return appears, None
+    why = "; ".join(f"gold calls {n} at turn {j}, held out until turn {appears[n]}: shown from turn {j}"
+                    for n, j in early.items())
+    return appears | early, why
 
 
 # ---------------------------------------------------------------- the domain
 
 
-def seed_rows(defaults: dict, extensions: dict, converted: list[Converted]) -> dict[str, list[dict]]:
-    """The static rows: the scratch outcome row, long_context's data and each class's seeds' draws (CPython's
-    random.Random, as BFCL's classes draw them)."""
+def seed_rows(defaults: dict, extensions: dict, converted: list[Converted], costs: list[dict]) -> dict[str, list[dict]]:
+    """The static rows: the scratch outcome row, long_context's data, TravelAPI's routes and each class's seeds'
+    draws (CPython's random.Random, as BFCL's classes draw them; TravelAPI's, from several ranges, are py_randint's)."""
     loads = {load: cls for cls, (load, _, _) in IMPORTED.items()}
     seeds = {cls: {defaults[cls]["random_seed"]} for cls in DRAW_KINDS}
     for c in converted:
@@ -244,7 +311,7 @@ def seed_rows(defaults: dict, extensions: dict, converted: list[Converted]) -> d
             rng = random.Random(seed)
             draws += [{"seed": seed, "kind": draw, "n": n, **({"r": rng.random()} if span is None else
                                                                {"value": rng.randrange(span)})} for n in range(DRAWS)]
-    return {"outcome": [{"id": 1, "ok": False, "text": None, "n": None}], "draws": draws,
+    return {"outcome": [{"id": 1, "ok": False, "text": None, "n": None}], "draws": draws, "flight_cost": costs,
             "extension": [{"name": k, "value": ", ".join(map(repr, v)) if k in PRINTED else v}
                           for k, v in extensions.items()]}
 
@@ -277,8 +344,8 @@ def stage_domain(d: Path, docs: dict, rows: dict[str, list[dict]]):
 
 
 def stage_tasks(tdir: Path, converted: list[Converted], checkout: Path) -> None:
-    """<category>.yaml per category (the imported entries) and skipped.json (the others, with why), each task
-    validated as a muactl task first."""
+    """<category>.yaml per category (the imported entries), skipped.json (the others, with why) and repaired.json
+    (the tasks that differ from their entry, with how), each task validated as a muactl task first."""
     from .staging import write_imported_tasks
 
     tdir.mkdir(parents=True)
@@ -290,6 +357,8 @@ def stage_tasks(tdir: Path, converted: list[Converted], checkout: Path) -> None:
     skipped = [{"id": c.id, "category": c.category, "classes": c.classes, "why": c.skipped}
                for c in converted if c.skipped]
     (tdir / "skipped.json").write_text(json.dumps(skipped, indent=1) + "\n")
+    repaired = [{"id": c.id, "category": c.category, "why": c.repaired} for c in converted if c.repaired]
+    (tdir / "repaired.json").write_text(json.dumps(repaired, indent=1) + "\n")
 
 
 @dataclass
@@ -317,6 +386,8 @@ def import_bfcl(checkout: Path, project: Path, force: bool = False) -> Imported:
     sources = ev / SOURCES
     defaults = {}
     for cls, (_, module, name) in IMPORTED.items():
+        if name is None:
+            continue
         state = module_literals(root, sources / module, (name,))[name]
         seed = default_seed(root, sources / module, cls)
         defaults[cls] = state | ({"random_seed": seed} if seed is not None else {})
@@ -339,7 +410,7 @@ def import_bfcl(checkout: Path, project: Path, force: bool = False) -> Imported:
     project.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
-        stage_domain(stage / "domain", docs, seed_rows(defaults, extensions, converted))
+        stage_domain(stage / "domain", docs, seed_rows(defaults, extensions, converted, flight_costs(root, sources)))
         stage_tasks(stage / "tasks", converted, checkout)
         for path in dest:
             if path.exists():
@@ -361,6 +432,7 @@ def table_rows(imported: Imported) -> list[dict[str, Any]]:
                 if cls not in IMPORTED:
                     missing[cls] = missing.get(cls, 0) + 1
         rows.append({"category": category, "entries": len(cs), "imported": sum(c.task is not None for c in cs),
+                     "repaired": [c.id for c in cs if c.repaired],
                      "skipped": sum(bool(c.skipped) for c in cs), "missing_classes": missing})
     return rows
 

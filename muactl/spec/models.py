@@ -188,7 +188,8 @@ class Database(Strict):
 class Param(Strict):
     """A tool parameter: the subset of JSON Schema that LLM tool calling uses."""
 
-    type: ParamType = Field(description="JSON type of the argument.")
+    type: ParamType | list[ParamType] = Field(
+        description="JSON type of the argument; a list allows any of them (JSON Schema's type list), e.g. [integer, string].")
     description: str | None = Field(None, description="Shown to the model in the tool schema.")
     enum: list[Any] | None = Field(None, description="The only allowed values.")
     pattern: str | None = Field(None, description="Regular expression a string argument must match somewhere "
@@ -302,8 +303,11 @@ class SqlTool(ToolBase):
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
         "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
-        "py_str(json), py_equal(json, json), py_format(x, spec) and py_sha256(x) (hashlib's hex digest: deterministic "
-        "ids, e.g. 'txn_' || substr(py_sha256('transaction|' || :user_id), 1, 12)); fts_any(text) makes free text a "
+        "py_str(json), py_equal(json, json), py_format(x, spec), py_sha256(x) (hashlib's hex digest: deterministic "
+        "ids, e.g. 'txn_' || substr(py_sha256('transaction|' || :user_id), 1, 12)), py_pow(a, b), py_mp_log(x, base, "
+        "digits), py_decimal_sqrt(x, digits) (reprs of Python's a ** b, mpmath's log ratio, decimal's sqrt), "
+        "py_splitlines(text), py_split(text), py_randint(seed, ranges) and py_strptime(text, format); "
+        "fts_any(text) makes free text a "
         "safe FTS5 query for a search index (README).")
     returns: Literal["value", "row", "rows"] = Field(
         "rows", description="Shape of the result: a single value, one row as an object, or a list of rows."
