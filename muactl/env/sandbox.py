@@ -232,7 +232,7 @@ class Environment:
         parameters = json.dumps(tool.shown or tool.parameters, ensure_ascii=False)
         text = unlock.spec.message or ("Tool unlocked: {name}\nDescription: {description}\nParameters: {parameters}")
         return ToolResult(text.replace("{name}", name).replace("{description}", tool.description)
-                          .replace("{parameters}", parameters))
+                          .replace("{parameters}", parameters).replace("{parameter_lines}", parameter_lines(tool)))
 
     def _merge(self, tool: CompiledTool, table: str, records: list[dict[str, Any]]) -> ToolResult:
         """Records merged by primary key (τ²'s initialization_data: fields replaced, new records added), in one
@@ -495,6 +495,14 @@ def merge_statement(table: str, keys: list[str], columns: list[str]) -> str:
     conflict = ", ".join(f'"{k}"' for k in keys)
     action = f"DO UPDATE SET {update}" if update else "DO NOTHING"
     return f'INSERT INTO "{table}" ({cols}) VALUES ({params}) ON CONFLICT ({conflict}) {action}'
+
+
+def parameter_lines(tool: CompiledTool) -> str:
+    """A tool's parameters one per line, as τ²-bench banking_knowledge's unlock lists them:
+    `  - name: type (required|optional) - description` (optional: it has a default), or `  (no parameters)`."""
+    lines = [f"  - {name}: {p.type} ({'optional' if 'default' in p.model_fields_set else 'required'}) - "
+             f"{p.description or ''}" for name, p in tool.spec.params.items()]
+    return "\n".join(lines) or "  (no parameters)"
 
 
 def is_discoverable(tool: CompiledTool) -> bool:

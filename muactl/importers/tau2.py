@@ -33,16 +33,24 @@ from ..errors import Problem, ScaffoldExists, SpecError, UsageError
 from ..env.sandbox import new_env
 from ..limits import MAX_POLICY_BYTES, MAX_TAU2_CALLS, MAX_TAU2_RECORDS, MAX_YAML_BYTES
 from .tau2_prompts import read_prompts, scenario_text
-from .tau2_schema import tau2_tool_schemas
+from .tau2_schema import TOOL_SOURCES, tau2_tool_schemas
 from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
-DOMAINS = ("retail", "airline", "telecom", "mock")
+DOMAINS = ("retail", "airline", "telecom", "mock", "banking_knowledge")
+BANKING = "banking_knowledge"  # τ³: records kept whole, a knowledge base, tools unlocked by name (banking_knowledge.yaml)
 TRANSFER = "transfer_to_human_agents"
 # τ² data files per domain (db and policy differ for telecom)
 FILES = {"retail": ["db.json", "policy.md"], "airline": ["db.json", "policy.md"],
          "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"],
-         "mock": ["db.json", "user_db.json", "policy.md"]}
+         "mock": ["db.json", "user_db.json", "policy.md"],
+         BANKING: ["db.json", "documents", "prompts/classic_rag_bm25_no_grep.md"]}
+# banking_knowledge's toolkits, in τ²'s order for its bm25 configuration (KnowledgeToolsWithKBSearch: the mixin's
+# KB_search first)
+BANKING_TOOLS = (("agent", "retrieval_mixins.py", "KBSearchMixin"), ("agent", "tools.py", "KnowledgeTools"),
+                 ("user", "tools.py", "KnowledgeUserTools"))
+# domains without split_tasks.json: every task is a test task
+NO_SPLITS = (BANKING,)
 # tables of the user's database kept by record key (telecom's phone is one-row tables without a key)
 USER_TABLES = {"mock": ("notifications",)}
 # telecom's user database: τ²'s model defaults for what user_db.toml leaves out (user_data_model.py)
@@ -69,7 +77,7 @@ def domain_name(domain: str) -> str:
 def data_dir(checkout: Path, domain: str) -> Path:
     """The τ² domain's data folder; a clear error when the checkout is not a τ²-bench one."""
     folder = checkout / "data" / "tau2" / "domains" / domain
-    needed = ["tasks.json", "split_tasks.json", *FILES[domain]]
+    needed = ["tasks.json", *([] if domain in NO_SPLITS else ["split_tasks.json"]), *FILES[domain]]
     missing = [n for n in needed if not exists(folder / n)]
     if missing:
         raise UsageError(f"{checkout} is not a τ²-bench checkout with the {domain} domain: missing "
@@ -139,6 +147,30 @@ def tool_docs(tools_py: Path, checkout: Path | None = None) -> dict[str, tuple[s
         text = " ".join(x for x in summary if x)
         if text:
             out[node.name] = (text, args)
+    return out
+
+
+def discoverable_docs(root: Path, tools_py: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """banking_knowledge's discoverable tools' descriptions as τ²'s unlock shows them (its
+    parse_discoverable_tool_docstring: all of the docstring before `Args:`, a Returns section included when
+    there is no Args; each argument's text up to the end of its line): tool -> (description, {arg: text})."""
+    import ast
+    import re
+
+    out = {}
+    for node in ast.walk(read_python(root, tools_py)):
+        if not (isinstance(node, ast.FunctionDef) and any(
+                getattr(d.func if isinstance(d, ast.Call) else d, "id", None) == "is_discoverable_tool"
+                for d in node.decorator_list)):
+            continue
+        doc = ast.get_docstring(node) or ""
+        parts = re.split(r"\n\s*Args:\s*\n", doc, maxsplit=1)
+        args = {}
+        if len(parts) > 1:
+            section = re.split(r"\n\s*Returns:\s*\n", parts[1], maxsplit=1)[0]
+            for m in re.finditer(r"^\s*(\w+)\s*(?:\(([^)]+)\))?\s*:\s*(.+?)$", section, re.MULTILINE):
+                args[m[1]] = m[3].strip()
+        out[node.name] = (parts[0].strip(), args)
     return out
 
 
@@ -272,6 +304,8 @@ def use_tau2_prompts(d: Path, prompts) -> None:
 def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
     """τ²'s database as table -> records, and the file each table comes from; telecom's also holds the
     user's phone (device, surroundings)."""
+    if domain == BANKING:
+        return banking_db(root, src), {"documents": src / "documents"}
     if domain != "telecom":
         db = read_json(root, src / "db.json")
         if not isinstance(db, dict):
@@ -306,6 +340,34 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
     return db, dict.fromkeys(USER_DEFAULTS, src / "user_db.toml")
 
 
+def banking_db(root: Path, src: Path) -> dict:
+    """banking_knowledge's database (each table `{data: {key: record}, notes}`) as table -> records, with the
+    tables' notes (tau2_notes, part of τ²'s dump) and the knowledge base's documents (documents/*.json)."""
+    raw = read_json(root, src / "db.json")
+    if not isinstance(raw, dict):
+        raise SpecError.single(src / "db.json", f"expected an object of tables at the top level, found {kind(raw)}")
+    db, notes = {}, {}
+    for table, body in raw.items():
+        if not isinstance(body, dict) or not isinstance(body.get("data", {}), dict):
+            raise SpecError.single(src / "db.json", f"a table is an object with `data` (key -> record) and `notes`, found "
+                                                    f"{kind(body)}", key=table)
+        db[table] = body.get("data", {})
+        notes[table] = {"name": table, "notes": body.get("notes", "")}
+    db["tau2_notes"] = notes
+    docs = {}
+    files = sorted((src / "documents").glob("*.json"))
+    if len(files) > MAX_TAU2_RECORDS:
+        raise SpecError.single(src / "documents", f"{len(files):,} documents, over the limit of {MAX_TAU2_RECORDS:,} "
+                                                  "(MAX_TAU2_RECORDS)")
+    for path in files:
+        doc = read_json(root, path)
+        if not (isinstance(doc, dict) and all(isinstance(doc.get(k), str) for k in ("id", "title", "content"))):
+            raise SpecError.single(path, "a document is an object with the texts id, title and content")
+        docs[doc["id"]] = {"doc_id": doc["id"], "title": doc["title"], "content": doc["content"]}
+    db["documents"] = docs
+    return db
+
+
 def in_field_order(db: dict, orders: dict[tuple[str, str], tuple[str, ...]]) -> None:
     """Reorder the keys of nested records (a list of objects in a column) as τ²'s model dumps them; keys the
     model lacks stay after its own (seed_rows and the tables' checks judge the values)."""
@@ -322,6 +384,8 @@ def policy_text(root: Path, src: Path, domain: str) -> str:
     def read(name: str) -> str:
         return read_text(root, src / name, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
 
+    if domain == BANKING:
+        return banking_policy(root, src)
     if domain != "telecom":
         return read("policy.md")
     # as τ²'s telecom environment joins them (manual tech support policy)
@@ -333,6 +397,29 @@ def policy_text(root: Path, src: Path, domain: str) -> str:
     return text
 
 
+def banking_policy(root: Path, src: Path, template: str = "classic_rag_bm25_no_grep.md") -> str:
+    """τ²'s agent policy for a retrieval configuration: its prompt template with `{{component:NAME}}` replaced by
+    prompts/components/NAME.md, as τ²'s load_prompt_template does (bm25: KB_search, no grep)."""
+    import re
+
+    prompts = src / "prompts"
+
+    def read(path: Path) -> str:
+        return read_text(root, path, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
+
+    def component(match) -> str:
+        return read(prompts / "components" / f"{match.group(1)}.md")
+
+    text = re.sub(r"\{\{component:(\w+)\}\}", component, read(prompts / template))
+    if len(text.encode()) > MAX_POLICY_BYTES:
+        raise SpecError.single(prompts / template, f"with its components it makes a policy of {len(text.encode()):,} "
+                                                   f"bytes, over the {MAX_POLICY_BYTES:,}-byte limit (MAX_POLICY_BYTES)")
+    return text
+
+
+WHOLE = {"id", "record"}  # a table that keeps τ²'s records whole: the key, and the record as a json object
+
+
 def seed_rows(db: dict, tables: dict, source: Path, sources: dict[str, Path] | None = None) -> dict[str, list[dict]]:
     """τ²'s database (table -> id -> record, or table -> list of records) as rows of the declared columns
     (absent fields as null). `source` is the database file, `sources` the file of tables kept elsewhere."""
@@ -340,6 +427,8 @@ def seed_rows(db: dict, tables: dict, source: Path, sources: dict[str, Path] | N
     found = {}
     for table in tables:
         records = table_records(db, table)
+        if records is None and set(tables[table].columns) == WHOLE or not tables[table].state:
+            records = {} if records is None else records  # τ²'s model gives an absent table no records
         if not isinstance(records, dict):
             found_as = "" if records is None else f", found {kind(records)}"
             raise SpecError.single(sources.get(table, source), f"no '{table}' table (an object of records){found_as}; "
@@ -355,6 +444,9 @@ def seed_rows(db: dict, tables: dict, source: Path, sources: dict[str, Path] | N
             where = sources.get(table, source)
             if not isinstance(record, dict):
                 raise SpecError.single(where, f"a record must be an object, found {kind(record)}", key=f"{table}.{key}")
+            if set(columns) == WHOLE:
+                rows.append({"id": key, "record": record})
+                continue
             extra = set(record) - set(columns)
             if extra:
                 raise SpecError.single(where, f"fields muactl's tau2 tables do not have: {', '.join(sorted(extra))}",
@@ -377,6 +469,8 @@ def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
     from ..env.values import typed
 
     agent, user = {}, {}
+    if domain == BANKING:
+        return banking_dump(env), user
     for table, spec in env.domain.tables.items():
         cols = list(spec.columns)
         sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}" ORDER BY rowid'
@@ -396,6 +490,17 @@ def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
         else:
             agent[table] = {rec[spec.pk_columns()[0]]: rec for rec in records}
     return agent, user
+
+
+def banking_dump(env) -> dict:
+    """banking_knowledge's TransactionalDB as τ²'s model dumps it: table -> {data: key -> record, notes}."""
+    notes = dict(env.conn.execute("SELECT name, notes FROM tau2_notes"))
+    out = {}
+    for table, spec in env.domain.tables.items():
+        if set(spec.columns) == WHOLE:
+            rows = env.conn.execute(f'SELECT id, record FROM "{table}" ORDER BY rowid')
+            out[table] = {"data": {key: json.loads(record) for key, record in rows}, "notes": notes.get(table, "")}
+    return out
 
 
 # ---------------------------------------------------------------- tasks
@@ -426,6 +531,38 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
            "setup": setup, "expect": expect, "tags": ["tau2"]}
     return {k: v for k, v in out.items() if v not in (None, [], {})}
+
+
+def banking_task(task: dict, raw: dict) -> dict:
+    """What banking_knowledge's tasks need besides convert_task: initialization_data as update_records calls
+    (its tables hold `{data: records}`), the discoverable tools of the gold path whose reads are logged (τ²'s
+    runner derives read_log_allowlist so from the gold actions), and no expect.transfer (τ²'s transfer tool here
+    is a tool like the others: the conversation goes on)."""
+    init = (raw.get("initial_state") or {}).get("initialization_data") or {}
+    setup = [{"update_records": {"table": table, "records": (body or {}).get("data") or {}}}
+             for part in ("agent_data", "user_data") for table, body in (init.get(part) or {}).items()]
+    gold = (raw.get("evaluation_criteria") or {}).get("actions") or []
+    logged = sorted({(a.get("arguments") or {}).get("agent_tool_name") for a in gold
+                     if a["name"] == "call_discoverable_agent_tool"} - {None})
+    task["setup"] = setup + ([{"log_reads": {"tools": logged}}] if logged else [])
+    if not task["setup"]:
+        del task["setup"]
+    task.get("expect", {}).pop("transfer", None)
+    return task
+
+
+def missing_tools(compiled, task: dict) -> list[str]:
+    """The tools a task's gold path calls that the domain lacks (discoverable ones named by their unlock/call)."""
+    out = []
+    for call in task.get("expect", {}).get("actions", []):
+        (name, args), = ((k, v) for k, v in call.items() if k != "error")
+        if name in ("unlock_discoverable_agent_tool", "call_discoverable_agent_tool"):
+            name = (args or {}).get("agent_tool_name", name)
+        elif name in ("call_discoverable_user_tool", "give_discoverable_user_tool"):
+            name = (args or {}).get("discoverable_tool_name", name)
+        if name not in compiled.tools and name not in out:
+            out.append(name)
+    return out
 
 
 def initialization_data_calls(data: dict | None) -> list[dict]:
@@ -494,6 +631,21 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[st
     return notes
 
 
+def ported_tasks(compiled, tasks: list[dict]) -> tuple[list[dict], list[str]]:
+    """banking_knowledge's tasks whose gold paths call only tools its YAML has (not all of τ²'s are ported
+    yet), and a note per task left out; the other domains' tasks all (refuse_unknown_tools refuses theirs)."""
+    if compiled.name != domain_name(BANKING):
+        return tasks, []
+    kept, notes = [], []
+    for t in tasks:
+        missing = missing_tools(compiled, t)
+        if missing:
+            notes.append(f"task {t['id']!r} left out: its gold path calls {', '.join(missing)}, not ported yet")
+        else:
+            kept.append(t)
+    return kept, notes
+
+
 def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
     expect = task.get("expect", {})
     for where, calls in (("initial_state.initialization_actions", task.get("setup", [])),
@@ -529,13 +681,15 @@ def import_tau2(checkout: Path, domain: str, project: Path,
     root = checkout.resolve()
     db, sources = load_db(root, src, domain)
     raw_tasks = read_tasks(root, src / "tasks.json")
-    splits = read_splits(root, src / "split_tasks.json")
+    splits = {} if domain in NO_SPLITS else read_splits(root, src / "split_tasks.json")
     policy = policy_text(root, src, domain)
     code = checkout / "src" / "tau2" / "domains" / domain
-    docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root)}
-    schemas = tau2_tool_schemas(root, code)
+    docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root),
+            **({**tool_docs(code / "retrieval_mixins.py", root), **discoverable_docs(root, code / "tools.py")}
+               if domain == BANKING else {})}
+    schemas = tau2_tool_schemas(root, code, BANKING_TOOLS if domain == BANKING else TOOL_SOURCES)
     prompts = read_prompts(root, checkout, user_has_tools=bool(schemas["user"]))
-    tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json")
+    tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json", domain)
     judge = tau2_judge_prompt(root, checkout / "src" / "tau2" / "evaluator" / "evaluator_nl_assertions.py")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
@@ -546,7 +700,8 @@ def import_tau2(checkout: Path, domain: str, project: Path,
                                     src / FILES[domain][0], sources, judge=judge)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
-        notes = mark_failing_calls(compiled, tasks, src / "tasks.json")
+        tasks, left_out = ported_tasks(compiled, tasks)
+        notes = left_out + mark_failing_calls(compiled, tasks, src / "tasks.json")
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
         counts = stage_tasks(stage / "tasks", tasks, header, src / "tasks.json")
         for path in existing:
@@ -608,13 +763,16 @@ def from_checkout(error: SpecError, staged: Path, origin: dict[str, Path], db: d
     return SpecError(out)
 
 
-def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json: Path) -> list[dict]:
+def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json: Path,
+                 domain: str | None = None) -> list[dict]:
     """τ²'s base set (all tasks when split_tasks.json has none) as muactl tasks, each with its split (train,
     test, or None when in neither list); at most MAX_TAU2_CALLS setup and gold calls in all."""
     split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
     base = set(splits.get("base", [t["id"] for t in raw_tasks]))
     unsplit = "test" if not split_of else None  # no train/test lists (mock): the base set is what is evaluated
     tasks = [convert_task(t, split_of.get(t["id"], unsplit)) for t in raw_tasks if t["id"] in base]
+    if domain == BANKING:
+        tasks = [banking_task(t, raw) for t, raw in zip(tasks, (r for r in raw_tasks if r["id"] in base))]
     calls = sum(len(t.get("setup", [])) + len(t.get("expect", {}).get("actions", [])) for t in tasks)
     if calls > MAX_TAU2_CALLS:
         raise SpecError.single(tasks_json, f"the imported tasks make {calls:,} setup and gold calls, over the limit "
