@@ -150,6 +150,31 @@ def tool_docs(tools_py: Path, checkout: Path | None = None) -> dict[str, tuple[s
     return out
 
 
+def discoverable_methods(root: Path, tools_py: Path, cls: str | None = None) -> list:
+    """The `@is_discoverable_tool` methods of tools.py (of the class `cls`), parsed, in definition order."""
+    import ast
+
+    out = []
+    for node in ast.walk(read_python(root, tools_py)):
+        if isinstance(node, ast.ClassDef) and cls in (None, node.name):
+            out += [f for f in node.body if isinstance(f, ast.FunctionDef) and any(
+                getattr(d.func if isinstance(d, ast.Call) else d, "id", None) == "is_discoverable_tool"
+                for d in f.decorator_list)]
+    return out
+
+
+def user_tool_catalog(root: Path, tools_py: Path) -> dict[str, dict]:
+    """banking_knowledge's user discoverable tools (the agent gives them, the user calls them by name) as rows
+    of the domain's user_tool_catalog: name, τ²'s description, its parameters and the required ones in order."""
+    docs = discoverable_docs(root, tools_py)
+    out = {}
+    for node in discoverable_methods(root, tools_py, "KnowledgeUserTools"):
+        names = [a.arg for a in node.args.args[1:]]
+        required = names[:len(names) - len(node.args.defaults)]
+        out[node.name] = {"name": node.name, "description": docs[node.name][0], "params": names, "required": required}
+    return out
+
+
 def discoverable_docs(root: Path, tools_py: Path) -> dict[str, tuple[str, dict[str, str]]]:
     """banking_knowledge's discoverable tools' descriptions as τ²'s unlock shows them (its
     parse_discoverable_tool_docstring: all of the docstring before `Args:`, a Returns section included when
@@ -158,11 +183,7 @@ def discoverable_docs(root: Path, tools_py: Path) -> dict[str, tuple[str, dict[s
     import re
 
     out = {}
-    for node in ast.walk(read_python(root, tools_py)):
-        if not (isinstance(node, ast.FunctionDef) and any(
-                getattr(d.func if isinstance(d, ast.Call) else d, "id", None) == "is_discoverable_tool"
-                for d in node.decorator_list)):
-            continue
+    for node in discoverable_methods(root, tools_py):
         doc = ast.get_docstring(node) or ""
         parts = re.split(r"\n\s*Args:\s*\n", doc, maxsplit=1)
         args = {}
@@ -551,8 +572,9 @@ def banking_task(task: dict, raw: dict) -> dict:
     return task
 
 
-def missing_tools(compiled, task: dict) -> list[str]:
-    """The tools a task's gold path calls that the domain lacks (discoverable ones named by their unlock/call)."""
+def missing_tools(compiled, task: dict, given: set[str]) -> list[str]:
+    """The tools a task's gold path calls that the domain lacks (discoverable ones named by their unlock/call;
+    `given`: the user's discoverable tools, which call_discoverable_user_tool runs)."""
     out = []
     for call in task.get("expect", {}).get("actions", []):
         (name, args), = ((k, v) for k, v in call.items() if k != "error")
@@ -560,7 +582,7 @@ def missing_tools(compiled, task: dict) -> list[str]:
             name = (args or {}).get("agent_tool_name", name)
         elif name in ("call_discoverable_user_tool", "give_discoverable_user_tool"):
             name = (args or {}).get("discoverable_tool_name", name)
-        if name not in compiled.tools and name not in out:
+        if name not in compiled.tools and name not in given and name not in out:
             out.append(name)
     return out
 
@@ -631,14 +653,14 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[st
     return notes
 
 
-def ported_tasks(compiled, tasks: list[dict]) -> tuple[list[dict], list[str]]:
+def ported_tasks(compiled, tasks: list[dict], given: set[str]) -> tuple[list[dict], list[str]]:
     """banking_knowledge's tasks whose gold paths call only tools its YAML has (not all of τ²'s are ported
     yet), and a note per task left out; the other domains' tasks all (refuse_unknown_tools refuses theirs)."""
     if compiled.name != domain_name(BANKING):
         return tasks, []
     kept, notes = [], []
     for t in tasks:
-        missing = missing_tools(compiled, t)
+        missing = missing_tools(compiled, t, given)
         if missing:
             notes.append(f"task {t['id']!r} left out: its gold path calls {', '.join(missing)}, not ported yet")
         else:
@@ -680,10 +702,12 @@ def import_tau2(checkout: Path, domain: str, project: Path,
         raise ScaffoldExists(f"{existing[0]} exists; pass --force to replace it")
     root = checkout.resolve()
     db, sources = load_db(root, src, domain)
+    code = checkout / "src" / "tau2" / "domains" / domain
+    if domain == BANKING:
+        db["user_tool_catalog"] = user_tool_catalog(root, code / "tools.py")
     raw_tasks = read_tasks(root, src / "tasks.json")
     splits = {} if domain in NO_SPLITS else read_splits(root, src / "split_tasks.json")
     policy = policy_text(root, src, domain)
-    code = checkout / "src" / "tau2" / "domains" / domain
     docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root),
             **({**tool_docs(code / "retrieval_mixins.py", root), **discoverable_docs(root, code / "tools.py")}
                if domain == BANKING else {})}
@@ -700,7 +724,7 @@ def import_tau2(checkout: Path, domain: str, project: Path,
                                     src / FILES[domain][0], sources, judge=judge)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
-        tasks, left_out = ported_tasks(compiled, tasks)
+        tasks, left_out = ported_tasks(compiled, tasks, set(db.get("user_tool_catalog") or {}))
         notes = left_out + mark_failing_calls(compiled, tasks, src / "tasks.json")
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
         counts = stage_tasks(stage / "tasks", tasks, header, src / "tasks.json")
