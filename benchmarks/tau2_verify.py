@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-DOMAINS = ["retail", "airline", "telecom", "mock"]
+DOMAINS = ["retail", "airline", "telecom", "mock", "banking_knowledge"]
 
 
 def code_lines(path: Path) -> int:

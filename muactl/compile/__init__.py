@@ -47,6 +47,14 @@ class CompiledDomain:
             return bool(tool.spec.writes)
         return tool.kind == "python"
 
+    def system_prompt_for(self, task) -> str:
+        """The agent's system prompt in a task (a spec Task): the domain's, with the task's agent_context where
+        the policy says {context} when it has one."""
+        if task.agent_context is None:
+            return self.system_prompt
+        policy = self.spec.policy_text.replace("{context}", task.agent_context)
+        return agent_system_prompt(self.spec.domain.description, policy, self.spec.agent_prompt_text)
+
     def agent_tools(self) -> list[CompiledTool]:
         return [t for t in self.tools.values() if t.side == "agent" and not getattr(t.spec, "discoverable", False)]
 

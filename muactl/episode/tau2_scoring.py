@@ -181,7 +181,7 @@ def play_trajectory(task, compiled, trajectory: dict):
 
     env = new_env(compiled)
     env.replay(task.task.setup)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": compiled.system_prompt}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": compiled.system_prompt_for(task.task)}]
     ep = Episode(task.task.id, 0, 0, messages, trajectory["end"])
     for n, step in enumerate(trajectory["steps"]):
         if "text" in step:

@@ -34,7 +34,8 @@ from ..env.sandbox import new_env
 from ..limits import MAX_POLICY_BYTES, MAX_TAU2_CALLS, MAX_TAU2_RECORDS, MAX_YAML_BYTES
 from .tau2_prompts import read_prompts, scenario_text
 from .tau2_schema import TOOL_SOURCES, tau2_tool_schemas
-from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
+from .tau2_input import (kind, read_json, read_python, read_splits, read_task_folder, read_tasks, read_text, read_toml,
+                         task_id)
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
 DOMAINS = ("retail", "airline", "telecom", "mock", "banking_knowledge")
@@ -44,7 +45,9 @@ TRANSFER = "transfer_to_human_agents"
 FILES = {"retail": ["db.json", "policy.md"], "airline": ["db.json", "policy.md"],
          "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"],
          "mock": ["db.json", "user_db.json", "policy.md"],
-         BANKING: ["db.json", "documents", "prompts/classic_rag_bm25_no_grep.md"]}
+         BANKING: ["db.json", "documents", "tasks", "prompts/classic_rag_bm25_no_grep.md", "prompts/required_docs.md"]}
+# banking_knowledge's retrieval configurations muactl reproduces (τ²'s names: bm25, golden_retrieval) -> prompt template
+RETRIEVALS = {"bm25": "classic_rag_bm25_no_grep.md", "golden": "required_docs.md"}
 # banking_knowledge's toolkits, in τ²'s order for its bm25 configuration (KnowledgeToolsWithKBSearch: the mixin's
 # KB_search first)
 BANKING_TOOLS = (("agent", "retrieval_mixins.py", "KBSearchMixin"), ("agent", "tools.py", "KnowledgeTools"),
@@ -70,14 +73,15 @@ DATETIMES = {"devices": ("activation_date", "last_esim_transfer_date"), "custome
 FIELD_ORDER = {"airline": {("reservations", "flights"): ("flight_number", "origin", "destination", "date", "price")}}
 
 
-def domain_name(domain: str) -> str:
-    return f"tau2-{domain}"
+def domain_name(domain: str, retrieval: str = "bm25") -> str:
+    return f"tau2-{domain}" + ("-golden" if retrieval == "golden" else "")
 
 
 def data_dir(checkout: Path, domain: str) -> Path:
     """The τ² domain's data folder; a clear error when the checkout is not a τ²-bench one."""
     folder = checkout / "data" / "tau2" / "domains" / domain
-    needed = ["tasks.json", *([] if domain in NO_SPLITS else ["split_tasks.json"]), *FILES[domain]]
+    needed = [*([] if domain == BANKING else ["tasks.json"]), *([] if domain in NO_SPLITS else ["split_tasks.json"]),
+              *FILES[domain]]
     missing = [n for n in needed if not exists(folder / n)]
     if missing:
         raise UsageError(f"{checkout} is not a τ²-bench checkout with the {domain} domain: missing "
@@ -224,6 +228,8 @@ def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
+    from ..spec.models import BUILTIN_PARAM_NAMES
+
     yaml = YAML()
     yaml.width = 4096  # as use_tau2_descriptions
     data = yaml.load(domain_yaml.read_text())
@@ -236,7 +242,7 @@ def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
         shown = schema["parameters"]
         params = tool.get("params") or {}
         if "builtin" in tool:
-            params = {"transfer": {"summary": None}, "think": {"thought": None}}.get(tool["builtin"], {})
+            params = dict.fromkeys(BUILTIN_PARAM_NAMES.get(tool["builtin"], ()))
         if set(shown.get("properties", {})) != set(params):
             continue
         tool["description"] = schema["description"]
@@ -401,12 +407,12 @@ def in_field_order(db: dict, orders: dict[tuple[str, str], tuple[str, ...]]) -> 
                                   for x in items]
 
 
-def policy_text(root: Path, src: Path, domain: str) -> str:
+def policy_text(root: Path, src: Path, domain: str, retrieval: str = "bm25") -> str:
     def read(name: str) -> str:
         return read_text(root, src / name, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
 
-    if domain == BANKING:
-        return banking_policy(root, src)
+    if domain == BANKING:  # golden retrieval: each task's documents where the policy says {context}
+        return banking_policy(root, src, RETRIEVALS[retrieval]).replace("{{required_documents}}", "{context}")
     if domain != "telecom":
         return read("policy.md")
     # as τ²'s telecom environment joins them (manual tech support policy)
@@ -418,7 +424,7 @@ def policy_text(root: Path, src: Path, domain: str) -> str:
     return text
 
 
-def banking_policy(root: Path, src: Path, template: str = "classic_rag_bm25_no_grep.md") -> str:
+def banking_policy(root: Path, src: Path, template: str) -> str:
     """τ²'s agent policy for a retrieval configuration: its prompt template with `{{component:NAME}}` replaced by
     prompts/components/NAME.md, as τ²'s load_prompt_template does (bm25: KB_search, no grep)."""
     import re
@@ -554,6 +560,14 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v not in (None, [], {})}
 
 
+def golden_documents(raw: dict, documents: dict) -> str:
+    """A task's required documents as τ²'s golden_retrieval puts them in its prompt (each found by title, else
+    by id; one not found is left out), or its text for none."""
+    by_title = {d["title"]: d for d in documents.values()}
+    found = [by_title.get(ref) or documents.get(ref) for ref in raw.get("required_documents") or []]
+    return "\n\n---\n\n".join(f"## {d['title']}\n\n{d['content']}" for d in found if d) or "(No documents provided)"
+
+
 def banking_task(task: dict, raw: dict) -> dict:
     """What banking_knowledge's tasks need besides convert_task: initialization_data as update_records calls
     (its tables hold `{data: records}`), the discoverable tools of the gold path whose reads are logged (τ²'s
@@ -656,7 +670,7 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[st
 def ported_tasks(compiled, tasks: list[dict], given: set[str]) -> tuple[list[dict], list[str]]:
     """banking_knowledge's tasks whose gold paths call only tools its YAML has (not all of τ²'s are ported
     yet), and a note per task left out; the other domains' tasks all (refuse_unknown_tools refuses theirs)."""
-    if compiled.name != domain_name(BANKING):
+    if not compiled.name.startswith(domain_name(BANKING)):
         return tasks, []
     kept, notes = [], []
     for t in tasks:
@@ -683,8 +697,8 @@ def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
 # ---------------------------------------------------------------- import
 
 
-def import_tau2(checkout: Path, domain: str, project: Path,
-                force: bool = False) -> tuple[Path, Path, dict[str, int], list[str]]:
+def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False,
+                retrieval: str = "bm25") -> tuple[Path, Path, dict[str, int], list[str]]:
     """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders, the
     number of tasks per split and notes on what of τ²'s tasks was left out (mark_failing_calls). Every file of the checkout is read and checked first; nothing is
     left half-written: both folders are built aside, then moved."""
@@ -692,9 +706,12 @@ def import_tau2(checkout: Path, domain: str, project: Path,
 
     if domain not in DOMAINS:
         raise UsageError(f"unknown τ² domain '{domain}'; choose one of {', '.join(DOMAINS)}")
+    if retrieval not in RETRIEVALS or retrieval != "bm25" and domain != BANKING:
+        raise UsageError(f"--retrieval {retrieval}: banking_knowledge's configurations are {', '.join(RETRIEVALS)}; "
+                         "the other domains have no documents")
     yaml_path = shipped_yaml(domain)
     src = data_dir(checkout, domain)
-    name = domain_name(domain)
+    name = domain_name(domain, retrieval)
     dest_domain, dest_tasks = project / "domains" / name, project / "tasks" / name
     refuse_builtin_write(dest_domain)
     existing = [p for p in (dest_domain, dest_tasks) if p.exists()]
@@ -705,15 +722,17 @@ def import_tau2(checkout: Path, domain: str, project: Path,
     code = checkout / "src" / "tau2" / "domains" / domain
     if domain == BANKING:
         db["user_tool_catalog"] = user_tool_catalog(root, code / "tools.py")
-    raw_tasks = read_tasks(root, src / "tasks.json")
+    tasks_file = src / ("tasks" if domain == BANKING else "tasks.json")  # banking_knowledge: τ²'s get_tasks reads the folder
+    raw_tasks = read_task_folder(root, tasks_file) if domain == BANKING else read_tasks(root, tasks_file)
     splits = {} if domain in NO_SPLITS else read_splits(root, src / "split_tasks.json")
-    policy = policy_text(root, src, domain)
+    policy = policy_text(root, src, domain, retrieval)
     docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root),
             **({**tool_docs(code / "retrieval_mixins.py", root), **discoverable_docs(root, code / "tools.py")}
                if domain == BANKING else {})}
     schemas = tau2_tool_schemas(root, code, BANKING_TOOLS if domain == BANKING else TOOL_SOURCES)
     prompts = read_prompts(root, checkout, user_has_tools=bool(schemas["user"]))
-    tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json", domain)
+    tasks = chosen_tasks(raw_tasks, splits, tasks_file, domain,
+                         db["documents"] if retrieval == "golden" else None)
     judge = tau2_judge_prompt(root, checkout / "src" / "tau2" / "evaluator" / "evaluator_nl_assertions.py")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
@@ -721,13 +740,13 @@ def import_tau2(checkout: Path, domain: str, project: Path,
                   **{f"data/{t}.jsonl": sources.get(t, src / FILES[domain][0]) for t in db}}
         try:
             compiled = stage_domain(stage / "domain", yaml_path, policy, docs, schemas, prompts, db,
-                                    src / FILES[domain][0], sources, judge=judge)
+                                    src / FILES[domain][0], sources, judge=judge, name=name)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
         tasks, left_out = ported_tasks(compiled, tasks, set(db.get("user_tool_catalog") or {}))
-        notes = left_out + mark_failing_calls(compiled, tasks, src / "tasks.json")
+        notes = left_out + mark_failing_calls(compiled, tasks, tasks_file)
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
-        counts = stage_tasks(stage / "tasks", tasks, header, src / "tasks.json")
+        counts = stage_tasks(stage / "tasks", tasks, header, tasks_file)
         for path in existing:
             shutil.rmtree(path)
         dest_domain.parent.mkdir(parents=True, exist_ok=True)
@@ -738,7 +757,7 @@ def import_tau2(checkout: Path, domain: str, project: Path,
 
 
 def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, prompts, db: dict,
-                 db_file: Path, sources: dict[str, Path], judge: dict[str, str] | None = None):
+                 db_file: Path, sources: dict[str, Path], judge: dict[str, str] | None = None, name: str | None = None):
     """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions and
     schemas, its prompts (when the checkout has them), τ²'s scoring, its policy, its database as seed files."""
     from ..compile import compile_domain
@@ -753,6 +772,8 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dic
     if prompts is not None:
         use_tau2_prompts(d, prompts)
     use_tau2_scoring(d / "domain.yaml", judge)
+    if name is not None and name.endswith("-golden"):
+        use_golden_retrieval(d / "domain.yaml", name)
     spec = load_domain(d)
     for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
         with open(d / "data" / f"{table}.jsonl", "w") as f:
@@ -763,6 +784,19 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dic
     if problems:
         raise SpecError(problems)
     return compile_domain(spec)
+
+
+def use_golden_retrieval(domain_yaml: Path, name: str) -> None:
+    """τ²'s golden_retrieval configuration: no search tool (the documents are in each task's prompt)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width = 4096  # as use_tau2_descriptions
+    data = yaml.load(domain_yaml.read_text())
+    data["name"] = name
+    del data["tools"]["KB_search"]
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
 
 
 def from_checkout(error: SpecError, staged: Path, origin: dict[str, Path], db: dict) -> SpecError:
@@ -788,7 +822,7 @@ def from_checkout(error: SpecError, staged: Path, origin: dict[str, Path], db: d
 
 
 def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json: Path,
-                 domain: str | None = None) -> list[dict]:
+                 domain: str | None = None, documents: dict | None = None) -> list[dict]:
     """τ²'s base set (all tasks when split_tasks.json has none) as muactl tasks, each with its split (train,
     test, or None when in neither list); at most MAX_TAU2_CALLS setup and gold calls in all."""
     split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
@@ -797,6 +831,9 @@ def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json
     tasks = [convert_task(t, split_of.get(t["id"], unsplit)) for t in raw_tasks if t["id"] in base]
     if domain == BANKING:
         tasks = [banking_task(t, raw) for t, raw in zip(tasks, (r for r in raw_tasks if r["id"] in base))]
+        if documents is not None:  # golden retrieval
+            for t, raw in zip(tasks, (r for r in raw_tasks if r["id"] in base)):
+                t["agent_context"] = golden_documents(raw, documents)
     calls = sum(len(t.get("setup", [])) + len(t.get("expect", {}).get("actions", [])) for t in tasks)
     if calls > MAX_TAU2_CALLS:
         raise SpecError.single(tasks_json, f"the imported tasks make {calls:,} setup and gold calls, over the limit "
@@ -806,37 +843,59 @@ def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json
 
 def stage_tasks(tdir: Path, tasks: list[dict], header: str, tasks_json: Path) -> dict[str, int]:
     """train.yaml, test.yaml and other.yaml (tasks in τ²'s base set but in neither list) written into
-    `tdir`, each a task file `muactl validate` reads (MAX_YAML_BYTES); the number of tasks per file."""
-    from pydantic import ValidationError
-
-    from ..domain.task_templates import write_tasks
-    from ..spec import models as m
-
+    `tdir`, each in parts that `muactl validate` reads (MAX_YAML_BYTES); the number of tasks per split."""
     counts: dict[str, int] = {}
     for split in ("train", "test", None):
         chosen = [t for t in tasks if t.get("split") == split]
         if not chosen:
             continue
-        file = tdir / f"{split or 'other'}.yaml"
-        docs = [{k: v for k, v in t.items() if k != "split"} for t in chosen]
-        size = len(json.dumps(docs, ensure_ascii=False).encode())  # YAML's block style is larger still
-        if size > MAX_YAML_BYTES:
-            raise SpecError.single(tasks_json, f"its {split or 'other'} tasks would make a task file of over {size:,} "
-                                               f"bytes, more than muactl reads ({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
-        specs = []
-        for doc in docs:
-            try:
-                specs.append(SimpleNamespace(task=m.Task.model_validate(doc)))
-            except ValidationError as e:
-                raise SpecError.single(tasks_json, f"task {doc['id']!r} does not make a muactl task: "
-                                                   f"{e.errors()[0]['msg']} at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
-        write_tasks(specs, file, header, width=MAX_YAML_BYTES)  # never folded: τ²'s texts hold tabs
-        if file.stat().st_size > MAX_YAML_BYTES:
-            raise SpecError.single(tasks_json, f"its {split or 'other'} tasks make a task file of "
-                                               f"{file.stat().st_size:,} bytes, more than muactl reads "
-                                               f"({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
+        for n, part in enumerate(file_parts(chosen)):
+            write_task_file(tdir, split, n, part, header, tasks_json)
         counts[split or "other"] = len(chosen)
     return counts
+
+
+def file_parts(tasks: list[dict]) -> list[list[dict]]:
+    """A split's tasks in parts of at most half MAX_YAML_BYTES as JSON each (YAML's block style is larger),
+    in order; a task larger than that alone is its own part (write_task_file refuses it)."""
+    parts: list[list[dict]] = [[]]
+    size = 0
+    for t in tasks:
+        mine = len(json.dumps(t, ensure_ascii=False).encode())
+        if parts[-1] and size + mine > MAX_YAML_BYTES // 2:
+            parts.append([])
+            size = 0
+        parts[-1].append(t)
+        size += mine
+    return parts
+
+
+def write_task_file(tdir: Path, split: str | None, n: int, chosen: list[dict], header: str, tasks_json: Path) -> None:
+    """One task file `muactl validate` reads (MAX_YAML_BYTES): <split>.yaml, its later parts <split>-<n+1>.yaml
+    (whose tasks say their split, which their file name does not)."""
+    from pydantic import ValidationError
+
+    from ..domain.task_templates import write_tasks
+    from ..spec import models as m
+
+    file = tdir / (f"{split or 'other'}.yaml" if n == 0 else f"{split or 'other'}-{n + 1}.yaml")
+    docs = [{k: v for k, v in t.items() if k != "split" or n and v is not None} for t in chosen]
+    size = len(json.dumps(docs, ensure_ascii=False).encode())  # YAML's block style is larger still
+    if size > MAX_YAML_BYTES:
+        raise SpecError.single(tasks_json, f"its {split or 'other'} tasks would make a task file of over {size:,} "
+                                           f"bytes, more than muactl reads ({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
+    specs = []
+    for doc in docs:
+        try:
+            specs.append(SimpleNamespace(task=m.Task.model_validate(doc)))
+        except ValidationError as e:
+            raise SpecError.single(tasks_json, f"task {doc['id']!r} does not make a muactl task: "
+                                               f"{e.errors()[0]['msg']} at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
+    write_tasks(specs, file, header, width=MAX_YAML_BYTES)  # never folded: τ²'s texts hold tabs
+    if file.stat().st_size > MAX_YAML_BYTES:
+        raise SpecError.single(tasks_json, f"its {split or 'other'} tasks make a task file of "
+                                           f"{file.stat().st_size:,} bytes, more than muactl reads "
+                                           f"({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
 
 
 # ---------------------------------------------------------------- verification against τ²'s own tools

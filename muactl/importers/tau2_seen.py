@@ -63,7 +63,7 @@ def same_outputs(opened, outputs: dict[str, list[str]], mismatches: list[str]) -
 def same_schemas(opened, side: str, want: list[list[str]], mismatches: list[str]) -> tuple[int, int]:
     """The side's tool schemas, in muactl's order, against τ²'s (name and digest per position): a tool in
     another place counts as different."""
-    mine = [t for t in opened.compiled.tools.values() if t.side == side]
+    mine = opened.compiled.agent_tools() if side == "agent" else opened.compiled.user_tools()  # as the model is shown them
     same = 0
     for i, (name, digest) in enumerate(want):
         tool = mine[i] if i < len(mine) else None

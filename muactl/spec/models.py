@@ -301,7 +301,7 @@ class SqlTool(ToolBase):
     writes: list[str] = Field(default_factory=list, description="INSERT/UPDATE/DELETE statements run in one transaction.")
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
-        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
+        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json[, indent]), "
         "py_str(json), py_equal(json, json), py_format(x, spec) and py_sha256(x) (hashlib's hex digest: deterministic "
         "ids, e.g. 'txn_' || substr(py_sha256('transaction|' || :user_id), 1, 12)); fts_any(text) makes free text a "
         "safe FTS5 query for a search index (README).")
@@ -643,6 +643,10 @@ class Task(Strict):
     tools: list[str] | None = Field(
         None, description="The agent's tools in this task, in place of all the domain's agent tools (BFCL's involved "
         "classes' functions, less its excluded ones): the others are not shown, and a call to one is an unknown tool.")
+    agent_context: str | None = Field(
+        None, description="Text put where the domain's policy says {context}, for this task only (τ²-bench "
+        "banking_knowledge's golden retrieval, `import tau2 --retrieval golden`: the task's required documents); "
+        "null: the policy as written.")
     turn_steps: int = Field(20, ge=1, le=1000, description="Most agent steps with tool calls in one turn "
                             "(BFCL's MAXIMUM_STEP_LIMIT); only with turns.")
     expect: Expect = Field(default_factory=Expect)
