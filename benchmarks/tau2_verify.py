@@ -53,6 +53,7 @@ def run(checkout: Path, domain: str) -> dict:
                                                       .read_text())))
             row["oracle"] = oracle_score(opened)
             row["rewards"] = reward_agreement(opened, checkout, domain)
+            row["golden"] = golden_prompts(checkout, domain, Path(tmp))
         finally:
             os.chdir(old)
     tools_py = checkout / "src" / "tau2" / "domains" / domain / "tools.py"
@@ -62,6 +63,19 @@ def run(checkout: Path, domain: str) -> dict:
                yaml_code=code_lines(HERE / f"{domain}.yaml"),
                py_lines=sum(len(p.read_text().splitlines()) for p in (tools_py, user_py) if p.is_file()))
     return row
+
+
+def golden_prompts(checkout: Path, domain: str, project: Path) -> tuple[int, int] | None:
+    """banking_knowledge imported again with --retrieval golden: its per-task agent prompts against τ²'s."""
+    from muactl.domain.validate import validate_domain
+    from muactl.importers.tau2 import BANKING, import_tau2
+    from muactl.importers.tau2_seen import same_golden_prompts
+
+    if domain != BANKING:
+        return None
+    import_tau2(checkout, domain, project, retrieval="golden")
+    seen = json.loads((ROOT / "tests" / "data" / "tau2" / "seen" / f"{domain}.json").read_text())
+    return same_golden_prompts(validate_domain(f"tau2-{domain}-golden"), seen["golden_agent_prompts"], [])
 
 
 def reward_agreement(opened, checkout: Path, domain: str) -> dict | None:
@@ -140,6 +154,8 @@ def print_seen(rows: list[dict]) -> None:
               f"{frac(r['agent_schemas_same'], r['agent_schemas']):>13} {frac(r['user_schemas_same'], r['user_schemas']):>12} "
               f"{'same' if r['agent_prompt_same'] else 'differs':>12} {frac(r['user_prompts_same'], r['user_prompts']):>12} "
               f"{'same' if r['greeting_same'] else 'differs':>8}")
+        if r.get("golden"):
+            print(f"{'':8} --retrieval golden: agent prompts (the task's documents) same bytes {frac(*reversed(r['golden']))}")
         for line in r["seen_mismatches"][:12]:
             print("   ", line)
 

@@ -58,8 +58,10 @@ class CompiledDomain:
     def agent_tools(self) -> list[CompiledTool]:
         return [t for t in self.tools.values() if t.side == "agent" and not getattr(t.spec, "discoverable", False)]
 
-    def user_tools(self) -> list[CompiledTool]:
-        return [t for t in self.tools.values() if t.side == "user"]
+    def user_tools(self, task=None) -> list[CompiledTool]:
+        """The user's tools (in a task, a spec Task: those its user_tools names, when it names them)."""
+        mine = None if task is None else task.user_tools
+        return [t for t in self.tools.values() if t.side == "user" and (mine is None or t.name in mine)]
 
     def template_bytes(self) -> bytes:
         """The template, read once per process (read-only) with its change log added (changelog.py);

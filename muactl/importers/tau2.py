@@ -314,12 +314,16 @@ def use_tau2_prompts(d: Path, prompts) -> None:
 
     (d / "agent_prompt.md").write_text(prompts.agent)
     (d / "user_prompt.md").write_text(prompts.user)
+    if prompts.user_no_tools is not None:
+        (d / "user_prompt_no_tools.md").write_text(prompts.user_no_tools)
     yaml = YAML()
     yaml.width = 4096  # as use_tau2_descriptions
     data = yaml.load((d / "domain.yaml").read_text())
     at = list(data).index("greeting") if "greeting" in data else len(data)
     data.insert(at, "agent_prompt", "agent_prompt.md", comment="τ²'s LLM agent's system prompt ({policy}: policy.md)")
     data.insert(at + 1, "user_prompt", "user_prompt.md", comment="τ²'s user simulator's ({scenario}: each task's user.scenario)")
+    if prompts.user_no_tools is not None:
+        data.insert(at + 2, "user_prompt_no_tools", "user_prompt_no_tools.md", comment="a task's whose user has no tools")
     data["greeting"] = prompts.greeting
     with open(d / "domain.yaml", "w") as f:
         yaml.dump(data, f)
@@ -583,6 +587,8 @@ def banking_task(task: dict, raw: dict) -> dict:
     if not task["setup"]:
         del task["setup"]
     task.get("expect", {}).pop("transfer", None)
+    if raw.get("user_tools") is not None:
+        task["user_tools"] = list(raw["user_tools"])
     return task
 
 
@@ -731,6 +737,8 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False,
                if domain == BANKING else {})}
     schemas = tau2_tool_schemas(root, code, BANKING_TOOLS if domain == BANKING else TOOL_SOURCES)
     prompts = read_prompts(root, checkout, user_has_tools=bool(schemas["user"]))
+    if prompts is not None and domain == BANKING:  # its tasks give the user their own tools, some none
+        prompts.user_no_tools = read_prompts(root, checkout, user_has_tools=False).user
     tasks = chosen_tasks(raw_tasks, splits, tasks_file, domain,
                          db["documents"] if retrieval == "golden" else None)
     judge = tau2_judge_prompt(root, checkout / "src" / "tau2" / "evaluator" / "evaluator_nl_assertions.py")

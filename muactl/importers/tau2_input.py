@@ -202,6 +202,7 @@ class Tau2Task(Tau2Shape):
     initial_state: Tau2State | None = None
     evaluation_criteria: Tau2Criteria | None = None
     required_documents: list[str] | None = None  # banking_knowledge: the documents golden retrieval shows
+    user_tools: list[str] | None = None  # banking_knowledge: the user's tools in the task (None: all)
 
 
 def task_id(raw: str) -> str:

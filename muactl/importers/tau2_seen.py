@@ -79,6 +79,21 @@ def same_schemas(opened, side: str, want: list[list[str]], mismatches: list[str]
     return max(len(want), len(mine)), same
 
 
+def same_golden_prompts(opened, prompts: dict[str, str], mismatches: list[str]) -> tuple[int, int]:
+    """banking_knowledge imported with --retrieval golden: each task's agent system prompt (its required
+    documents in the policy) against τ²'s golden_retrieval prompt for it."""
+    by_id = {t.task.id: t for t in opened.tasks}
+    same = 0
+    for raw_id, digest in prompts.items():
+        t = by_id.get(task_id(raw_id))
+        if t is not None and text_digest(opened.compiled.system_prompt_for(t.task)) == digest:
+            same += 1
+        else:
+            mismatches.append(f"task {raw_id}: the golden-retrieval agent prompt differs from τ²'s"
+                              + (" (not imported)" if t is None else ""))
+    return len(prompts), same
+
+
 def same_user_prompts(opened, prompts: dict[str, str], mismatches: list[str]) -> tuple[int, int]:
     from ..compile.prompt import user_system_prompt
 

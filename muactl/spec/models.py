@@ -447,6 +447,10 @@ class Domain(Strict):
         "sections: a file name or inline text, in which `{scenario}` stands for the task's `user.scenario` (a task "
         "without one: its goal's sections) and `{instruction}` for the goal as one line each (reason, known, unknown, "
         "instructions). `muactl import tau2` and `import acebench` write their benchmark's. Scripted users ignore it.")
+    user_prompt_no_tools: str | None = Field(
+        None, description="The user simulator's prompt in a task whose user has no tools (`user_tools: []`), as "
+        "user_prompt (`muactl import tau2` writes τ²'s, whose guidelines then leave out its tool rules); default: "
+        "user_prompt.")
     user_stop: list[str] = Field(
         default_factory=list, description="Phrases that end the conversation as ###STOP### does when an LLM user's "
         "message contains them (ACEBench's 'finish conversation'); removed from the message the agent sees.")
@@ -643,6 +647,9 @@ class Task(Strict):
     tools: list[str] | None = Field(
         None, description="The agent's tools in this task, in place of all the domain's agent tools (BFCL's involved "
         "classes' functions, less its excluded ones): the others are not shown, and a call to one is an unknown tool.")
+    user_tools: list[str] | None = Field(
+        None, description="The user's tools in this task, in place of all the domain's user tools (τ²-bench's task "
+        "user_tools): the simulator is given only these; [] gives it none (and the domain's user_prompt_no_tools).")
     agent_context: str | None = Field(
         None, description="Text put where the domain's policy says {context}, for this task only (τ²-bench "
         "banking_knowledge's golden retrieval, `import tau2 --retrieval golden`: the task's required documents); "
