@@ -206,6 +206,8 @@ class Param(Strict):
     required: bool | None = Field(
         None, description="Whether the model must pass it. Default: true, unless a default is given."
     )
+    nullable: bool = Field(False, description="null is a value too (an Optional argument of a ported Python tool, "
+                           "which a model may pass as null).")
 
     def is_required(self) -> bool:
         if self.required is not None:
@@ -213,7 +215,7 @@ class Param(Strict):
         return "default" not in self.model_fields_set
 
     def json_schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type}
+        out: dict[str, Any] = {"type": [self.type, "null"] if self.nullable else self.type}
         for key in ("description", "enum", "pattern", "minimum", "maximum"):
             value = getattr(self, key)
             if value is not None:
