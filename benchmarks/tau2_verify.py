@@ -105,11 +105,12 @@ def print_rewards(r: dict | None) -> None:
 
 
 def oracle_score(opened) -> float:
-    """Mean reward of `muactl eval --agent oracle --user scripted --split all` (a run folder in the temp dir)."""
+    """Mean reward of `muactl eval --agent oracle --user scripted --split all --max-turns 60` (a run folder in the
+    temp dir): banking_knowledge's longest gold path has 37 calls, over eval's default of 24 agent turns."""
     from muactl.eval.config import EvalConfig
     from muactl.eval.evaluate import run_eval
 
-    _, summary = run_eval(EvalConfig(domain=opened.spec.domain.name, split="all"), opened=opened)
+    _, summary = run_eval(EvalConfig(domain=opened.spec.domain.name, split="all", max_turns=60), opened=opened)
     return summary["avg_reward"]
 
 
