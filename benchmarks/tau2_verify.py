@@ -137,7 +137,9 @@ def main() -> None:
               f"{r['oracle']:6.2f} {r['yaml_lines']:10} {r['py_lines']:11}")
         if r["probes"]:
             print(f"{'':8} + {r['probes']} calls off the gold paths (τ²'s tools probed after the setup): "
-                  f"{pct(r['probe_same'], r['probes'])} same error/output")
+                  f"{pct(r['probe_same'], r['probes'])} same error/output"
+                  + (f" ({r['probe_flag_differs']} of them a text in τ², an error of that text in muactl)"
+                     if r["probe_flag_differs"] else ""))
         for line in r["mismatches"][:10]:
             print("   ", line)
         print_rewards(r["rewards"])

@@ -278,8 +278,10 @@ class Environment:
         if tool is None or not is_discoverable(tool):
             return ToolResult(f"Error: Unknown agent tool '{name}'. This tool is not available.", error=True)
         if name not in self.unlocked:
-            return ToolResult(f"Error: Tool '{name}' has not been unlocked. You must first unlock it before calling "
-                              "it.", error=True)
+            unlock = next((t.name for t in self.domain.tools.values() if t.kind == "builtin"
+                           and t.spec.builtin == "unlock"), "the unlock tool")
+            return ToolResult(f"Error: Tool '{name}' has not been unlocked. You must first use `{unlock}` to unlock this "
+                              "tool before calling it.", error=True)
         try:
             args = json.loads(arguments) if arguments.strip() else {}
         except (ValueError, RecursionError) as e:

@@ -917,7 +917,7 @@ def verify(opened, truth: dict) -> dict[str, Any]:
 
     by_id = {t.task.id: t for t in opened.tasks}
     n_tasks = db_same = 0
-    n_calls = error_same = output_same = n_outputs = n_probes = probe_same = 0
+    n_calls = error_same = output_same = n_outputs = n_probes = probe_same = probe_flag_differs = 0
     mismatches: list[str] = []
     for raw_id, rec in truth["tasks"].items():
         t = by_id.get(task_id(raw_id))
@@ -962,12 +962,16 @@ def verify(opened, truth: dict) -> dict[str, Any]:
                 for (_, name, args), (error, output) in zip(PROBES[truth["domain"]], rec["probes"]):
                     got = env.call(name, args)
                     n_probes += 1
-                    if got.error and got.content == error or not got.error and output_digest(got.content) == output:
+                    # the text the model reads; banking_knowledge's τ² answers its builtins' refusals (an unknown
+                    # or locked tool) with a text, muactl's builtins with an error of the same text (counted apart)
+                    if (got.content == error) if error is not None else (output_digest(got.content) == output):
                         probe_same += 1
+                        probe_flag_differs += got.error != (error is not None)
                     else:
                         mismatches.append(f"task {raw_id} probe {name}({args}): {got.content[:120]!r} differs from τ²'s")
             finally:
                 env.close()
     return {"tasks": n_tasks, "db_same": db_same, "calls": n_calls, "error_same": error_same,
             "outputs": n_outputs, "output_same": output_same, "probes": n_probes, "probe_same": probe_same,
+            "probe_flag_differs": probe_flag_differs,
             "mismatches": mismatches}
