@@ -82,13 +82,15 @@ def reward_agreement(opened, checkout: Path, domain: str) -> dict | None:
     """`scoring: tau2` against τ²'s evaluator on the trajectories recorded in tests/data/tau2/<domain>_rewards.json
     (benchmarks/tau2_reward_record.py); None when none are recorded."""
     from muactl.episode.tau2_scoring import agreement
-    from muactl.importers.tau2_input import read_tasks
+    from muactl.importers.tau2 import BANKING
+    from muactl.importers.tau2_input import read_task_folder, read_tasks
 
     path = ROOT / "tests" / "data" / "tau2" / f"{domain}_rewards.json"
     if not path.is_file():
         return None
-    tasks_json = checkout / "data" / "tau2" / "domains" / domain / "tasks.json"
-    return agreement(opened, read_tasks(checkout, tasks_json), json.loads(path.read_text()))
+    folder = checkout / "data" / "tau2" / "domains" / domain
+    raw = read_task_folder(checkout, folder / "tasks") if domain == BANKING else read_tasks(checkout, folder / "tasks.json")
+    return agreement(opened, raw, json.loads(path.read_text()))
 
 
 def print_rewards(r: dict | None) -> None:
