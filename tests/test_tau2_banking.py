@@ -29,7 +29,7 @@ def imported(retrieval: str = "bm25"):
     r = runner.invoke(app, ["import", "tau2", str(FAKE), "--domain", "banking_knowledge", "--retrieval", retrieval])
     assert r.exit_code == 0, r.output
     # a task whose gold path needs a tool not ported yet is left out, and said so
-    assert "task 'task_003' left out: its gold path calls order_debit_card_5739, not ported yet" in r.output
+    assert "task 'task_003' left out: its gold path calls get_atm_deposit_images_8473, not ported yet" in r.output
     assert "(2 test)" in r.output
     name = "tau2-banking_knowledge" + ("-golden" if retrieval == "golden" else "")
     return validate_domain(name)  # every gold path replays
