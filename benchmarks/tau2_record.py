@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from muactl.importers.tau2_truth import (PROBE_EVERY, PROBES, changed_records, output_digest,  # noqa: E402
                                         schema_digest, tau2_hash, text_digest)
 
-DOMAINS = ("retail", "airline", "telecom", "mock")
+DOMAINS = ("retail", "airline", "telecom", "mock", "banking_knowledge")
+BANKING = "banking_knowledge"  # τ³: tools built per task (golden retrieval's prompt, the read-log allowlist)
 
 
 def load_tau2(checkout: Path) -> None:
@@ -65,7 +66,7 @@ def record(domain: str) -> dict:
     out = {}
 
     def prepared(task):
-        env = mod.get_environment()
+        env = banking_env(mod, task) if domain == BANKING else mod.get_environment()
         init = task.initial_state
         env.set_state(init.initialization_data if init else None,
                       init.initialization_actions if init else None, (init.message_history or []) if init else [])
@@ -84,6 +85,8 @@ def record(domain: str) -> dict:
         for i, action in enumerate(crit.actions or [] if crit else []):
             actions.append(result(env, i, action.name, action.arguments, action.requestor))
         after, user_after = dump(env.tools), dump(env.user_tools)
+        if domain == BANKING:  # one database, which the user's tools share
+            user_after = None
         entry = {"db_hash": tau2_hash(after), "changed": changed_records(before, after), "actions": actions}
         if user_after is not None:
             entry["user_db_hash"] = tau2_hash(user_after)
@@ -96,6 +99,50 @@ def record(domain: str) -> dict:
                                (result(env, i, name, args, req) for i, (req, name, args) in enumerate(PROBES[domain]))]
         out[task.id] = entry
     return out
+
+
+def banking_env(mod, task, variant: str = "golden_retrieval"):
+    """banking_knowledge's environment as τ²'s runner builds it for a task (runner/build.py): the read
+    discoverable tools of the task's gold path are logged to agent_discoverable_tools when called. The
+    golden_retrieval variant needs no retrieval index (the tools are the same in every variant but KB_search).
+    The allowlist is derived as runner/build.py's _derive_read_log_allowlist does (that module imports τ²'s
+    whole runner, rich and litellm included)."""
+    crit = task.evaluation_criteria
+    allow = {(a.arguments or {}).get("agent_tool_name") for a in (crit.actions or [] if crit else [])
+             if a.name == "call_discoverable_agent_tool"} - {None}
+    return mod.get_environment(retrieval_variant=variant, task=task, read_log_allowlist=allow)
+
+
+def record_seen_banking() -> dict:
+    """banking_knowledge's: the bm25 variant's agent prompt and tools (KB_search; its index is not built, so
+    rank_bm25 is not needed), the golden_retrieval variant's agent prompt per task, the user's prompt per task
+    with the task's user tools."""
+    import importlib
+
+    from tau2.agent.llm_agent import LLMAgent
+    from tau2.domains.banking_knowledge import retrieval
+    from tau2.domains.banking_knowledge.retrieval_toolkits import KnowledgeToolsWithKBSearch
+    from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE
+    from tau2.user.user_simulator import UserSimulator
+
+    mod = importlib.import_module("tau2.domains.banking_knowledge.environment")
+    kb = mod.get_knowledge_base()
+    tools = list(KnowledgeToolsWithKBSearch(mod.get_db(), None).get_tools().values())
+    policy = retrieval.build_policy(retrieval.resolve_variant("bm25"), kb)
+    agent = LLMAgent(tools=tools, domain_policy=policy, llm="none")
+    users, golden = {}, {}
+    for task in mod.get_tasks():
+        env = banking_env(mod, task)
+        golden[task.id] = text_digest(LLMAgent(tools=env.get_tools(), domain_policy=env.get_policy(),
+                                               llm="none").system_prompt)
+        user = UserSimulator(llm="none", instructions=str(task.user_scenario),
+                             tools=env.get_user_tools(include=task.user_tools) or None)
+        users[task.id] = text_digest(user.system_prompt)
+    env = banking_env(mod, mod.get_tasks()[0])
+    return {"agent_prompt": text_digest(agent.system_prompt), "greeting": text_digest(DEFAULT_FIRST_AGENT_MESSAGE.content),
+            "agent_tools": [[t.name, schema_digest(t.openai_schema)] for t in tools],
+            "user_tools": [[t.name, schema_digest(t.openai_schema)] for t in env.get_user_tools()],
+            "user_prompts": users, "golden_agent_prompts": golden}
 
 
 def record_seen(domain: str) -> dict:
@@ -144,7 +191,8 @@ def main() -> None:
         path.write_text(json.dumps({"domain": domain, "tau2_commit": "a2c0247", "tasks": tasks}, indent=1) + "\n")
         seen = args.out / "seen" / f"{domain}.json"
         seen.parent.mkdir(exist_ok=True)
-        seen.write_text(json.dumps({"domain": domain, "tau2_commit": "a2c0247", **record_seen(domain),
+        seen_now = record_seen_banking() if domain == BANKING else record_seen(domain)
+        seen.write_text(json.dumps({"domain": domain, "tau2_commit": "a2c0247", **seen_now,
                                     "outputs": outputs}, indent=1) + "\n")
         n_err = sum(a["error"] is not None for t in tasks.values() for a in t["actions"])
         print(f"{domain}: {len(tasks)} tasks, {sum(len(t['actions']) for t in tasks.values())} gold actions "

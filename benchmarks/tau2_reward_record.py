@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from muactl.importers.tau2_trajectories import trajectories  # noqa: E402
 
-DOMAINS = ("retail", "airline", "telecom", "mock")
+DOMAINS = ("retail", "airline", "telecom", "mock", "banking_knowledge")
+BANKING = "banking_knowledge"
 EVERY = 1  # the recorded files hold every task of each domain
 STOP, TRANSFER = "###STOP###", "###TRANSFER###"
 
@@ -60,12 +61,23 @@ def load_tau2(checkout: Path, source: Path | None = None) -> None:
     logger.add(sys.stderr, level="WARNING")
 
 
-def play(mod, task, trajectory: dict):
+def env_kwargs(domain: str, task) -> dict:
+    """What τ²'s runner gives banking_knowledge's environment for a task (runner/build.py): its retrieval
+    configuration (golden: no index to build) and the read-log allowlist of its gold path."""
+    if domain != BANKING:
+        return {}
+    crit = task.evaluation_criteria
+    allow = {(a.arguments or {}).get("agent_tool_name") for a in (crit.actions or [] if crit else [])
+             if a.name == "call_discoverable_agent_tool"} - {None}
+    return {"retrieval_variant": "golden_retrieval", "task": task, "read_log_allowlist": allow}
+
+
+def play(mod, task, trajectory: dict, kwargs: dict | None = None):
     """The trajectory as τ²'s messages, each call answered by τ²'s environment; with its termination."""
     from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
     from tau2.data_model.simulation import TerminationReason
 
-    env = mod.get_environment()
+    env = mod.get_environment(**(kwargs or {}))
     init = task.initial_state
     # a task's message_history opens τ²'s conversation (mock): its calls are replayed, its messages are the
     # trajectory's first, as in τ²'s simulation
@@ -110,20 +122,26 @@ def record(checkout: Path, domain: str, every: int = 1, limit: int | None = None
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     mod = importlib.import_module(f"tau2.domains.{domain}.environment")
-    raw = {t["id"]: t for t in json.loads((checkout / "data" / "tau2" / "domains" / domain / "tasks.json").read_text())}
-    probe = mod.get_environment()
-    out = {}
+    folder = checkout / "data" / "tau2" / "domains" / domain
+    if domain == BANKING:  # its get_tasks reads tasks/task_*.json
+        raw = {t["id"]: t for t in (json.loads(p.read_text()) for p in sorted((folder / "tasks").glob("task_*.json")))}
+    else:
+        raw = {t["id"]: t for t in json.loads((folder / "tasks.json").read_text())}
     base = mod.get_tasks(task_split_name="base")
+    probe = mod.get_environment(**env_kwargs(domain, base[0]))
+    out = {}
     chosen = [t for i, t in enumerate(base) if (every > 0 and i % every == 0)
               or communicating and t.evaluation_criteria and t.evaluation_criteria.communicate_info]
     for task in chosen[:limit]:
         rows = []
+        kwargs = env_kwargs(domain, task)
         for traj in trajectories(raw[task.id], probe._is_mutating_tool):
-            messages, reason = play(mod, task, traj)
+            messages, reason = play(mod, task, traj, kwargs)
             sim = SimulationRun(id=traj["digest"], task_id=task.id, start_time="", end_time="", duration=0.0,
                                 termination_reason=reason, messages=messages)
             try:
-                info = evaluate_simulation(sim, task, EvaluationType.ALL, solo_mode=False, domain=domain)
+                info = evaluate_simulation(sim, task, EvaluationType.ALL, solo_mode=False, domain=domain,
+                                           env_kwargs=kwargs)
             except Exception as e:  # τ²'s evaluator itself fails (mock: an env assertion on a task never made)
                 rows.append({"kind": traj["kind"], "digest": traj["digest"], "error": type(e).__name__})
                 continue

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-DOMAINS = ["retail", "airline", "telecom", "mock"]
+DOMAINS = ["retail", "airline", "telecom", "mock", "banking_knowledge"]
 
 
 def code_lines(path: Path) -> int:
@@ -53,6 +53,7 @@ def run(checkout: Path, domain: str) -> dict:
                                                       .read_text())))
             row["oracle"] = oracle_score(opened)
             row["rewards"] = reward_agreement(opened, checkout, domain)
+            row["golden"] = golden_prompts(checkout, domain, Path(tmp))
         finally:
             os.chdir(old)
     tools_py = checkout / "src" / "tau2" / "domains" / domain / "tools.py"
@@ -64,17 +65,32 @@ def run(checkout: Path, domain: str) -> dict:
     return row
 
 
+def golden_prompts(checkout: Path, domain: str, project: Path) -> tuple[int, int] | None:
+    """banking_knowledge imported again with --retrieval golden: its per-task agent prompts against τ²'s."""
+    from muactl.domain.validate import validate_domain
+    from muactl.importers.tau2 import BANKING, import_tau2
+    from muactl.importers.tau2_seen import same_golden_prompts
+
+    if domain != BANKING:
+        return None
+    import_tau2(checkout, domain, project, retrieval="golden")
+    seen = json.loads((ROOT / "tests" / "data" / "tau2" / "seen" / f"{domain}.json").read_text())
+    return same_golden_prompts(validate_domain(f"tau2-{domain}-golden"), seen["golden_agent_prompts"], [])
+
+
 def reward_agreement(opened, checkout: Path, domain: str) -> dict | None:
     """`scoring: tau2` against τ²'s evaluator on the trajectories recorded in tests/data/tau2/<domain>_rewards.json
     (benchmarks/tau2_reward_record.py); None when none are recorded."""
     from muactl.episode.tau2_scoring import agreement
-    from muactl.importers.tau2_input import read_tasks
+    from muactl.importers.tau2 import BANKING
+    from muactl.importers.tau2_input import read_task_folder, read_tasks
 
     path = ROOT / "tests" / "data" / "tau2" / f"{domain}_rewards.json"
     if not path.is_file():
         return None
-    tasks_json = checkout / "data" / "tau2" / "domains" / domain / "tasks.json"
-    return agreement(opened, read_tasks(checkout, tasks_json), json.loads(path.read_text()))
+    folder = checkout / "data" / "tau2" / "domains" / domain
+    raw = read_task_folder(checkout, folder / "tasks") if domain == BANKING else read_tasks(checkout, folder / "tasks.json")
+    return agreement(opened, raw, json.loads(path.read_text()))
 
 
 def print_rewards(r: dict | None) -> None:
@@ -91,11 +107,12 @@ def print_rewards(r: dict | None) -> None:
 
 
 def oracle_score(opened) -> float:
-    """Mean reward of `muactl eval --agent oracle --user scripted --split all` (a run folder in the temp dir)."""
+    """Mean reward of `muactl eval --agent oracle --user scripted --split all --max-turns 60` (a run folder in the
+    temp dir): banking_knowledge's longest gold path has 37 calls, over eval's default of 24 agent turns."""
     from muactl.eval.config import EvalConfig
     from muactl.eval.evaluate import run_eval
 
-    _, summary = run_eval(EvalConfig(domain=opened.spec.domain.name, split="all"), opened=opened)
+    _, summary = run_eval(EvalConfig(domain=opened.spec.domain.name, split="all", max_turns=60), opened=opened)
     return summary["avg_reward"]
 
 
@@ -122,7 +139,9 @@ def main() -> None:
               f"{r['oracle']:6.2f} {r['yaml_lines']:10} {r['py_lines']:11}")
         if r["probes"]:
             print(f"{'':8} + {r['probes']} calls off the gold paths (τ²'s tools probed after the setup): "
-                  f"{pct(r['probe_same'], r['probes'])} same error/output")
+                  f"{pct(r['probe_same'], r['probes'])} same error/output"
+                  + (f" ({r['probe_flag_differs']} of them a text in τ², an error of that text in muactl)"
+                     if r["probe_flag_differs"] else ""))
         for line in r["mismatches"][:10]:
             print("   ", line)
         print_rewards(r["rewards"])
@@ -140,6 +159,8 @@ def print_seen(rows: list[dict]) -> None:
               f"{frac(r['agent_schemas_same'], r['agent_schemas']):>13} {frac(r['user_schemas_same'], r['user_schemas']):>12} "
               f"{'same' if r['agent_prompt_same'] else 'differs':>12} {frac(r['user_prompts_same'], r['user_prompts']):>12} "
               f"{'same' if r['greeting_same'] else 'differs':>8}")
+        if r.get("golden"):
+            print(f"{'':8} --retrieval golden: agent prompts (the task's documents) same bytes {frac(*reversed(r['golden']))}")
         for line in r["seen_mismatches"][:12]:
             print("   ", line)
 

@@ -99,8 +99,9 @@ MAX_TAU2_JSON_BYTES = 32 * 1024 * 1024  # db.json, tasks.json, split_tasks.json
 MAX_TAU2_JSON_VALUES = 2_000_000
 MAX_TAU2_TOML_BYTES = 1024 * 1024  # telecom's db.toml and user_db.toml (Python's TOML parser: ~1 s per MiB)
 # tools.py / user_tools.py, read with `ast` (never run) for their docstrings: a worst-case file of tiny
-# statements (`a;a;a;...`) becomes ~900 bytes of syntax tree per byte, ~120 MB at this limit
-MAX_TAU2_SOURCE_BYTES = 128 * 1024
+# statements (`a;a;a;...`) becomes ~900 bytes of syntax tree per byte, ~230 MB at this limit (banking_knowledge's
+# tools.py, both its toolkits, is 189 KB)
+MAX_TAU2_SOURCE_BYTES = 256 * 1024
 MAX_TAU2_RECORDS = 100_000  # database records, all tables together (airline: 2,800)
 MAX_TAU2_TASKS = 10_000  # tasks in tasks.json
 MAX_TAU2_CALLS = 20_000  # setup and gold calls of the imported tasks, all together (each is replayed once)

@@ -33,7 +33,7 @@ FAKE = DATA / "checkout"
 CHECKOUT = os.environ.get("TAU2_BENCH")
 TAU2_PYTHON = os.environ.get("TAU2_PYTHON")
 needs_tau2 = pytest.mark.skipif(not CHECKOUT, reason="set TAU2_BENCH to a τ²-bench checkout to import its data")
-DOMAINS = ("retail", "airline", "telecom", "mock")
+DOMAINS = ("retail", "airline", "telecom", "mock", "banking_knowledge")
 WIDE = {"COLUMNS": "200"}
 
 
@@ -49,7 +49,7 @@ def test_recorded_tau2_rewards_cover_every_rule_and_hold_no_tau2_data(domain):
     kinds = {r["kind"] for r in rows}
     assert kinds <= set(KINDS)
     assert kinds >= {"gold", "missing_write", "wrong_argument", "extra_write", "early_transfer", "empty", "max_turns"}
-    if domain != "telecom":  # telecom tasks communicate nothing
+    if domain not in ("telecom", "banking_knowledge"):  # their tasks communicate nothing
         assert {"omitted_info", "info_inside_words"} <= kinds
     # τ²'s own gold paths pay, but where they leave one of the task's env assertions false (mock)
     assert all(r["reward"] == 1.0 or False in r["env_assertions"] for r in rows if r["kind"] == "gold")
@@ -335,14 +335,15 @@ def test_nl_assertions_go_to_the_judge_with_tau2s_prompt_read_from_the_checkout(
 def test_scoring_tau2_equals_tau2s_evaluator_on_every_recorded_trajectory(domain, tmp_path, monkeypatch):
     from muactl.domain.open import open_domain
     from muactl.episode.tau2_scoring import agreement
-    from muactl.importers.tau2_input import read_tasks
+    from muactl.importers.tau2_input import read_task_folder, read_tasks
 
     checkout = Path(CHECKOUT).resolve()
     r = runner.invoke(app, ["import", "tau2", str(checkout), "--domain", domain, "--dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
     monkeypatch.chdir(tmp_path)
-    got = agreement(open_domain(f"tau2-{domain}"), read_tasks(checkout, checkout / f"data/tau2/domains/{domain}/tasks.json"),
-                    recorded(domain))
+    folder = checkout / f"data/tau2/domains/{domain}"  # banking_knowledge: τ²'s get_tasks reads tasks/task_*.json
+    raw = read_task_folder(checkout, folder / "tasks") if domain == "banking_knowledge" else read_tasks(checkout, folder / "tasks.json")
+    got = agreement(open_domain(f"tau2-{domain}"), raw, recorded(domain))
     assert got["mismatches"] == [] and got["same"] == got["trajectories"] == recorded(domain)["trajectories"]
 
 

@@ -25,7 +25,7 @@ DATA = Path(__file__).parent / "data" / "tau2"
 CHECKOUT = os.environ.get("TAU2_BENCH")
 # agent tools, user tools, tasks, gold calls, as τ² at a2c0247 has them
 SHAPES = {"retail": (16, 0, 114, 550), "airline": (14, 0, 50, 142), "telecom": (13, 30, 114, 516),
-          "mock": (4, 2, 10, 8)}
+          "mock": (4, 2, 10, 8), "banking_knowledge": (15, 6, 97, 955)}
 
 
 @pytest.mark.parametrize("domain", sorted(SHAPES))
@@ -261,11 +261,22 @@ def test_everything_shown_is_tau2s_bytes(domain, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["import", "tau2", CHECKOUT, "--domain", domain])
     assert r.exit_code == 0, r.output
-    got = verify_seen(validate_domain(f"tau2-{domain}"), json.loads((DATA / "seen" / f"{domain}.json").read_text()))
-    assert got["seen_mismatches"] == []
+    # banking_knowledge: the tasks whose gold paths need a tool not ported yet are left out (and said so)
+    left_out = {line.split("'")[1] for line in r.output.splitlines() if " left out: " in line}
+    seen = json.loads((DATA / "seen" / f"{domain}.json").read_text())
+    got = verify_seen(validate_domain(f"tau2-{domain}"), seen)
+    assert [m for m in got["seen_mismatches"] if m.split(":")[0].removeprefix("task ") not in left_out] == []
     agent, user, tasks, calls = SHAPES[domain]
+    calls -= sum(len(seen["outputs"][t]) for t in left_out)
     assert (got["outputs_bytes_same"], got["agent_schemas_same"], got["user_schemas_same"]) == (calls, agent, user)
-    assert got["user_prompts_same"] == tasks and got["agent_prompt_same"] and got["greeting_same"]
+    assert got["user_prompts_same"] == tasks - len(left_out) and got["agent_prompt_same"] and got["greeting_same"]
+    if domain == "banking_knowledge":  # τ²'s golden retrieval: each task's documents in its agent prompt
+        from muactl.importers.tau2_seen import same_golden_prompts
+
+        r = runner.invoke(app, ["import", "tau2", CHECKOUT, "--domain", domain, "--retrieval", "golden"])
+        assert r.exit_code == 0, r.output
+        golden = validate_domain(f"tau2-{domain}-golden")
+        assert same_golden_prompts(golden, seen["golden_agent_prompts"], []) == (tasks, tasks - len(left_out))
 
 
 def test_airline_reservation_flights_are_in_tau2s_field_order():

@@ -77,9 +77,13 @@ app.add_typer(import_app, name="import")
 @command("tau2", group=import_app)
 def import_tau2_cmd(
     checkout: Path = typer.Argument(..., help="A τ²-bench checkout (sierra-research/tau2-bench)."),
-    domain: str = typer.Option(..., "--domain", help="retail | airline | telecom | mock."),
+    domain: str = typer.Option(..., "--domain", help="retail | airline | telecom | mock | banking_knowledge."),
     directory: Path = typer.Option(Path("."), "--dir", help="Project folder to write domains/ and tasks/ into."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier import."),
+    retrieval: str = typer.Option("bm25", "--retrieval", help="banking_knowledge's retrieval configuration: bm25 "
+                                  "(KB_search over its documents, τ²'s bm25 prompt; domain tau2-banking_knowledge) or "
+                                  "golden (no search: each task's required documents in its system prompt, τ²'s "
+                                  "golden_retrieval; domain tau2-banking_knowledge-golden)."),
 ) -> None:
     """Import a τ²-bench domain: writes domains/tau2-DOMAIN/ (muactl's YAML tools, τ²'s data and policy)
     and tasks/tau2-DOMAIN/ (τ²'s tasks, split as in its split_tasks.json). The domain gets `scoring: tau2`:
@@ -91,7 +95,7 @@ def import_tau2_cmd(
     """
     from ..importers.tau2 import import_tau2
 
-    d, t, counts, notes = import_tau2(checkout, domain, directory, force)
+    d, t, counts, notes = import_tau2(checkout, domain, directory, force, retrieval)
     shown = ", ".join(f"{n} {s}" for s, n in counts.items())
     for note in notes:
         typer.echo(f"note: {note}", err=True)

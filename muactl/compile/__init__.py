@@ -47,11 +47,21 @@ class CompiledDomain:
             return bool(tool.spec.writes)
         return tool.kind == "python"
 
+    def system_prompt_for(self, task) -> str:
+        """The agent's system prompt in a task (a spec Task): the domain's, with the task's agent_context where
+        the policy says {context} when it has one."""
+        if task.agent_context is None:
+            return self.system_prompt
+        policy = self.spec.policy_text.replace("{context}", task.agent_context)
+        return agent_system_prompt(self.spec.domain.description, policy, self.spec.agent_prompt_text)
+
     def agent_tools(self) -> list[CompiledTool]:
         return [t for t in self.tools.values() if t.side == "agent" and not getattr(t.spec, "discoverable", False)]
 
-    def user_tools(self) -> list[CompiledTool]:
-        return [t for t in self.tools.values() if t.side == "user"]
+    def user_tools(self, task=None) -> list[CompiledTool]:
+        """The user's tools (in a task, a spec Task: those its user_tools names, when it names them)."""
+        mine = None if task is None else task.user_tools
+        return [t for t in self.tools.values() if t.side == "user" and (mine is None or t.name in mine)]
 
     def template_bytes(self) -> bytes:
         """The template, read once per process (read-only) with its change log added (changelog.py);

@@ -35,11 +35,14 @@ def user_system_prompt(spec, task) -> str:
     """The user simulator's system prompt for a task (a TaskSpec's model) of a domain (a DomainSpec): the
     domain's `user_prompt` with the task's scenario or instruction, or muactl's guidelines and the goal's sections."""
     domain, goal = spec.domain, task.user
-    if spec.user_prompt_text is not None:
+    template = spec.user_prompt_text
+    if task.user_tools == [] and spec.user_prompt_no_tools_text is not None:
+        template = spec.user_prompt_no_tools_text
+    if template is not None:
         fields = {"scenario": goal.scenario if goal.scenario is not None else goal_sections(goal),
                   "instruction": "\n".join(x.strip() for x in (goal.reason, goal.known, goal.unknown, goal.instructions) if x)}
         # one pass: a scenario that happens to contain "{instruction}" is left as written
-        return re.sub(r"\{(scenario|instruction)\}", lambda m: fields[m.group(1)], spec.user_prompt_text)
+        return re.sub(r"\{(scenario|instruction)\}", lambda m: fields[m.group(1)], template)
     persona = domain.personas.get(task.persona or "", "")
     parts = [spec.guidelines_text or DEFAULT_GUIDELINES, f"\n# Company\n{domain.description.strip()}"]
     if persona:

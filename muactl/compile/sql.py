@@ -55,11 +55,14 @@ def _parsed(text: Any) -> Any:
     return json.loads(text)
 
 
-def _py_json(text: Any) -> Any:
+def _py_json(text: Any, indent: Any = None) -> Any:
     # Python's json.dumps of the value (", " and ": " separators, non-ASCII as \uXXXX): what a Python
-    # tool that returns json.dumps(result) prints; NULL for text that is not JSON
+    # tool that returns json.dumps(result) prints; py_json(x, n) as json.dumps(result, indent=n) (n at most 8);
+    # NULL for text that is not JSON
+    if indent is not None and (type(indent) is not int or not 0 <= indent <= 8):
+        return None
     try:
-        return json.dumps(_parsed(text))
+        return json.dumps(_parsed(text), indent=indent)
     except (ValueError, RecursionError):
         return None
 
@@ -246,7 +249,7 @@ class _PySum:
 # SQLite's round() rounds half away from zero on the decimal text (round(2.675, 2) = 2.68); py_round is
 # Python's round on the binary float (2.67), which ports of Python tools need to reproduce their numbers.
 SQL_FUNCTIONS = {"py_round": (_py_round, -1), "py_number": (_py_number, 1), "calc": (_calc, 1),
-                 "py_json": (_py_json, 1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
+                 "py_json": (_py_json, -1), "py_str": (_py_str, 1), "py_equal": (_py_equal, 2),
                  "py_format": (_py_format, 2), "py_sha256": (_py_sha256, 1), "fts_any": (_fts_any, 1),
                  "py_mp_log": (_py_mp_log, 3), "py_decimal_sqrt": (_py_decimal_sqrt, 2), "py_pow": (_py_pow, 2),
                  "py_splitlines": (_py_splitlines, 1), "py_split": (_py_split, 1), "py_randint": (_py_randint, 2),

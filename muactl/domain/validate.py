@@ -53,6 +53,13 @@ def check_tasks(opened: Opened, replay: bool = True, dropped: set[tuple] = froze
                 for err in tool.argument_errors(args) if tool is not None else ():
                     problems.append(t.problem(path0 + (i, tool_name), f"arguments break {tool_name}'s schema: {err}"))
                     bad = True
+        for name in task.user_tools or ():  # the user's own tools in this task
+            tool = tools.get(name)
+            if name not in tools and ("tools", name) not in dropped:
+                problems.append(t.problem(("user_tools",), f"undefined tool '{name}'{hint(name, tools)}", word=name))
+            elif tool is not None and tool.side != "user":
+                problems.append(t.problem(("user_tools",), f"tool '{name}' is not the user's (side: {tool.side})",
+                                          word=name))
         named = [(("tools",), n) for n in task.tools or ()]
         named += [(("turns", k, "tools"), n) for k, turn in enumerate(task.turns) for n in turn.tools]
         for path, name in named:  # the task's own tools and those that appear at a turn: the agent's

@@ -232,7 +232,7 @@ class Environment:
         parameters = json.dumps(tool.shown or tool.parameters, ensure_ascii=False)
         text = unlock.spec.message or ("Tool unlocked: {name}\nDescription: {description}\nParameters: {parameters}")
         return ToolResult(text.replace("{name}", name).replace("{description}", tool.description)
-                          .replace("{parameters}", parameters))
+                          .replace("{parameters}", parameters).replace("{parameter_lines}", parameter_lines(tool)))
 
     def _merge(self, tool: CompiledTool, table: str, records: list[dict[str, Any]]) -> ToolResult:
         """Records merged by primary key (τ²'s initialization_data: fields replaced, new records added), in one
@@ -278,8 +278,10 @@ class Environment:
         if tool is None or not is_discoverable(tool):
             return ToolResult(f"Error: Unknown agent tool '{name}'. This tool is not available.", error=True)
         if name not in self.unlocked:
-            return ToolResult(f"Error: Tool '{name}' has not been unlocked. You must first unlock it before calling "
-                              "it.", error=True)
+            unlock = next((t.name for t in self.domain.tools.values() if t.kind == "builtin"
+                           and t.spec.builtin == "unlock"), "the unlock tool")
+            return ToolResult(f"Error: Tool '{name}' has not been unlocked. You must first use `{unlock}` to unlock this "
+                              "tool before calling it.", error=True)
         try:
             args = json.loads(arguments) if arguments.strip() else {}
         except (ValueError, RecursionError) as e:
@@ -495,6 +497,14 @@ def merge_statement(table: str, keys: list[str], columns: list[str]) -> str:
     conflict = ", ".join(f'"{k}"' for k in keys)
     action = f"DO UPDATE SET {update}" if update else "DO NOTHING"
     return f'INSERT INTO "{table}" ({cols}) VALUES ({params}) ON CONFLICT ({conflict}) {action}'
+
+
+def parameter_lines(tool: CompiledTool) -> str:
+    """A tool's parameters one per line, as τ²-bench banking_knowledge's unlock lists them:
+    `  - name: type (required|optional) - description` (optional: it has a default), or `  (no parameters)`."""
+    lines = [f"  - {name}: {p.type} ({'optional' if 'default' in p.model_fields_set else 'required'}) - "
+             f"{p.description or ''}" for name, p in tool.spec.params.items()]
+    return "\n".join(lines) or "  (no parameters)"
 
 
 def is_discoverable(tool: CompiledTool) -> bool:

@@ -72,10 +72,10 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     natural-language assertions). Never raises for agent, user, tool, judge or scoring failures."""
     seed = episode_seed(cfg.seed, task.task.id, trial)
     env = env or new_env(domain)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": domain.system_prompt_for(task.task)}]
     ctx = EpisodeContext(task, domain, env, messages,
                          [t.openai_schema() for t in domain.agent_tools()],
-                         [t.openai_schema() for t in domain.user_tools()], seed, trial)
+                         [t.openai_schema() for t in domain.user_tools(task.task)], seed, trial)
     if agent.keeps_tokens:
         ctx.trace = TokenTrace()
     ep = Episode(task.task.id, trial, seed, messages, "agent_error")

@@ -181,7 +181,7 @@ def play_trajectory(task, compiled, trajectory: dict):
 
     env = new_env(compiled)
     env.replay(task.task.setup)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": compiled.system_prompt}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": compiled.system_prompt_for(task.task)}]
     ep = Episode(task.task.id, 0, 0, messages, trajectory["end"])
     for n, step in enumerate(trajectory["steps"]):
         if "text" in step:
@@ -222,6 +222,16 @@ def comparable(reward: float, breakdown: dict[str, Any]) -> dict[str, Any]:
             **{k: checks.get(k) for k in ("db_match", "env_assertions", "actions", "communicate", "nl_assertions")}}
 
 
+def tau2_mutating(compiled):
+    """τ²'s mutates_state of a tool, by name: one that writes, and the unlock and call of discoverable tools
+    (banking_knowledge's unlock_discoverable_agent_tool and call_discoverable_agent_tool are state-changing in τ²)."""
+    def mutating(name: str) -> bool:
+        tool = compiled.tools.get(name)
+        return compiled.writes(name) or (tool is not None and tool.kind == "builtin"
+                                         and tool.spec.builtin in ("unlock", "call_unlocked"))
+    return mutating
+
+
 def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
     """Every recorded trajectory (tests/data/tau2/<domain>_rewards.json) scored by muactl's scoring: tau2 and by
     muactl's own reward, against τ²'s recorded reward and checks. NL assertions get the recorder's stub verdict
@@ -237,7 +247,7 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
     muactl_diffs: dict[str, int] = {}
     for tid, rows in records["tasks"].items():
         task = by_id.get(task_id(tid))
-        made = {t["kind"]: t for t in trajectories(raw[tid], opened.compiled.writes)} if tid in raw else {}
+        made = {t["kind"]: t for t in trajectories(raw[tid], tau2_mutating(opened.compiled))} if tid in raw else {}
         for row in rows:
             n += 1
             traj = made.get(row["kind"])

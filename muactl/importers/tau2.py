@@ -33,16 +33,27 @@ from ..errors import Problem, ScaffoldExists, SpecError, UsageError
 from ..env.sandbox import new_env
 from ..limits import MAX_POLICY_BYTES, MAX_TAU2_CALLS, MAX_TAU2_RECORDS, MAX_YAML_BYTES
 from .tau2_prompts import read_prompts, scenario_text
-from .tau2_schema import tau2_tool_schemas
-from .tau2_input import kind, read_json, read_python, read_splits, read_tasks, read_text, read_toml, task_id
+from .tau2_schema import TOOL_SOURCES, tau2_tool_schemas
+from .tau2_input import (kind, read_json, read_python, read_splits, read_task_folder, read_tasks, read_text, read_toml,
+                         task_id)
 
 HERE = Path(__file__).resolve().parent / "tau2_domains"
-DOMAINS = ("retail", "airline", "telecom", "mock")
+DOMAINS = ("retail", "airline", "telecom", "mock", "banking_knowledge")
+BANKING = "banking_knowledge"  # τ³: records kept whole, a knowledge base, tools unlocked by name (banking_knowledge.yaml)
 TRANSFER = "transfer_to_human_agents"
 # τ² data files per domain (db and policy differ for telecom)
 FILES = {"retail": ["db.json", "policy.md"], "airline": ["db.json", "policy.md"],
          "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md"],
-         "mock": ["db.json", "user_db.json", "policy.md"]}
+         "mock": ["db.json", "user_db.json", "policy.md"],
+         BANKING: ["db.json", "documents", "tasks", "prompts/classic_rag_bm25_no_grep.md", "prompts/required_docs.md"]}
+# banking_knowledge's retrieval configurations muactl reproduces (τ²'s names: bm25, golden_retrieval) -> prompt template
+RETRIEVALS = {"bm25": "classic_rag_bm25_no_grep.md", "golden": "required_docs.md"}
+# banking_knowledge's toolkits, in τ²'s order for its bm25 configuration (KnowledgeToolsWithKBSearch: the mixin's
+# KB_search first)
+BANKING_TOOLS = (("agent", "retrieval_mixins.py", "KBSearchMixin"), ("agent", "tools.py", "KnowledgeTools"),
+                 ("user", "tools.py", "KnowledgeUserTools"))
+# domains without split_tasks.json: every task is a test task
+NO_SPLITS = (BANKING,)
 # tables of the user's database kept by record key (telecom's phone is one-row tables without a key)
 USER_TABLES = {"mock": ("notifications",)}
 # telecom's user database: τ²'s model defaults for what user_db.toml leaves out (user_data_model.py)
@@ -62,14 +73,15 @@ DATETIMES = {"devices": ("activation_date", "last_esim_transfer_date"), "custome
 FIELD_ORDER = {"airline": {("reservations", "flights"): ("flight_number", "origin", "destination", "date", "price")}}
 
 
-def domain_name(domain: str) -> str:
-    return f"tau2-{domain}"
+def domain_name(domain: str, retrieval: str = "bm25") -> str:
+    return f"tau2-{domain}" + ("-golden" if retrieval == "golden" else "")
 
 
 def data_dir(checkout: Path, domain: str) -> Path:
     """The τ² domain's data folder; a clear error when the checkout is not a τ²-bench one."""
     folder = checkout / "data" / "tau2" / "domains" / domain
-    needed = ["tasks.json", "split_tasks.json", *FILES[domain]]
+    needed = [*([] if domain == BANKING else ["tasks.json"]), *([] if domain in NO_SPLITS else ["split_tasks.json"]),
+              *FILES[domain]]
     missing = [n for n in needed if not exists(folder / n)]
     if missing:
         raise UsageError(f"{checkout} is not a τ²-bench checkout with the {domain} domain: missing "
@@ -142,6 +154,51 @@ def tool_docs(tools_py: Path, checkout: Path | None = None) -> dict[str, tuple[s
     return out
 
 
+def discoverable_methods(root: Path, tools_py: Path, cls: str | None = None) -> list:
+    """The `@is_discoverable_tool` methods of tools.py (of the class `cls`), parsed, in definition order."""
+    import ast
+
+    out = []
+    for node in ast.walk(read_python(root, tools_py)):
+        if isinstance(node, ast.ClassDef) and cls in (None, node.name):
+            out += [f for f in node.body if isinstance(f, ast.FunctionDef) and any(
+                getattr(d.func if isinstance(d, ast.Call) else d, "id", None) == "is_discoverable_tool"
+                for d in f.decorator_list)]
+    return out
+
+
+def user_tool_catalog(root: Path, tools_py: Path) -> dict[str, dict]:
+    """banking_knowledge's user discoverable tools (the agent gives them, the user calls them by name) as rows
+    of the domain's user_tool_catalog: name, τ²'s description, its parameters and the required ones in order."""
+    docs = discoverable_docs(root, tools_py)
+    out = {}
+    for node in discoverable_methods(root, tools_py, "KnowledgeUserTools"):
+        names = [a.arg for a in node.args.args[1:]]
+        required = names[:len(names) - len(node.args.defaults)]
+        out[node.name] = {"name": node.name, "description": docs[node.name][0], "params": names, "required": required}
+    return out
+
+
+def discoverable_docs(root: Path, tools_py: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """banking_knowledge's discoverable tools' descriptions as τ²'s unlock shows them (its
+    parse_discoverable_tool_docstring: all of the docstring before `Args:`, a Returns section included when
+    there is no Args; each argument's text up to the end of its line): tool -> (description, {arg: text})."""
+    import ast
+    import re
+
+    out = {}
+    for node in discoverable_methods(root, tools_py):
+        doc = ast.get_docstring(node) or ""
+        parts = re.split(r"\n\s*Args:\s*\n", doc, maxsplit=1)
+        args = {}
+        if len(parts) > 1:
+            section = re.split(r"\n\s*Returns:\s*\n", parts[1], maxsplit=1)[0]
+            for m in re.finditer(r"^\s*(\w+)\s*(?:\(([^)]+)\))?\s*:\s*(.+?)$", section, re.MULTILINE):
+                args[m[1]] = m[3].strip()
+        out[node.name] = (parts[0].strip(), args)
+    return out
+
+
 def use_tau2_descriptions(domain_yaml: Path, docs: dict) -> None:
     """Replace the shipped short descriptions with τ²'s (comments and anchors kept)."""
     from ruamel.yaml import YAML
@@ -171,6 +228,8 @@ def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
+    from ..spec.models import BUILTIN_PARAM_NAMES
+
     yaml = YAML()
     yaml.width = 4096  # as use_tau2_descriptions
     data = yaml.load(domain_yaml.read_text())
@@ -183,7 +242,7 @@ def use_tau2_schemas(domain_yaml: Path, schemas: dict[str, list[dict]]) -> None:
         shown = schema["parameters"]
         params = tool.get("params") or {}
         if "builtin" in tool:
-            params = {"transfer": {"summary": None}, "think": {"thought": None}}.get(tool["builtin"], {})
+            params = dict.fromkeys(BUILTIN_PARAM_NAMES.get(tool["builtin"], ()))
         if set(shown.get("properties", {})) != set(params):
             continue
         tool["description"] = schema["description"]
@@ -255,12 +314,16 @@ def use_tau2_prompts(d: Path, prompts) -> None:
 
     (d / "agent_prompt.md").write_text(prompts.agent)
     (d / "user_prompt.md").write_text(prompts.user)
+    if prompts.user_no_tools is not None:
+        (d / "user_prompt_no_tools.md").write_text(prompts.user_no_tools)
     yaml = YAML()
     yaml.width = 4096  # as use_tau2_descriptions
     data = yaml.load((d / "domain.yaml").read_text())
     at = list(data).index("greeting") if "greeting" in data else len(data)
     data.insert(at, "agent_prompt", "agent_prompt.md", comment="τ²'s LLM agent's system prompt ({policy}: policy.md)")
     data.insert(at + 1, "user_prompt", "user_prompt.md", comment="τ²'s user simulator's ({scenario}: each task's user.scenario)")
+    if prompts.user_no_tools is not None:
+        data.insert(at + 2, "user_prompt_no_tools", "user_prompt_no_tools.md", comment="a task's whose user has no tools")
     data["greeting"] = prompts.greeting
     with open(d / "domain.yaml", "w") as f:
         yaml.dump(data, f)
@@ -272,6 +335,8 @@ def use_tau2_prompts(d: Path, prompts) -> None:
 def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
     """τ²'s database as table -> records, and the file each table comes from; telecom's also holds the
     user's phone (device, surroundings)."""
+    if domain == BANKING:
+        return banking_db(root, src), {"documents": src / "documents"}
     if domain != "telecom":
         db = read_json(root, src / "db.json")
         if not isinstance(db, dict):
@@ -306,6 +371,34 @@ def load_db(root: Path, src: Path, domain: str) -> tuple[dict, dict[str, Path]]:
     return db, dict.fromkeys(USER_DEFAULTS, src / "user_db.toml")
 
 
+def banking_db(root: Path, src: Path) -> dict:
+    """banking_knowledge's database (each table `{data: {key: record}, notes}`) as table -> records, with the
+    tables' notes (tau2_notes, part of τ²'s dump) and the knowledge base's documents (documents/*.json)."""
+    raw = read_json(root, src / "db.json")
+    if not isinstance(raw, dict):
+        raise SpecError.single(src / "db.json", f"expected an object of tables at the top level, found {kind(raw)}")
+    db, notes = {}, {}
+    for table, body in raw.items():
+        if not isinstance(body, dict) or not isinstance(body.get("data", {}), dict):
+            raise SpecError.single(src / "db.json", f"a table is an object with `data` (key -> record) and `notes`, found "
+                                                    f"{kind(body)}", key=table)
+        db[table] = body.get("data", {})
+        notes[table] = {"name": table, "notes": body.get("notes", "")}
+    db["tau2_notes"] = notes
+    docs = {}
+    files = sorted((src / "documents").glob("*.json"))
+    if len(files) > MAX_TAU2_RECORDS:
+        raise SpecError.single(src / "documents", f"{len(files):,} documents, over the limit of {MAX_TAU2_RECORDS:,} "
+                                                  "(MAX_TAU2_RECORDS)")
+    for path in files:
+        doc = read_json(root, path)
+        if not (isinstance(doc, dict) and all(isinstance(doc.get(k), str) for k in ("id", "title", "content"))):
+            raise SpecError.single(path, "a document is an object with the texts id, title and content")
+        docs[doc["id"]] = {"doc_id": doc["id"], "title": doc["title"], "content": doc["content"]}
+    db["documents"] = docs
+    return db
+
+
 def in_field_order(db: dict, orders: dict[tuple[str, str], tuple[str, ...]]) -> None:
     """Reorder the keys of nested records (a list of objects in a column) as τ²'s model dumps them; keys the
     model lacks stay after its own (seed_rows and the tables' checks judge the values)."""
@@ -318,10 +411,12 @@ def in_field_order(db: dict, orders: dict[tuple[str, str], tuple[str, ...]]) -> 
                                   for x in items]
 
 
-def policy_text(root: Path, src: Path, domain: str) -> str:
+def policy_text(root: Path, src: Path, domain: str, retrieval: str = "bm25") -> str:
     def read(name: str) -> str:
         return read_text(root, src / name, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
 
+    if domain == BANKING:  # golden retrieval: each task's documents where the policy says {context}
+        return banking_policy(root, src, RETRIEVALS[retrieval]).replace("{{required_documents}}", "{context}")
     if domain != "telecom":
         return read("policy.md")
     # as τ²'s telecom environment joins them (manual tech support policy)
@@ -333,6 +428,29 @@ def policy_text(root: Path, src: Path, domain: str) -> str:
     return text
 
 
+def banking_policy(root: Path, src: Path, template: str) -> str:
+    """τ²'s agent policy for a retrieval configuration: its prompt template with `{{component:NAME}}` replaced by
+    prompts/components/NAME.md, as τ²'s load_prompt_template does (bm25: KB_search, no grep)."""
+    import re
+
+    prompts = src / "prompts"
+
+    def read(path: Path) -> str:
+        return read_text(root, path, MAX_POLICY_BYTES, "MAX_POLICY_BYTES")
+
+    def component(match) -> str:
+        return read(prompts / "components" / f"{match.group(1)}.md")
+
+    text = re.sub(r"\{\{component:(\w+)\}\}", component, read(prompts / template))
+    if len(text.encode()) > MAX_POLICY_BYTES:
+        raise SpecError.single(prompts / template, f"with its components it makes a policy of {len(text.encode()):,} "
+                                                   f"bytes, over the {MAX_POLICY_BYTES:,}-byte limit (MAX_POLICY_BYTES)")
+    return text
+
+
+WHOLE = {"id", "record"}  # a table that keeps τ²'s records whole: the key, and the record as a json object
+
+
 def seed_rows(db: dict, tables: dict, source: Path, sources: dict[str, Path] | None = None) -> dict[str, list[dict]]:
     """τ²'s database (table -> id -> record, or table -> list of records) as rows of the declared columns
     (absent fields as null). `source` is the database file, `sources` the file of tables kept elsewhere."""
@@ -340,6 +458,8 @@ def seed_rows(db: dict, tables: dict, source: Path, sources: dict[str, Path] | N
     found = {}
     for table in tables:
         records = table_records(db, table)
+        if records is None and set(tables[table].columns) == WHOLE or not tables[table].state:
+            records = {} if records is None else records  # τ²'s model gives an absent table no records
         if not isinstance(records, dict):
             found_as = "" if records is None else f", found {kind(records)}"
             raise SpecError.single(sources.get(table, source), f"no '{table}' table (an object of records){found_as}; "
@@ -355,6 +475,9 @@ def seed_rows(db: dict, tables: dict, source: Path, sources: dict[str, Path] | N
             where = sources.get(table, source)
             if not isinstance(record, dict):
                 raise SpecError.single(where, f"a record must be an object, found {kind(record)}", key=f"{table}.{key}")
+            if set(columns) == WHOLE:
+                rows.append({"id": key, "record": record})
+                continue
             extra = set(record) - set(columns)
             if extra:
                 raise SpecError.single(where, f"fields muactl's tau2 tables do not have: {', '.join(sorted(extra))}",
@@ -377,6 +500,8 @@ def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
     from ..env.values import typed
 
     agent, user = {}, {}
+    if domain == BANKING:
+        return banking_dump(env), user
     for table, spec in env.domain.tables.items():
         cols = list(spec.columns)
         sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}" ORDER BY rowid'
@@ -396,6 +521,17 @@ def tau2_dump(env, domain: str = "retail") -> tuple[dict, dict]:
         else:
             agent[table] = {rec[spec.pk_columns()[0]]: rec for rec in records}
     return agent, user
+
+
+def banking_dump(env) -> dict:
+    """banking_knowledge's TransactionalDB as τ²'s model dumps it: table -> {data: key -> record, notes}."""
+    notes = dict(env.conn.execute("SELECT name, notes FROM tau2_notes"))
+    out = {}
+    for table, spec in env.domain.tables.items():
+        if set(spec.columns) == WHOLE:
+            rows = env.conn.execute(f'SELECT id, record FROM "{table}" ORDER BY rowid')
+            out[table] = {"data": {key: json.loads(record) for key, record in rows}, "notes": notes.get(table, "")}
+    return out
 
 
 # ---------------------------------------------------------------- tasks
@@ -426,6 +562,49 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
     out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
            "setup": setup, "expect": expect, "tags": ["tau2"]}
     return {k: v for k, v in out.items() if v not in (None, [], {})}
+
+
+def golden_documents(raw: dict, documents: dict) -> str:
+    """A task's required documents as τ²'s golden_retrieval puts them in its prompt (each found by title, else
+    by id; one not found is left out), or its text for none."""
+    by_title = {d["title"]: d for d in documents.values()}
+    found = [by_title.get(ref) or documents.get(ref) for ref in raw.get("required_documents") or []]
+    return "\n\n---\n\n".join(f"## {d['title']}\n\n{d['content']}" for d in found if d) or "(No documents provided)"
+
+
+def banking_task(task: dict, raw: dict) -> dict:
+    """What banking_knowledge's tasks need besides convert_task: initialization_data as update_records calls
+    (its tables hold `{data: records}`), the discoverable tools of the gold path whose reads are logged (τ²'s
+    runner derives read_log_allowlist so from the gold actions), and no expect.transfer (τ²'s transfer tool here
+    is a tool like the others: the conversation goes on)."""
+    init = (raw.get("initial_state") or {}).get("initialization_data") or {}
+    setup = [{"update_records": {"table": table, "records": (body or {}).get("data") or {}}}
+             for part in ("agent_data", "user_data") for table, body in (init.get(part) or {}).items()]
+    gold = (raw.get("evaluation_criteria") or {}).get("actions") or []
+    logged = sorted({(a.get("arguments") or {}).get("agent_tool_name") for a in gold
+                     if a["name"] == "call_discoverable_agent_tool"} - {None})
+    task["setup"] = setup + ([{"log_reads": {"tools": logged}}] if logged else [])
+    if not task["setup"]:
+        del task["setup"]
+    task.get("expect", {}).pop("transfer", None)
+    if raw.get("user_tools") is not None:
+        task["user_tools"] = list(raw["user_tools"])
+    return task
+
+
+def missing_tools(compiled, task: dict, given: set[str]) -> list[str]:
+    """The tools a task's gold path calls that the domain lacks (discoverable ones named by their unlock/call;
+    `given`: the user's discoverable tools, which call_discoverable_user_tool runs)."""
+    out = []
+    for call in task.get("expect", {}).get("actions", []):
+        (name, args), = ((k, v) for k, v in call.items() if k != "error")
+        if name in ("unlock_discoverable_agent_tool", "call_discoverable_agent_tool"):
+            name = (args or {}).get("agent_tool_name", name)
+        elif name in ("call_discoverable_user_tool", "give_discoverable_user_tool"):
+            name = (args or {}).get("discoverable_tool_name", name)
+        if name not in compiled.tools and name not in given and name not in out:
+            out.append(name)
+    return out
 
 
 def initialization_data_calls(data: dict | None) -> list[dict]:
@@ -494,6 +673,21 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[st
     return notes
 
 
+def ported_tasks(compiled, tasks: list[dict], given: set[str]) -> tuple[list[dict], list[str]]:
+    """banking_knowledge's tasks whose gold paths call only tools its YAML has (not all of τ²'s are ported
+    yet), and a note per task left out; the other domains' tasks all (refuse_unknown_tools refuses theirs)."""
+    if not compiled.name.startswith(domain_name(BANKING)):
+        return tasks, []
+    kept, notes = [], []
+    for t in tasks:
+        missing = missing_tools(compiled, t, given)
+        if missing:
+            notes.append(f"task {t['id']!r} left out: its gold path calls {', '.join(missing)}, not ported yet")
+        else:
+            kept.append(t)
+    return kept, notes
+
+
 def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
     expect = task.get("expect", {})
     for where, calls in (("initial_state.initialization_actions", task.get("setup", [])),
@@ -509,8 +703,8 @@ def refuse_unknown_tools(compiled, task: dict, tasks_json: Path) -> None:
 # ---------------------------------------------------------------- import
 
 
-def import_tau2(checkout: Path, domain: str, project: Path,
-                force: bool = False) -> tuple[Path, Path, dict[str, int], list[str]]:
+def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False,
+                retrieval: str = "bm25") -> tuple[Path, Path, dict[str, int], list[str]]:
     """Write domains/tau2-<domain>/ and tasks/tau2-<domain>/ under `project`. Returns both folders, the
     number of tasks per split and notes on what of τ²'s tasks was left out (mark_failing_calls). Every file of the checkout is read and checked first; nothing is
     left half-written: both folders are built aside, then moved."""
@@ -518,9 +712,12 @@ def import_tau2(checkout: Path, domain: str, project: Path,
 
     if domain not in DOMAINS:
         raise UsageError(f"unknown τ² domain '{domain}'; choose one of {', '.join(DOMAINS)}")
+    if retrieval not in RETRIEVALS or retrieval != "bm25" and domain != BANKING:
+        raise UsageError(f"--retrieval {retrieval}: banking_knowledge's configurations are {', '.join(RETRIEVALS)}; "
+                         "the other domains have no documents")
     yaml_path = shipped_yaml(domain)
     src = data_dir(checkout, domain)
-    name = domain_name(domain)
+    name = domain_name(domain, retrieval)
     dest_domain, dest_tasks = project / "domains" / name, project / "tasks" / name
     refuse_builtin_write(dest_domain)
     existing = [p for p in (dest_domain, dest_tasks) if p.exists()]
@@ -528,14 +725,22 @@ def import_tau2(checkout: Path, domain: str, project: Path,
         raise ScaffoldExists(f"{existing[0]} exists; pass --force to replace it")
     root = checkout.resolve()
     db, sources = load_db(root, src, domain)
-    raw_tasks = read_tasks(root, src / "tasks.json")
-    splits = read_splits(root, src / "split_tasks.json")
-    policy = policy_text(root, src, domain)
     code = checkout / "src" / "tau2" / "domains" / domain
-    docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root)}
-    schemas = tau2_tool_schemas(root, code)
+    if domain == BANKING:
+        db["user_tool_catalog"] = user_tool_catalog(root, code / "tools.py")
+    tasks_file = src / ("tasks" if domain == BANKING else "tasks.json")  # banking_knowledge: τ²'s get_tasks reads the folder
+    raw_tasks = read_task_folder(root, tasks_file) if domain == BANKING else read_tasks(root, tasks_file)
+    splits = {} if domain in NO_SPLITS else read_splits(root, src / "split_tasks.json")
+    policy = policy_text(root, src, domain, retrieval)
+    docs = {**tool_docs(code / "user_tools.py", root), **tool_docs(code / "tools.py", root),
+            **({**tool_docs(code / "retrieval_mixins.py", root), **discoverable_docs(root, code / "tools.py")}
+               if domain == BANKING else {})}
+    schemas = tau2_tool_schemas(root, code, BANKING_TOOLS if domain == BANKING else TOOL_SOURCES)
     prompts = read_prompts(root, checkout, user_has_tools=bool(schemas["user"]))
-    tasks = chosen_tasks(raw_tasks, splits, src / "tasks.json")
+    if prompts is not None and domain == BANKING:  # its tasks give the user their own tools, some none
+        prompts.user_no_tools = read_prompts(root, checkout, user_has_tools=False).user
+    tasks = chosen_tasks(raw_tasks, splits, tasks_file, domain,
+                         db["documents"] if retrieval == "golden" else None)
     judge = tau2_judge_prompt(root, checkout / "src" / "tau2" / "evaluator" / "evaluator_nl_assertions.py")
     with tempfile.TemporaryDirectory(dir=project) as tmp:
         stage = Path(tmp)
@@ -543,12 +748,13 @@ def import_tau2(checkout: Path, domain: str, project: Path,
                   **{f"data/{t}.jsonl": sources.get(t, src / FILES[domain][0]) for t in db}}
         try:
             compiled = stage_domain(stage / "domain", yaml_path, policy, docs, schemas, prompts, db,
-                                    src / FILES[domain][0], sources, judge=judge)
+                                    src / FILES[domain][0], sources, judge=judge, name=name)
         except SpecError as e:  # the shipped YAML and this checkout's data disagree: say where, write nothing
             raise from_checkout(e, stage / "domain", origin, db) from None
-        notes = mark_failing_calls(compiled, tasks, src / "tasks.json")
+        tasks, left_out = ported_tasks(compiled, tasks, set(db.get("user_tool_catalog") or {}))
+        notes = left_out + mark_failing_calls(compiled, tasks, tasks_file)
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
-        counts = stage_tasks(stage / "tasks", tasks, header, src / "tasks.json")
+        counts = stage_tasks(stage / "tasks", tasks, header, tasks_file)
         for path in existing:
             shutil.rmtree(path)
         dest_domain.parent.mkdir(parents=True, exist_ok=True)
@@ -559,7 +765,7 @@ def import_tau2(checkout: Path, domain: str, project: Path,
 
 
 def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dict, prompts, db: dict,
-                 db_file: Path, sources: dict[str, Path], judge: dict[str, str] | None = None):
+                 db_file: Path, sources: dict[str, Path], judge: dict[str, str] | None = None, name: str | None = None):
     """domains/tau2-<domain>/ written into `d` and compiled: the shipped YAML with τ²'s descriptions and
     schemas, its prompts (when the checkout has them), τ²'s scoring, its policy, its database as seed files."""
     from ..compile import compile_domain
@@ -574,6 +780,8 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dic
     if prompts is not None:
         use_tau2_prompts(d, prompts)
     use_tau2_scoring(d / "domain.yaml", judge)
+    if name is not None and name.endswith("-golden"):
+        use_golden_retrieval(d / "domain.yaml", name)
     spec = load_domain(d)
     for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
         with open(d / "data" / f"{table}.jsonl", "w") as f:
@@ -584,6 +792,19 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dic
     if problems:
         raise SpecError(problems)
     return compile_domain(spec)
+
+
+def use_golden_retrieval(domain_yaml: Path, name: str) -> None:
+    """τ²'s golden_retrieval configuration: no search tool (the documents are in each task's prompt)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width = 4096  # as use_tau2_descriptions
+    data = yaml.load(domain_yaml.read_text())
+    data["name"] = name
+    del data["tools"]["KB_search"]
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
 
 
 def from_checkout(error: SpecError, staged: Path, origin: dict[str, Path], db: dict) -> SpecError:
@@ -608,13 +829,19 @@ def from_checkout(error: SpecError, staged: Path, origin: dict[str, Path], db: d
     return SpecError(out)
 
 
-def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json: Path) -> list[dict]:
+def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json: Path,
+                 domain: str | None = None, documents: dict | None = None) -> list[dict]:
     """τ²'s base set (all tasks when split_tasks.json has none) as muactl tasks, each with its split (train,
     test, or None when in neither list); at most MAX_TAU2_CALLS setup and gold calls in all."""
     split_of = {tid: s for s in ("train", "test") for tid in splits.get(s, [])}
     base = set(splits.get("base", [t["id"] for t in raw_tasks]))
     unsplit = "test" if not split_of else None  # no train/test lists (mock): the base set is what is evaluated
     tasks = [convert_task(t, split_of.get(t["id"], unsplit)) for t in raw_tasks if t["id"] in base]
+    if domain == BANKING:
+        tasks = [banking_task(t, raw) for t, raw in zip(tasks, (r for r in raw_tasks if r["id"] in base))]
+        if documents is not None:  # golden retrieval
+            for t, raw in zip(tasks, (r for r in raw_tasks if r["id"] in base)):
+                t["agent_context"] = golden_documents(raw, documents)
     calls = sum(len(t.get("setup", [])) + len(t.get("expect", {}).get("actions", [])) for t in tasks)
     if calls > MAX_TAU2_CALLS:
         raise SpecError.single(tasks_json, f"the imported tasks make {calls:,} setup and gold calls, over the limit "
@@ -624,37 +851,59 @@ def chosen_tasks(raw_tasks: list[dict], splits: dict[str, list[str]], tasks_json
 
 def stage_tasks(tdir: Path, tasks: list[dict], header: str, tasks_json: Path) -> dict[str, int]:
     """train.yaml, test.yaml and other.yaml (tasks in τ²'s base set but in neither list) written into
-    `tdir`, each a task file `muactl validate` reads (MAX_YAML_BYTES); the number of tasks per file."""
-    from pydantic import ValidationError
-
-    from ..domain.task_templates import write_tasks
-    from ..spec import models as m
-
+    `tdir`, each in parts that `muactl validate` reads (MAX_YAML_BYTES); the number of tasks per split."""
     counts: dict[str, int] = {}
     for split in ("train", "test", None):
         chosen = [t for t in tasks if t.get("split") == split]
         if not chosen:
             continue
-        file = tdir / f"{split or 'other'}.yaml"
-        docs = [{k: v for k, v in t.items() if k != "split"} for t in chosen]
-        size = len(json.dumps(docs, ensure_ascii=False).encode())  # YAML's block style is larger still
-        if size > MAX_YAML_BYTES:
-            raise SpecError.single(tasks_json, f"its {split or 'other'} tasks would make a task file of over {size:,} "
-                                               f"bytes, more than muactl reads ({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
-        specs = []
-        for doc in docs:
-            try:
-                specs.append(SimpleNamespace(task=m.Task.model_validate(doc)))
-            except ValidationError as e:
-                raise SpecError.single(tasks_json, f"task {doc['id']!r} does not make a muactl task: "
-                                                   f"{e.errors()[0]['msg']} at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
-        write_tasks(specs, file, header, width=MAX_YAML_BYTES)  # never folded: τ²'s texts hold tabs
-        if file.stat().st_size > MAX_YAML_BYTES:
-            raise SpecError.single(tasks_json, f"its {split or 'other'} tasks make a task file of "
-                                               f"{file.stat().st_size:,} bytes, more than muactl reads "
-                                               f"({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
+        for n, part in enumerate(file_parts(chosen)):
+            write_task_file(tdir, split, n, part, header, tasks_json)
         counts[split or "other"] = len(chosen)
     return counts
+
+
+def file_parts(tasks: list[dict]) -> list[list[dict]]:
+    """A split's tasks in parts of at most half MAX_YAML_BYTES as JSON each (YAML's block style is larger),
+    in order; a task larger than that alone is its own part (write_task_file refuses it)."""
+    parts: list[list[dict]] = [[]]
+    size = 0
+    for t in tasks:
+        mine = len(json.dumps(t, ensure_ascii=False).encode())
+        if parts[-1] and size + mine > MAX_YAML_BYTES // 2:
+            parts.append([])
+            size = 0
+        parts[-1].append(t)
+        size += mine
+    return parts
+
+
+def write_task_file(tdir: Path, split: str | None, n: int, chosen: list[dict], header: str, tasks_json: Path) -> None:
+    """One task file `muactl validate` reads (MAX_YAML_BYTES): <split>.yaml, its later parts <split>-<n+1>.yaml
+    (whose tasks say their split, which their file name does not)."""
+    from pydantic import ValidationError
+
+    from ..domain.task_templates import write_tasks
+    from ..spec import models as m
+
+    file = tdir / (f"{split or 'other'}.yaml" if n == 0 else f"{split or 'other'}-{n + 1}.yaml")
+    docs = [{k: v for k, v in t.items() if k != "split" or n and v is not None} for t in chosen]
+    size = len(json.dumps(docs, ensure_ascii=False).encode())  # YAML's block style is larger still
+    if size > MAX_YAML_BYTES:
+        raise SpecError.single(tasks_json, f"its {split or 'other'} tasks would make a task file of over {size:,} "
+                                           f"bytes, more than muactl reads ({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
+    specs = []
+    for doc in docs:
+        try:
+            specs.append(SimpleNamespace(task=m.Task.model_validate(doc)))
+        except ValidationError as e:
+            raise SpecError.single(tasks_json, f"task {doc['id']!r} does not make a muactl task: "
+                                               f"{e.errors()[0]['msg']} at {'.'.join(map(str, e.errors()[0]['loc']))}") from None
+    write_tasks(specs, file, header, width=MAX_YAML_BYTES)  # never folded: τ²'s texts hold tabs
+    if file.stat().st_size > MAX_YAML_BYTES:
+        raise SpecError.single(tasks_json, f"its {split or 'other'} tasks make a task file of "
+                                           f"{file.stat().st_size:,} bytes, more than muactl reads "
+                                           f"({MAX_YAML_BYTES:,}, MAX_YAML_BYTES)")
 
 
 # ---------------------------------------------------------------- verification against τ²'s own tools
@@ -668,7 +917,7 @@ def verify(opened, truth: dict) -> dict[str, Any]:
 
     by_id = {t.task.id: t for t in opened.tasks}
     n_tasks = db_same = 0
-    n_calls = error_same = output_same = n_outputs = n_probes = probe_same = 0
+    n_calls = error_same = output_same = n_outputs = n_probes = probe_same = probe_flag_differs = 0
     mismatches: list[str] = []
     for raw_id, rec in truth["tasks"].items():
         t = by_id.get(task_id(raw_id))
@@ -713,12 +962,16 @@ def verify(opened, truth: dict) -> dict[str, Any]:
                 for (_, name, args), (error, output) in zip(PROBES[truth["domain"]], rec["probes"]):
                     got = env.call(name, args)
                     n_probes += 1
-                    if got.error and got.content == error or not got.error and output_digest(got.content) == output:
+                    # the text the model reads; banking_knowledge's τ² answers its builtins' refusals (an unknown
+                    # or locked tool) with a text, muactl's builtins with an error of the same text (counted apart)
+                    if (got.content == error) if error is not None else (output_digest(got.content) == output):
                         probe_same += 1
+                        probe_flag_differs += got.error != (error is not None)
                     else:
                         mismatches.append(f"task {raw_id} probe {name}({args}): {got.content[:120]!r} differs from τ²'s")
             finally:
                 env.close()
     return {"tasks": n_tasks, "db_same": db_same, "calls": n_calls, "error_same": error_same,
             "outputs": n_outputs, "output_same": output_same, "probes": n_probes, "probe_same": probe_same,
+            "probe_flag_differs": probe_flag_differs,
             "mismatches": mismatches}

@@ -201,6 +201,8 @@ class Tau2Task(Tau2Shape):
     user_scenario: Tau2Scenario
     initial_state: Tau2State | None = None
     evaluation_criteria: Tau2Criteria | None = None
+    required_documents: list[str] | None = None  # banking_knowledge: the documents golden retrieval shows
+    user_tools: list[str] | None = None  # banking_knowledge: the user's tools in the task (None: all)
 
 
 def task_id(raw: str) -> str:
@@ -228,6 +230,26 @@ def read_tasks(root: Path, path: Path) -> list[dict]:
         raise SpecError([p for i, item, e in bad for p in shape_problems(
             path, f"[{i}]", e, at[i], f" (task {item['id']!r})" if isinstance(item, dict) and "id" in item else "")])
     check_ids(path, text, tasks)
+    return tasks
+
+
+def read_task_folder(root: Path, folder: Path) -> list[dict]:
+    """τ²'s tasks kept one per file (banking_knowledge's tasks/task_*.json, which its get_tasks reads; its
+    tasks.json is an older copy), in file name order, each checked as read_tasks checks them."""
+    files = sorted(folder.glob("task_*.json"))
+    if len(files) > MAX_TAU2_TASKS:
+        raise SpecError.single(folder, f"holds {len(files):,} tasks, over the limit of {MAX_TAU2_TASKS:,} (MAX_TAU2_TASKS)")
+    tasks, problems = [], []
+    for path in files:
+        item = read_json(root, path)
+        try:
+            tasks.append(Tau2Task.model_validate(item).model_dump())
+        except ValidationError as e:
+            problems += shape_problems(path, "", e, (1, 1))
+    if problems:
+        raise SpecError(problems)
+    text = json.dumps([t["id"] for t in tasks])  # check_ids points at the item: here, the task's place in order
+    check_ids(folder, text, tasks)
     return tasks
 
 

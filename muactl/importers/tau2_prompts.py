@@ -32,6 +32,7 @@ class Tau2Prompts:
     agent: str  # with {policy} where the policy goes
     user: str  # with {scenario} where the task's scenario goes
     greeting: str
+    user_no_tools: str | None = None  # the user's prompt in a task whose user has no tools (banking_knowledge)
 
 
 def read_prompts(root: Path, checkout: Path, user_has_tools: bool) -> Tau2Prompts | None:

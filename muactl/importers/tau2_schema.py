@@ -30,15 +30,20 @@ GENERICS = {"List": list, "list": list, "Dict": dict, "dict": dict, "Tuple": tup
 NO_EXTRA = "BaseModelNoExtra"  # τ²'s pydantic base with extra="forbid" (tau2/utils/pydantic_utils.py)
 
 
-def tau2_tool_schemas(root: Path, code: Path) -> dict[str, list[dict]]:
+# where a domain's tools are: (side, file of the domain folder, class; None: every class of the file)
+TOOL_SOURCES = (("agent", "tools.py", None), ("user", "user_tools.py", None))
+
+
+def tau2_tool_schemas(root: Path, code: Path, sources=TOOL_SOURCES) -> dict[str, list[dict]]:
     """'agent' and 'user' -> τ²'s OpenAI function schemas, in τ²'s order, from tools.py and user_tools.py
-    of the domain folder `code`; a tool this reader cannot rebuild is left out (the caller keeps muactl's)."""
+    of the domain folder `code` (or the given sources); a tool this reader cannot rebuild is left out (the
+    caller keeps muactl's)."""
     names = Namespace(root, code)
     out: dict[str, list[dict]] = {"agent": [], "user": []}
-    for side, file in (("agent", "tools.py"), ("user", "user_tools.py")):
+    for side, file, cls in sources:
         if not (code / file).is_file():
             continue
-        for node in tool_methods(read_python(root, code / file)):
+        for node in tool_methods(read_python(root, code / file), cls):
             try:
                 out[side].append(function_schema(node, names))
             except Tau2Unsupported:
@@ -46,10 +51,10 @@ def tau2_tool_schemas(root: Path, code: Path) -> dict[str, list[dict]]:
     return out
 
 
-def tool_methods(tree: ast.Module) -> list[ast.FunctionDef]:
-    """The `@is_tool(...)` methods of the module's classes, in definition order."""
+def tool_methods(tree: ast.Module, only: str | None = None) -> list[ast.FunctionDef]:
+    """The `@is_tool(...)` methods of the module's classes (or of the class `only`), in definition order."""
     out = []
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and only in (None, n.name)):
         for node in cls.body:
             if isinstance(node, ast.FunctionDef) and any(is_tool_decorator(d) for d in node.decorator_list):
                 out.append(node)

@@ -63,7 +63,7 @@ def same_outputs(opened, outputs: dict[str, list[str]], mismatches: list[str]) -
 def same_schemas(opened, side: str, want: list[list[str]], mismatches: list[str]) -> tuple[int, int]:
     """The side's tool schemas, in muactl's order, against τ²'s (name and digest per position): a tool in
     another place counts as different."""
-    mine = [t for t in opened.compiled.tools.values() if t.side == side]
+    mine = opened.compiled.agent_tools() if side == "agent" else opened.compiled.user_tools()  # as the model is shown them
     same = 0
     for i, (name, digest) in enumerate(want):
         tool = mine[i] if i < len(mine) else None
@@ -77,6 +77,21 @@ def same_schemas(opened, side: str, want: list[list[str]], mismatches: list[str]
     if extra:
         mismatches.append(f"{side} tools τ² lacks: {', '.join(extra)}")
     return max(len(want), len(mine)), same
+
+
+def same_golden_prompts(opened, prompts: dict[str, str], mismatches: list[str]) -> tuple[int, int]:
+    """banking_knowledge imported with --retrieval golden: each task's agent system prompt (its required
+    documents in the policy) against τ²'s golden_retrieval prompt for it."""
+    by_id = {t.task.id: t for t in opened.tasks}
+    same = 0
+    for raw_id, digest in prompts.items():
+        t = by_id.get(task_id(raw_id))
+        if t is not None and text_digest(opened.compiled.system_prompt_for(t.task)) == digest:
+            same += 1
+        else:
+            mismatches.append(f"task {raw_id}: the golden-retrieval agent prompt differs from τ²'s"
+                              + (" (not imported)" if t is None else ""))
+    return len(prompts), same
 
 
 def same_user_prompts(opened, prompts: dict[str, str], mismatches: list[str]) -> tuple[int, int]:

@@ -56,6 +56,82 @@ PROBES: dict[str, list[tuple[str, str, dict]]] = {"telecom": [
 ]}
 
 
+
+
+def _unlock_and_call(name: str, *argss: dict) -> list[tuple[str, str, dict]]:
+    """banking_knowledge: unlock a discoverable tool, then call it with each set of arguments."""
+    return [("assistant", "unlock_discoverable_agent_tool", {"agent_tool_name": name}),
+            *(("assistant", "call_discoverable_agent_tool", {"agent_tool_name": name, "arguments": json.dumps(a)})
+              for a in argss)]
+
+
+# banking_knowledge off its gold paths: the discoverable tools no gold path calls, failures of those it does,
+# its builtins' refusals and the user's tools (every text τ² answers with, failures included, is an output)
+PROBES["banking_knowledge"] = [
+    ("assistant", "get_user_information_by_name", {"customer_name": "Nobody Here"}),
+    ("assistant", "transfer_to_human_agents", {"summary": "s", "reason": "bogus"}),
+    ("assistant", "unlock_discoverable_agent_tool", {"agent_tool_name": "nope_0000"}),
+    ("assistant", "call_discoverable_agent_tool", {"agent_tool_name": "freeze_debit_card_3892", "arguments": "{}"}),
+    *_unlock_and_call("example_agent_tool_0000", {}),
+    *_unlock_and_call("activate_debit_card_8291",
+                      {"card_id": "dbc_4e8d2a6f9c", "last_4_digits": "8765", "expiration_date": "11/29",
+                       "cvv": "123", "pin": "8080"},
+                      {"card_id": "dbc_7a3f9c2b1e", "last_4_digits": "2847", "expiration_date": "11/29",
+                       "cvv": "12", "pin": "8080"},
+                      {"card_id": "dbc_7a3f9c2b1e", "last_4_digits": "2847", "expiration_date": "11/29",
+                       "cvv": "123", "pin": "8080"}),
+    *_unlock_and_call("activate_debit_card_8293",
+                      {"card_id": "dbc_9b1c5d7e3a", "last_4_digits": "5291", "expiration_date": "11/29",
+                       "cvv": "321", "pin": "1234"},
+                      {"card_id": "dbc_9b1c5d7e3a", "last_4_digits": "5291", "expiration_date": "11/29",
+                       "cvv": "321", "pin": "7777"},
+                      {"card_id": "dbc_9b1c5d7e3a", "last_4_digits": "5291", "expiration_date": "11/29",
+                       "cvv": "321", "pin": "2580"}),
+    *_unlock_and_call("activate_debit_card_8292",
+                      {"card_id": "dbc_4e8d2a6f9c", "last_4_digits": "0000", "expiration_date": "11/29",
+                       "cvv": "321", "pin": "2580"},
+                      {"card_id": "dbc_4e8d2a6f9c", "last_4_digits": "8765", "expiration_date": "11/29",
+                       "cvv": "321", "pin": "2580"}),
+    *_unlock_and_call("change_debit_card_pin_6285",
+                      {"card_id": "dbc_lj82d4f1a9_bluest", "current_pin": "2580", "new_pin": "2580"},
+                      {"card_id": "dbc_lj82d4f1a9_bluest", "current_pin": "1357", "new_pin": "2580"},
+                      {"card_id": "dbc_9b1c5d7e3a", "current_pin": "2580", "new_pin": "1357"}),
+    *_unlock_and_call("set_debit_card_recurring_block_7382",
+                      {"card_id": "dbc_538bfb9cba", "block_recurring": True},
+                      {"card_id": "dbc_538bfb9cba", "block_recurring": False},
+                      {"card_id": "dbc_nope", "block_recurring": True}),
+    *_unlock_and_call("freeze_debit_card_3892", {"card_id": "dbc_kj93a7b2e1_blue"}, {"card_id": "dbc_kj93a7b2e1_blue"}),
+    *_unlock_and_call("unfreeze_debit_card_3893", {"card_id": "dbc_kj93a7b2e1_blue"}),
+    *_unlock_and_call("close_debit_card_4721", {"card_id": "dbc_kj93a7b2e1_green", "reason": "FRAUD_SUSPECTED"},
+                      {"card_id": "dbc_kj93a7b2e1_green", "reason": "lost"}),
+    *_unlock_and_call("request_temporary_debit_card_limit_increase_8374",
+                      {"card_id": "dbc_kj93a7b2e1_lightgreen", "limit_type": "atm", "new_limit": 500},
+                      {"card_id": "dbc_538bfb9cba", "limit_type": "purchase", "new_limit": 500},
+                      {"card_id": "dbc_538bfb9cba", "limit_type": "atm", "new_limit": 100000}),
+    *_unlock_and_call("get_debit_cards_by_account_id_7823", {"account_id": "chk_kj93a7b2e1_1"}, {"account_id": "01"}),
+    *_unlock_and_call("open_bank_account_4821", {"user_id": "123", "account_type": "business_savings",
+                                                 "account_class": "Gold Account"}),
+    ("assistant", "list_discoverable_agent_tools", {}),
+    ("assistant", "give_discoverable_user_tool", {"discoverable_tool_name": "deposit_check_3847",
+                                                  "arguments": '{"amount": 5}'}),
+    ("user", "call_discoverable_user_tool", {"discoverable_tool_name": "deposit_check_3847",
+                                             "arguments": '{"account_id": "01", "check_amount": 100}'}),
+    ("assistant", "give_discoverable_user_tool", {"discoverable_tool_name": "deposit_check_3847"}),
+    ("user", "call_discoverable_user_tool", {"discoverable_tool_name": "deposit_check_3847",
+                                             "arguments": '{"account_id": "01", "check_amount": 100}'}),
+    ("user", "call_discoverable_user_tool", {"discoverable_tool_name": "deposit_check_3847",
+                                             "arguments": '{"account_id": "01", "check_amount": -3}'}),
+    ("user", "list_discoverable_user_tools", {}),
+    ("user", "submit_transaction", {"user_id": "123", "credit_card_type": "Tin Card", "merchant_name": "M",
+                                    "amount": 10.5, "category": "Travel"}),
+    ("user", "submit_transaction", {"user_id": "123", "credit_card_type": "Silver Rewards Card", "merchant_name": "M",
+                                    "amount": 10.5, "category": "Travel"}),
+    ("user", "apply_for_credit_card", {"card_type": "Tin Card", "customer_name": "A B", "annual_income": 1}),
+    ("user", "request_human_agent_transfer", {}),
+    ("user", "request_human_agent_transfer", {}),
+]
+
+
 def tau2_hash(dump: Any) -> str:
     """τ²'s database hash: sha256 of json.dumps(model_dump, sort_keys=True, default=str)."""
     return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()

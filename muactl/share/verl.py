@@ -86,11 +86,11 @@ def episode_settings() -> dict[str, Any]:
 def rows(opened, split: str, agent_name: str) -> list[dict[str, Any]]:
     compiled = opened.compiled
     greeting = compiled.spec.domain.greeting
-    prompt = [{"role": "system", "content": compiled.system_prompt}]
-    if greeting:
-        prompt.append({"role": "assistant", "content": greeting})
     out = []
     for i, t in enumerate(x for x in opened.tasks if x.split == split):
+        prompt = [{"role": "system", "content": compiled.system_prompt_for(t.task)}]
+        if greeting:
+            prompt.append({"role": "assistant", "content": greeting})
         task = t.task.model_dump(mode="json", by_alias=True, exclude_none=True)
         out.append({
             "data_source": f"muactl/{compiled.name}",

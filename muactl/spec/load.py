@@ -18,7 +18,7 @@ from .seeds import SeedSource, load_seeds
 from .source import Located, inside_folder, load_yaml, read_text
 
 
-PROMPT_KEYS = ("agent_prompt", "user_prompt")  # whole prompts a domain may bring, read like its policy
+PROMPT_KEYS = ("agent_prompt", "user_prompt", "user_prompt_no_tools")  # whole prompts a domain may bring, read like its policy
 
 
 @dataclass
@@ -32,6 +32,7 @@ class DomainSpec:
     files: list[Path] = field(default_factory=list)  # every file the domain is built from (for the cache key)
     agent_prompt_text: str | None = None  # the domain's agent_prompt / user_prompt, read
     user_prompt_text: str | None = None
+    user_prompt_no_tools_text: str | None = None
 
 
 # ---------------------------------------------------------------- domain
@@ -84,7 +85,8 @@ def _finish_domain(root: Path, doc: Located, domain: m.Domain, problems: list[Pr
     domain = expand_domain_fragments(domain, doc, problems)
     if problems and strict:
         raise SpecError(problems)
-    return DomainSpec(domain, root, doc, policy, guidelines, seeds, files, prompts["agent_prompt"], prompts["user_prompt"])
+    return DomainSpec(domain, root, doc, policy, guidelines, seeds, files, prompts["agent_prompt"], prompts["user_prompt"],
+                      prompts["user_prompt_no_tools"])
 
 
 @dataclass

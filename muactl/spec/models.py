@@ -207,6 +207,8 @@ class Param(Strict):
     required: bool | None = Field(
         None, description="Whether the model must pass it. Default: true, unless a default is given."
     )
+    nullable: bool = Field(False, description="null is a value too (an Optional argument of a ported Python tool, "
+                           "which a model may pass as null).")
 
     def is_required(self) -> bool:
         if self.required is not None:
@@ -214,7 +216,7 @@ class Param(Strict):
         return "default" not in self.model_fields_set
 
     def json_schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type}
+        out: dict[str, Any] = {"type": [self.type, "null"] if self.nullable else self.type}
         for key in ("description", "enum", "pattern", "minimum", "maximum"):
             value = getattr(self, key)
             if value is not None:
@@ -302,7 +304,7 @@ class SqlTool(ToolBase):
     writes: list[str] = Field(default_factory=list, description="INSERT/UPDATE/DELETE statements run in one transaction.")
     query: str | None = Field(
         None, description="SELECT whose result is returned to the agent (after the writes). Any statement may use "
-        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json), "
+        "muactl's deterministic functions py_round(x, n), py_number(x), py_sum(x), calc(text), py_json(json[, indent]), "
         "py_str(json), py_equal(json, json), py_format(x, spec), py_sha256(x) (hashlib's hex digest: deterministic "
         "ids, e.g. 'txn_' || substr(py_sha256('transaction|' || :user_id), 1, 12)), py_pow(a, b), py_mp_log(x, base, "
         "digits), py_decimal_sqrt(x, digits) (reprs of Python's a ** b, mpmath's log ratio, decimal's sqrt), "
@@ -451,6 +453,10 @@ class Domain(Strict):
         "sections: a file name or inline text, in which `{scenario}` stands for the task's `user.scenario` (a task "
         "without one: its goal's sections) and `{instruction}` for the goal as one line each (reason, known, unknown, "
         "instructions). `muactl import tau2` and `import acebench` write their benchmark's. Scripted users ignore it.")
+    user_prompt_no_tools: str | None = Field(
+        None, description="The user simulator's prompt in a task whose user has no tools (`user_tools: []`), as "
+        "user_prompt (`muactl import tau2` writes τ²'s, whose guidelines then leave out its tool rules); default: "
+        "user_prompt.")
     user_stop: list[str] = Field(
         default_factory=list, description="Phrases that end the conversation as ###STOP### does when an LLM user's "
         "message contains them (ACEBench's 'finish conversation'); removed from the message the agent sees.")
@@ -647,6 +653,13 @@ class Task(Strict):
     tools: list[str] | None = Field(
         None, description="The agent's tools in this task, in place of all the domain's agent tools (BFCL's involved "
         "classes' functions, less its excluded ones): the others are not shown, and a call to one is an unknown tool.")
+    user_tools: list[str] | None = Field(
+        None, description="The user's tools in this task, in place of all the domain's user tools (τ²-bench's task "
+        "user_tools): the simulator is given only these; [] gives it none (and the domain's user_prompt_no_tools).")
+    agent_context: str | None = Field(
+        None, description="Text put where the domain's policy says {context}, for this task only (τ²-bench "
+        "banking_knowledge's golden retrieval, `import tau2 --retrieval golden`: the task's required documents); "
+        "null: the policy as written.")
     turn_steps: int = Field(20, ge=1, le=1000, description="Most agent steps with tool calls in one turn "
                             "(BFCL's MAXIMUM_STEP_LIMIT); only with turns.")
     expect: Expect = Field(default_factory=Expect)
