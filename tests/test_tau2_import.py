@@ -111,7 +111,8 @@ def test_import_matches_tau2s_own_tools(domain, tmp_path, monkeypatch):
                             "--max-turns", "60"])
     assert r.exit_code == 0, r.output
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
-    assert summary["avg_reward"] == 1.0 and summary["episodes"] == len(opened.tasks)
+    # scoring: tau2 pays mock's oracle what τ²'s evaluator pays τ²'s own gold paths: two leave an env assertion false
+    assert summary["avg_reward"] == {"mock": 0.8}.get(domain, 1.0) and summary["episodes"] == len(opened.tasks)
 
 
 def test_tool_descriptions_are_read_from_docstrings_without_running_code(tmp_path):
