@@ -164,8 +164,9 @@ class Experiment:
         t0, c0 = time.time(), cpu_minutes()
         muactl(["eval", "--resume", run, f"--n={a.heldout}", f"--concurrency={a.concurrency}"], self.work, self.log)
         r["heldout"], r["heldout_run"] = successes(self.work / "runs" / run), run
-        r["eval_cpu_min"] += cpu_minutes() - c0  # one model's evaluation, first part and growth together
-        r["eval_wall_min"] += (time.time() - t0) / 60
+        # one model's evaluation, first part and growth together (results from before the probe recorded it: growth only)
+        r["eval_cpu_min"] = r.get("eval_cpu_min", 0.0) + cpu_minutes() - c0
+        r["eval_wall_min"] = r.get("eval_wall_min", 0.0) + (time.time() - t0) / 60
         self.save()
         self.logged(key)
 
@@ -215,10 +216,12 @@ class Experiment:
             self.log(f"probe: no template's sampled pass rate is in [{a.band[0]}, {a.band[1]}]: nothing to train on")
             return
         spec = "template:" + ",".join(chosen)
+        # every seed's GRPO first: the train windows are read from the runs alone, so a sitting cut short during
+        # the evaluations still has them; then the held-out evaluations, which a later --heldout N grows
+        runs = {seed: self.grpo(seed, str(ckpt), "probe", tasks=spec) for seed, ckpt in ckpts.items()}
         for seed, ckpt in ckpts.items():
-            run = self.grpo(seed, str(ckpt), "probe", tasks=spec)
             self.probe_eval(f"probe-sft:{seed}", str(ckpt), spec)
-            self.probe_eval(f"probe-grpo:{seed}", str(run), spec)
+            self.probe_eval(f"probe-grpo:{seed}", str(runs[seed]), spec)
 
     def screen(self, seed: int, model: str) -> None:
         """--probe-k sampled episodes per template (train stream, at GRPO's temperature): results['screen:<seed>']
@@ -242,12 +245,15 @@ class Experiment:
     def probe_eval(self, key: str, model: str, spec: str) -> None:
         a = self.a
         if key in self.results:
-            return
+            return self.grow(key)
+        t0, c0 = time.time(), cpu_minutes()
         run = run_folder(muactl(["eval", "bank", f"--agent=hf:{model}", *self.user_flag(), f"--tasks={spec}", f"--n={a.heldout}",
                                  "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}",
                                  f"--max-new-tokens={a.max_new_tokens}", f"--concurrency={a.concurrency}"], self.work, self.log), self.work)
-        self.results[key] = {"heldout": successes(run), "heldout_run": run.name}
+        self.results[key] = {"heldout": successes(run), "heldout_run": run.name, "fixed": {}, "eval_cpu_min": cpu_minutes() - c0,
+                             "eval_wall_min": (time.time() - t0) / 60}
         self.save()
+        self.logged(key)
 
     def user_flag(self) -> list[str]:
         return [] if self.a.user == "scripted" else [f"--user={self.a.user}"]
@@ -457,10 +463,25 @@ def probe_report(results: dict, a, work: Path) -> str:
         n = len(next(iter(after.values())))
         lines.append(f"held out ({n} test-stream instances of those templates, greedy): SFT {b:.3f}, SFT then GRPO {g:.3f}; "
                      f"paired difference {d:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict(lo, hi)}")
+    lines += probe_cost(results)
     problems = mechanics(runs)
     lines.append("mechanics: " + ("ok (a group with signal in some step, train reward logged at every step and moving)"
                                   if runs and not problems else "BROKEN: " + "; ".join(problems or ["no GRPO run found"])))
     return "\n".join(lines)
+
+
+def probe_cost(results: dict) -> list[str]:
+    """CPU minutes (children's user+system) per seed of each training stage and per held-out evaluation."""
+    cost = results.get("cost", {})
+    parts = []
+    for stage, label in (("sft", "SFT"), ("probe", "GRPO")):
+        rows = [v["cpu_min"] for k, v in cost.items() if k.split(":")[1] == stage]
+        if rows:
+            parts.append(f"{label} {mean(rows):.1f} per seed ({len(rows)})")
+    evals = [v["eval_cpu_min"] for k, v in results.items() if k.startswith("probe-") and "eval_cpu_min" in v]
+    if evals:
+        parts.append(f"held-out evaluation {mean(evals):.1f} per model ({len(evals)})")
+    return ["CPU minutes: " + ", ".join(parts)] if parts else []
 
 
 def curve(work: Path, seeds, png: Path) -> bool:

@@ -226,17 +226,27 @@ def test_probe_runs_end_to_end_on_tiny(tmp_path):
     """--probe on tiny, real parts throughout (SFT, the screening eval, GRPO, held-out evals): the band 0-1 takes
     every template, so GRPO runs, and every part of the report is printed (tiny solves next to nothing, so what
     its mechanics line says is not asserted here: the parity test above checks that the mechanics hold)."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--probe", "--model", "tiny", "--seeds", "0",
-                          "--probe-k", "1", "--band", "0", "1", "--heldout", "2", "--sft-instances", "4", "--grpo-steps", "2",
-                          "--group-size", "2", "--tasks-per-step", "1", "--max-turns", "3", "--max-new-tokens", "8",
-                          "--grpo-extra", "grpo.draw_rounds=1", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=1500)
+    args = ["--probe", "--model", "tiny", "--seeds", "0", "--probe-k", "1", "--band", "0", "1", "--heldout", "2",
+            "--sft-instances", "4", "--grpo-steps", "2", "--group-size", "2", "--tasks-per-step", "1", "--max-turns", "3",
+            "--max-new-tokens", "8", "--grpo-extra", "grpo.draw_rounds=1", "--out", str(tmp_path)]
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), *args], capture_output=True, text=True,
+                         timeout=1500)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    assert "rl_gain --probe: tiny on bank" in out.stdout and "| in band |" in out.stdout
+    assert "rl_gain --probe: tiny on bank" in out.stdout and "| trained |" in out.stdout
     assert "train success (sampled)" in out.stdout and "held out (2 test-stream instances" in out.stdout
     assert "mechanics: " in out.stdout
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["probe"]["templates"] and "probe-grpo:0" in results and (tmp_path / "probe.md").is_file()
+    assert "CPU minutes:" in out.stdout
+    # a later sitting with a larger --heldout grows the recorded held-out runs (nothing is trained again)
+    runs_before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), *args[:args.index("--heldout")], "--heldout", "3",
+                          *args[args.index("--heldout") + 2:]], capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    grown = json.loads((tmp_path / "results.json").read_text())
+    assert len(grown["probe-sft:0"]["heldout"]) == len(grown["probe-grpo:0"]["heldout"]) == 3
+    assert grown["probe-sft:0"]["heldout_run"] == results["probe-sft:0"]["heldout_run"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs_before
 
 
 def test_probe_trains_on_the_templates_named_when_given(tmp_path):
