@@ -7,6 +7,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MUACTL="$ROOT/.venv/bin/muactl"
 WORK="$ROOT/out/demo"
+# Why: muactl maps each large tensor on its own (muactl/models/memory.py), and with 4 KiB pages the kernel
+# faults each one in page by page; glibc's transparent huge pages for malloc cut the demo's CPU time (README,
+# "What to expect"). Read by the loader at process start, so it is set here rather than in muactl.
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}"
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
