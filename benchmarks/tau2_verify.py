@@ -105,7 +105,8 @@ def print_rewards(r: dict | None) -> None:
           + (f" (differs: {', '.join(f'{k} {v}' for k, v in sorted(r['muactl_differs_by_kind'].items()))})"
              if r["muactl_differs_by_kind"] else ""))
     for reason, count in sorted(r["muactl_differs_by_reason"].items(), key=lambda kv: -kv[1]):
-        print(f"{'':10} muactl's own reward differs on {count}: {OWN_REWARD_REASONS[reason]}")
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["muactl_differs_by_reason_kind"][reason].items()))
+        print(f"{'':10} muactl's own reward differs on {count} ({kinds}): {OWN_REWARD_REASONS[reason]}")
     for line in r["mismatches"][:10]:
         print("   ", line)
 

@@ -246,6 +246,7 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
     diffs: list[str] = []
     muactl_diffs: dict[str, int] = {}
     by_reason: dict[str, int] = {}
+    reason_kinds: dict[str, dict[str, int]] = {}
     for tid, rows in records["tasks"].items():
         task = by_id.get(task_id(tid))
         made = {t["kind"]: t for t in trajectories(raw[tid], tau2_mutating(opened.compiled))} if tid in raw else {}
@@ -275,8 +276,11 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
                 muactl_diffs[row["kind"]] = muactl_diffs.get(row["kind"], 0) + 1
                 why = own_reward_differs_because(task, row, own_breakdown)
                 by_reason[why] = by_reason.get(why, 0) + 1
+                kinds = reason_kinds.setdefault(why, {})
+                kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
     return {"trajectories": n, "same": same, "same_reward": same_reward, "muactl_same_reward": muactl_same,
-            "muactl_differs_by_kind": muactl_diffs, "muactl_differs_by_reason": by_reason, "mismatches": diffs}
+            "muactl_differs_by_kind": muactl_diffs, "muactl_differs_by_reason": by_reason,
+            "muactl_differs_by_reason_kind": reason_kinds, "mismatches": diffs}
 
 
 # why muactl's own reward differs from τ²'s on a recorded trajectory (README, "τ²-bench", the table of reasons)
