@@ -94,6 +94,8 @@ def reward_agreement(opened, checkout: Path, domain: str) -> dict | None:
 
 
 def print_rewards(r: dict | None) -> None:
+    from muactl.episode.tau2_scoring import OWN_REWARD_REASONS
+
     if r is None:
         print(f"{'':8} no recorded τ² rewards")
         return
@@ -102,6 +104,9 @@ def print_rewards(r: dict | None) -> None:
           f"per-check breakdown on {r['same']}/{n}; muactl's own reward equals it on {r['muactl_same_reward']}/{n}"
           + (f" (differs: {', '.join(f'{k} {v}' for k, v in sorted(r['muactl_differs_by_kind'].items()))})"
              if r["muactl_differs_by_kind"] else ""))
+    for reason, count in sorted(r["muactl_differs_by_reason"].items(), key=lambda kv: -kv[1]):
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["muactl_differs_by_reason_kind"][reason].items()))
+        print(f"{'':10} muactl's own reward differs on {count} ({kinds}): {OWN_REWARD_REASONS[reason]}")
     for line in r["mismatches"][:10]:
         print("   ", line)
 

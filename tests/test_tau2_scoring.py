@@ -216,6 +216,32 @@ def test_an_assertion_the_gold_path_leaves_false_counts_for_tau2_only(fake_impor
     assert own == 1.0 and len(breakdown["assertions"]) == 1  # muactl's reward leaves it out: the oracle still pays
 
 
+def test_each_difference_of_muactls_own_reward_from_tau2s_gets_the_reason_the_readme_gives(fake_import):
+    from muactl.episode.reward import score
+    from muactl.episode.tau2_scoring import own_reward_differs_because
+
+    opened, raw = fake_import
+
+    def why(task, kind, **tau2_row):
+        _, own = played(opened, raw, task, kind, score)
+        return own_reward_differs_because(task, {"kind": kind, **tau2_row}, own)
+
+    task = task_0(opened)  # writes nothing, communicates "pending"
+    assert why(task, "user_transfer", communicate=[True]) == "user_transfer"
+    assert why(task, "info_inside_words", communicate=[True]) == "info_inside_word"
+    assert why(task, "omitted_info", communicate=[False]) == "info_unsaid"
+    assert why(task, "empty", communicate=[False]) == "unchanged_task"
+    assert why(task, "early_transfer", communicate=[False]) == "unchanged_task"
+    assert why(with_expect(task, reward_basis=["ACTION"], compare_db=False, outputs=[]), "empty",
+               actions=[False]) == "actions_unchecked"  # nothing but the ending is checked: muactl pays
+    false_after_gold = with_expect(task, reward_basis=["DB", "ENV_ASSERTION"],
+                                   **{"assert": [{"query": "SELECT 0", "holds_after_gold": False}]})
+    assert why(false_after_gold, "gold", env_assertions=[False]) == "assertion_false_after_gold"
+    transfer_task = next(t for t in opened.tasks if t.task.expect.transfer)
+    assert why(with_expect(transfer_task, transfer=False), "gold") == "transfer_not_expected"  # banking_knowledge's
+    assert why(task, "gold") == "other"  # it pays as τ² does: no reason applies
+
+
 def test_a_task_without_actions_or_env_assertions_skips_tau2s_environment_check(fake_import):
     opened, raw = fake_import
     task = with_expect(task_0(opened), reward_basis=["DB", "COMMUNICATE"], env_unchecked=True)
@@ -329,6 +355,16 @@ def test_nl_assertions_go_to_the_judge_with_tau2s_prompt_read_from_the_checkout(
 # ---------------------------------------------------------------- against τ²'s recorded rewards
 
 
+# the README's table of why muactl's own reward differs from τ²'s on the recorded trajectories
+OWN_REWARD_DIFFERS = {
+    "retail": {"user_transfer": 110, "info_unsaid": 36, "info_inside_word": 36, "unchanged_task": 15},
+    "airline": {"user_transfer": 49, "info_inside_word": 6, "unchanged_task": 23},
+    "telecom": {"user_transfer": 94},
+    "mock": {"user_transfer": 7, "info_inside_word": 1, "unchanged_task": 1, "assertion_false_after_gold": 7},
+    "banking_knowledge": {"user_transfer": 84, "transfer_not_expected": 40, "actions_unchecked": 11},
+}
+
+
 @pytest.mark.slow
 @needs_tau2
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -345,6 +381,8 @@ def test_scoring_tau2_equals_tau2s_evaluator_on_every_recorded_trajectory(domain
     raw = read_task_folder(checkout, folder / "tasks") if domain == "banking_knowledge" else read_tasks(checkout, folder / "tasks.json")
     got = agreement(open_domain(f"tau2-{domain}"), raw, recorded(domain))
     assert got["mismatches"] == [] and got["same"] == got["trajectories"] == recorded(domain)["trajectories"]
+    # README, "Where muactl's own reward differs from τ²'s": every difference has its reason
+    assert got["muactl_differs_by_reason"] == OWN_REWARD_DIFFERS[domain]
 
 
 @pytest.mark.slow

@@ -245,6 +245,8 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
     n = same = same_reward = muactl_same = 0
     diffs: list[str] = []
     muactl_diffs: dict[str, int] = {}
+    by_reason: dict[str, int] = {}
+    reason_kinds: dict[str, dict[str, int]] = {}
     for tid, rows in records["tasks"].items():
         task = by_id.get(task_id(tid))
         made = {t["kind"]: t for t in trajectories(raw[tid], tau2_mutating(opened.compiled))} if tid in raw else {}
@@ -258,7 +260,7 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
             try:
                 stub = [{"assertion": a, "ok": True, "reason": "stub"} for a in task.task.expect.nl_assertions]
                 got = scored_as_recorded(task, opened.compiled, env, ep, stub)
-                own, _ = score(task, opened.compiled, env, ep, stub)
+                own, own_breakdown = score(task, opened.compiled, env, ep, stub)
             finally:
                 env.close()
             want = {**{k: row.get(k) for k in got}, "error": "error" in row}
@@ -272,5 +274,50 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
                 muactl_same += 1
             else:
                 muactl_diffs[row["kind"]] = muactl_diffs.get(row["kind"], 0) + 1
+                why = own_reward_differs_because(task, row, own_breakdown)
+                by_reason[why] = by_reason.get(why, 0) + 1
+                kinds = reason_kinds.setdefault(why, {})
+                kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
     return {"trajectories": n, "same": same, "same_reward": same_reward, "muactl_same_reward": muactl_same,
-            "muactl_differs_by_kind": muactl_diffs, "mismatches": diffs}
+            "muactl_differs_by_kind": muactl_diffs, "muactl_differs_by_reason": by_reason,
+            "muactl_differs_by_reason_kind": reason_kinds, "mismatches": diffs}
+
+
+# why muactl's own reward differs from τ²'s on a recorded trajectory (README, "τ²-bench", the table of reasons)
+OWN_REWARD_REASONS = {
+    "user_transfer": "the user's ###TRANSFER### ends the conversation: a stop for τ²; for muactl only the agent's "
+                     "transfer call is one, so it pays nothing",
+    "transfer_not_expected": "the gold path's transfer_to_human_agents, after which τ²'s user says ###TRANSFER###: a "
+                             "stop for τ², which pays the DB or the actions; banking_knowledge's transfer ends nothing "
+                             "in muactl, so its import expects the user's stop and muactl pays nothing",
+    "info_unsaid": "a communicate_info left unsaid: the basis has no COMMUNICATE; muactl requires every output",
+    "info_inside_word": "an info glued inside a longer word: a substring for τ², not whole tokens for muactl",
+    "unchanged_task": "the task changes nothing, and the conversation says nothing or ends otherwise than expected: "
+                      "τ² pays the unchanged DB, muactl requires the expected ending and every output",
+    "assertion_false_after_gold": "an env assertion τ²'s own gold path leaves false: τ² pays 0 whatever happens, "
+                                  "muactl's reward leaves it out",
+    "actions_unchecked": "an [ACTION] task without env assertions: τ² pays only when every gold action was made; "
+                         "muactl's import compares no DB there and requires no call, so it pays any stop",
+    "other": "not one of the reasons above",
+}
+
+
+def own_reward_differs_because(task, row: dict[str, Any], own: dict[str, Any]) -> str:
+    """The key of OWN_REWARD_REASONS for a recorded trajectory on which muactl's own reward (its breakdown `own`)
+    differs from what τ²'s evaluator paid (`row`, as recorded)."""
+    expect = task.task.expect
+    if own["success"]:  # τ² pays 0
+        if False in (row.get("env_assertions") or []) and any(not a.holds_after_gold for a in expect.assert_):
+            return "assertion_false_after_gold"
+        if "ACTION" in (expect.reward_basis or ()) and not (expect.compare_db or expect.assert_ or expect.required_calls):
+            return "actions_unchecked"
+        return "other"
+    if own["termination"] == "user_transfer":
+        return "user_transfer"
+    if row["kind"] in ("empty", "early_transfer"):  # τ² paid it: the gold path leaves the state as it was
+        return "unchanged_task"
+    if own["termination"] == "transfer" and not expect.transfer:
+        return "transfer_not_expected"
+    if own["ended_normally"] and not all(own["outputs"].values()):
+        return "info_inside_word" if all(row.get("communicate") or [False]) else "info_unsaid"
+    return "other"
