@@ -239,6 +239,10 @@ def test_each_difference_of_muactls_own_reward_from_tau2s_gets_the_reason_the_re
     assert why(false_after_gold, "gold", env_assertions=[False]) == "assertion_false_after_gold"
     transfer_task = next(t for t in opened.tasks if t.task.expect.transfer)
     assert why(with_expect(transfer_task, transfer=False), "gold") == "transfer_not_expected"  # banking_knowledge's
+    wrote_more = {"success": False, "termination": "user_stop", "ended_normally": True, "db_compared": True,
+                  "db_match": False, "outputs": {}}  # task 0 writes nothing: an extra write's breakdown, as scored
+    assert own_reward_differs_because(with_expect(task, reward_basis=["ACTION"], outputs=[]), {"kind": "extra_write"},
+                                      wrote_more) == "db_beyond_basis"  # the DB the import keeps where τ²'s has none
     assert why(task, "gold") == "other"  # it pays as τ² does: no reason applies
 
 
@@ -248,6 +252,40 @@ def test_a_task_without_actions_or_env_assertions_skips_tau2s_environment_check(
     reward, b = played(opened, raw, task, "early_transfer", score_tau2)  # "pending" unsaid, the state untouched
     assert b["reward_breakdown"] == {"COMMUNICATE": 0.0} and b["checks"]["env_assertions"] is None
     assert b["checks"]["db_match"] is True and reward == 0.0
+
+
+def test_a_task_tau2_rewards_by_its_actions_alone_pays_muactls_reward_only_for_them(tmp_path):
+    """τ²'s [ACTION]-basis tasks without env assertions (banking_knowledge's 004, 083, ...): import keeps the DB
+    check and requires the gold calls on their compare_args, so an empty conversation no longer earns 1."""
+    from muactl.domain.open import open_domain
+    from muactl.episode.reward import score
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FAKE, checkout)
+    tasks_json = checkout / "data/tau2/domains/retail/tasks.json"
+    split = "data/tau2/domains/retail/split_tasks.json"
+    tasks = json.loads(tasks_json.read_text())
+    tasks.append({"id": "3", "user_scenario": {"instructions": "You want your order #W0000001 looked at."},
+                  "evaluation_criteria": {"reward_basis": ["ACTION"], "actions": [
+                      {"action_id": "3_0", "name": "find_user_id_by_email", "arguments": {"email": "ada@example.com"}},
+                      {"action_id": "3_1", "name": "get_order_details", "arguments": {"order_id": "#W0000001"},
+                       "compare_args": []}]}})
+    tasks_json.write_text(json.dumps(tasks))
+    (checkout / split).write_text(json.dumps({"train": ["0", "2", "3"], "test": ["1"], "base": ["0", "1", "2", "3"]}))
+    project = tmp_path / "project"
+    project.mkdir()
+    r = runner.invoke(app, ["import", "tau2", str(checkout), "--domain", "retail", "--dir", str(project)])
+    assert r.exit_code == 0, r.output
+    opened = open_domain(str(project / "domains" / "tau2-retail"))
+    task = next(t for t in opened.tasks if t.task.id == "3")
+    expect = task.task.expect
+    assert expect.compare_db and expect.required_calls == [{"find_user_id_by_email": {"email": "ada@example.com"}},
+                                                           {"get_order_details": {}}]  # compare_args []: the name
+    raw = {t["id"]: t for t in tasks}
+    empty, breakdown = played(opened, raw, task, "empty", score)
+    assert empty == 0.0 and not any(breakdown["required_calls"].values())
+    assert played(opened, raw, task, "gold", score)[0] == 1.0
+    assert played(opened, raw, task, "empty", score_tau2)[0] == 0.0  # τ²'s evaluator: ACTION fails, as before
 
 
 # ---------------------------------------------------------------- import, eval, the judge
@@ -361,7 +399,7 @@ OWN_REWARD_DIFFERS = {
     "airline": {"user_transfer": 49, "info_inside_word": 6, "unchanged_task": 23},
     "telecom": {"user_transfer": 94},
     "mock": {"user_transfer": 7, "info_inside_word": 1, "unchanged_task": 1, "assertion_false_after_gold": 7},
-    "banking_knowledge": {"user_transfer": 84, "transfer_not_expected": 40, "actions_unchecked": 11},
+    "banking_knowledge": {"user_transfer": 84, "transfer_not_expected": 40, "db_beyond_basis": 1},
 }
 
 

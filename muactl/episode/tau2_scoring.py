@@ -298,6 +298,9 @@ OWN_REWARD_REASONS = {
                                   "muactl's reward leaves it out",
     "actions_unchecked": "an [ACTION] task without env assertions: τ² pays only when every gold action was made; "
                          "muactl's import compares no DB there and requires no call, so it pays any stop",
+    "db_beyond_basis": "a write off the gold path in a task without DB in its basis nor env assertions (a retry that "
+                       "succeeds with a wrong argument): τ² pays the gold actions found, muactl's import keeps the DB "
+                       "check there as the evidence of the work, so the extra write pays nothing",
     "other": "not one of the reasons above",
 }
 
@@ -318,6 +321,8 @@ def own_reward_differs_because(task, row: dict[str, Any], own: dict[str, Any]) -
         return "unchanged_task"
     if own["termination"] == "transfer" and not expect.transfer:
         return "transfer_not_expected"
+    if own["db_compared"] and not own["db_match"] and "DB" not in (expect.reward_basis or ("DB",)):
+        return "db_beyond_basis"
     if own["ended_normally"] and not all(own["outputs"].values()):
         return "info_inside_word" if all(row.get("communicate") or [False]) else "info_unsaid"
     return "other"

@@ -556,7 +556,7 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
               "nl_assertions": list(crit.get("nl_assertions") or []), "assert": asserts,
               "transfer": any(TRANSFER in a for a in actions)}
     expect = {k: v for k, v in expect.items() if v}
-    if "DB" not in (crit.get("reward_basis") or ["DB"]):  # τ² telecom rewards by its env assertions only
+    if "DB" not in (crit.get("reward_basis") or ["DB"]) and asserts:  # τ² telecom rewards by its env assertions
         expect["compare_db"] = False
     expect.update(tau2_scoring_fields(crit))
     out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
@@ -673,6 +673,29 @@ def mark_failing_calls(compiled, tasks: list[dict], tasks_json: Path) -> list[st
     return notes
 
 
+def require_gold_calls(compiled, task: dict) -> None:
+    """A task τ² rewards by its gold actions alone (no DB in its basis, no env assertions) gets them as
+    required calls, so muactl's own reward pays only for evidence of the work, not for an ending an empty
+    conversation also reaches: each agent-side gold action that does not fail, on τ²'s compare_args where
+    the action names them (a free-text argument such as the transfer's summary stays free), else on all its
+    arguments. The user's calls (dual control) are not the agent's to make; the DB check covers what they write."""
+    expect = task.get("expect", {})
+    if "DB" in expect.get("reward_basis", ["DB"]) or "ACTION" not in expect.get("reward_basis", []) \
+            or expect.get("assert"):
+        return
+    required: list[dict] = []
+    for i, call in enumerate(expect.get("actions", [])):
+        (name, args), = ((k, v) for k, v in call.items() if k != "error")
+        if "error" in call or compiled.tools[name].side != "agent":
+            continue
+        keep = expect.get("compare_args", {}).get(i)
+        wanted = {name: {k: v for k, v in (args or {}).items() if keep is None or k in keep}}
+        if wanted not in required:
+            required.append(wanted)
+    if required:
+        expect["required_calls"] = required
+
+
 def ported_tasks(compiled, tasks: list[dict], given: set[str]) -> tuple[list[dict], list[str]]:
     """banking_knowledge's tasks whose gold paths call only tools its YAML has (not all of τ²'s are ported
     yet), and a note per task left out; the other domains' tasks all (refuse_unknown_tools refuses theirs)."""
@@ -753,6 +776,8 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False,
             raise from_checkout(e, stage / "domain", origin, db) from None
         tasks, left_out = ported_tasks(compiled, tasks, set(db.get("user_tool_catalog") or {}))
         notes = left_out + mark_failing_calls(compiled, tasks, tasks_file)
+        for t in tasks:
+            require_gold_calls(compiled, t)
         header = f"Imported from τ²-bench ({checkout.name}, {domain}) by muactl import tau2; re-import to refresh."
         counts = stage_tasks(stage / "tasks", tasks, header, tasks_file)
         for path in existing:
