@@ -28,6 +28,17 @@ def _isolated_home(tmp_path_factory):
 
 
 @pytest.fixture
+def ctrl_c_interrupts():
+    """SIGINT raises KeyboardInterrupt, as in a terminal, during the test. A shell that starts pytest in the
+    background (`cmd &`, nohup) leaves SIGINT ignored, and then a Ctrl-C test measures the launcher, not muactl."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture
 def project(tmp_path: Path, monkeypatch) -> Path:
     """An empty project folder as the working directory, with `muactl init clinic` already run."""
     from muactl.scaffold import scaffold

@@ -520,7 +520,7 @@ def test_infra_error_episode_is_stored_and_summarized_as_excluded(bank):
 # ---------------------------------------------------------------- Ctrl-C with API episodes in flight
 
 
-def test_ctrl_c_mid_flight_saves_finished_episodes_and_resume_completes(bank, tmp_path):
+def test_ctrl_c_mid_flight_saves_finished_episodes_and_resume_completes(bank, tmp_path, ctrl_c_interrupts):
     """A real SIGINT arrives (from the server's thread, as from a terminal) while 8 API episodes are
     waiting on the model: the finished ones are kept, the interrupted ones are not half-saved, and
     `muactl eval --resume` runs exactly the rest."""
@@ -541,7 +541,7 @@ def test_ctrl_c_mid_flight_saves_finished_episodes_and_resume_completes(bank, tm
         reply.delay = 0.01
         if len(server.requests) == 60 and not fired.is_set():
             fired.set()
-            handler.append(signal.getsignal(signal.SIGINT))  # it has failed now and then in full runs only
+            handler.append(signal.getsignal(signal.SIGINT))
             signal.raise_signal(signal.SIGINT)
         return reply
 

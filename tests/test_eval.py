@@ -151,7 +151,7 @@ def test_do_nothing_agent_scores_0_on_every_task_that_writes(domain):
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_a_local_model_eval_exits_within_seconds(tmp_path):
+def test_ctrl_c_on_a_local_model_eval_exits_within_seconds(tmp_path, ctrl_c_interrupts):
     """Issue 27.4: a real SIGINT to `muactl eval --agent hf:tiny` while the model loads or generates took
     ~55-60 s to end (asyncio.run waited for the generate thread's whole batch). The model is the tiny test model."""
     import os
@@ -180,11 +180,11 @@ def test_ctrl_c_on_a_local_model_eval_exits_within_seconds(tmp_path):
     assert RunStore.read(run).info()["status"] == "interrupted"
 
 
-def test_ctrl_c_then_resume_finishes_the_rest_once(runs_root):
+def test_ctrl_c_then_resume_finishes_the_rest_once(runs_root, ctrl_c_interrupts):
     cfg = EvalConfig("bank", split="test", trials=2, concurrency=1)
     seen = []
 
-    handler = []  # what SIGINT called when it was raised: this test has failed now and then in full runs only
+    handler = []  # what SIGINT called when it was raised
 
     def ctrl_c_after_5(state):  # a real SIGINT, delivered while episodes are running
         if state["last"] is not None:
