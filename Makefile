@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 	touch $(STAMP)
 
 test: $(STAMP)  ## the default suite (under 10 minutes); slow tests are marked and skipped
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=15
 
 test-all: $(STAMP)  ## everything, slow tests included
 	$(PY) -m pytest -q

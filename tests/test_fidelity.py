@@ -133,6 +133,7 @@ def test_older_runs_gain_the_new_columns(runs_root):
     assert runner.invoke(app, ["runs", "show", store.id], env=WIDE).exit_code == 0
 
 
+@pytest.mark.slow  # about 20-40 s quiet: the default run stays under 10 minutes
 def test_small_local_users_get_a_role_reminding_prompt():
     """What a small local model playing the user is given, and that its reply is the model's answer to it."""
     from types import SimpleNamespace

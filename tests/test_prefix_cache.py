@@ -65,6 +65,7 @@ def test_cached_generation_equals_uncached(base, bank, temperature, size):
     assert off.prefix_stats["misses"] == off.prefix_stats["hits"] == 0 and not off._prefixes
 
 
+@pytest.mark.slow  # about 20-40 s quiet: the default run stays under 10 minutes
 def test_batch_then_one_at_a_time_reuse_the_system_prompt(base, bank):
     """A one-prompt batch caches all but its last token; a later prompt that extends it (the episode's
     next turn) or shares only the system prompt with it (another episode) computes only the rest."""

@@ -104,6 +104,7 @@ def test_harness_with_an_llm_user_in_the_loop_on_tiny(tmp_path):
     assert user("sft-grpo-0")["model"] == "hf:tiny" and user("sft-0")["kind"] == "scripted"  # train recipes
 
 
+@pytest.mark.slow  # about 20-40 s quiet: the default run stays under 10 minutes
 def test_a_larger_heldout_grows_the_recorded_eval_run(tmp_path):
     """--heldout raised on a finished --out: each model's held-out eval run grows in place, the instances it had
     keep their episodes, and the table counts the new ones (tiny, base arm only)."""
