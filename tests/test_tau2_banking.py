@@ -149,3 +149,122 @@ def test_py_json_writes_pythons_indented_json():
         {"a": [1, 2.0], "é": None}, indent=2)
     assert conn.execute("""SELECT py_json('{"a":1}'), py_json('{"a":1}', 99), py_json('nope', 2)""").fetchone() == (
         '{"a": 1}', None, None)
+
+
+# banking_knowledge's transfer_to_human_agents ends nothing (as in τ², the conversation goes on); two invented
+# tasks whose gold path calls it, as τ²'s task_004 ([ACTION], the reason compared) and task_005 ([DB], the
+# transfer first, then a write) do
+TRANSFER_TASKS = {
+    "task_004": {"actions": [{"action_id": "b0", "requestor": "assistant", "name": "transfer_to_human_agents",
+                              "arguments": {"reason": "account_ownership_dispute", "summary": ""},
+                              "compare_args": ["reason"]}], "reward_basis": ["ACTION"]},
+    "task_005": {"actions": [{"action_id": "c0", "requestor": "assistant", "name": "transfer_to_human_agents",
+                              "arguments": {"summary": ""}, "compare_args": []},
+                             {"action_id": "c1", "requestor": "assistant", "name": "unlock_discoverable_agent_tool",
+                              "arguments": {"agent_tool_name": "open_bank_account_4821"}},
+                             {"action_id": "c2", "requestor": "assistant", "name": "call_discoverable_agent_tool",
+                              "arguments": {"agent_tool_name": "open_bank_account_4821", "arguments": json.dumps(
+                                  {"user_id": "u1", "account_type": "savings", "account_class": "Silver Account"})}}],
+                 "reward_basis": ["DB"]},
+}
+
+
+@pytest.fixture
+def transfer_import(tmp_path, monkeypatch):
+    """The invented checkout with TRANSFER_TASKS added, imported: (opened domain, τ²'s raw tasks by id)."""
+    import shutil
+
+    from muactl.domain.validate import validate_domain
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(FAKE, checkout)
+    folder = checkout / "data/tau2/domains/banking_knowledge/tasks"
+    raw = {p.stem: json.loads(p.read_text()) for p in folder.glob("task_*.json")}
+    for tid, crit in TRANSFER_TASKS.items():
+        raw[tid] = {"id": tid, "user_scenario": {"persona": None, "instructions": "You are Ann Lee (user id u1)."},
+                    "evaluation_criteria": crit, "user_tools": []}
+        (folder / f"{tid}.json").write_text(json.dumps(raw[tid]))
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["import", "tau2", str(checkout), "--domain", "banking_knowledge"])
+    assert r.exit_code == 0 and "(4 test)" in r.output, r.output
+    return validate_domain("tau2-banking_knowledge"), raw
+
+
+def own_reward(opened, raw, tid: str, kind: str, end: str | None = None, drop_transfer: bool = False):
+    """muactl's own reward of one of the task's recorded-trajectory kinds (importers/tau2_trajectories.py) played
+    as an episode, its ending replaced by `end` (and its transfer call left out) where given."""
+    from muactl.episode.reward import score
+    from muactl.episode.tau2_scoring import play_trajectory, tau2_mutating
+    from muactl.importers.tau2_trajectories import TRANSFER, trajectories
+
+    task = next(t for t in opened.tasks if t.task.id == tid)
+    traj = next(t for t in trajectories(raw[tid], tau2_mutating(opened.compiled)) if t["kind"] == kind)
+    if drop_transfer:
+        traj = {**traj, "steps": [s for s in traj["steps"] if s.get("call") != TRANSFER]}
+    if end is not None:
+        traj = {**traj, "end": end}
+    ep, env = play_trajectory(task, opened.compiled, traj)
+    try:
+        reward, breakdown = score(task, opened.compiled, env, ep)
+    finally:
+        env.close()
+    return reward, breakdown["termination"]
+
+
+def test_a_task_whose_gold_path_transfers_pays_the_users_transfer_after_the_agents(transfer_import):
+    """The rule: a task whose gold path makes the agent's transfer call expects the transfer ending. Here the
+    transfer tool ends nothing (`hands_over`), so that ending is the user's ###TRANSFER### after the agent's call, as
+    τ²'s user says it and τ² pays (muactl used to expect the user's stop here and paid the gold path 0)."""
+    opened, raw = transfer_import
+    by_id = {t.task.id: t.task for t in opened.tasks}
+    assert by_id["task_004"].expect.transfer and by_id["task_005"].expect.transfer
+    assert not by_id["task_001"].expect.transfer
+    assert opened.compiled.tools["transfer_to_human_agents"].spec.hands_over
+    for tid in TRANSFER_TASKS:
+        assert own_reward(opened, raw, tid, "gold") == (1.0, "user_transfer"), tid
+    # the user's ###TRANSFER### without the agent's, or the user's stop after it, earns nothing
+    assert own_reward(opened, raw, "task_005", "gold", drop_transfer=True) == (0.0, "user_transfer")
+    assert own_reward(opened, raw, "task_005", "gold", end="user_stop", drop_transfer=True)[0] == 0.0
+    assert own_reward(opened, raw, "task_004", "empty", end="user_transfer") == (0.0, "user_transfer")
+    # a transfer where none is due still earns nothing, the user's ###TRANSFER### after it included
+    assert own_reward(opened, raw, "task_001", "early_transfer") == (0.0, "user_transfer")
+    assert own_reward(opened, raw, "task_001", "user_transfer") == (0.0, "user_transfer")
+    assert own_reward(opened, raw, "task_001", "gold") == (1.0, "user_stop")
+    # an early transfer on a transfer task lacks the work (task_005's write, task_004's reason)
+    assert own_reward(opened, raw, "task_005", "early_transfer")[0] == 0.0
+    assert own_reward(opened, raw, "task_004", "early_transfer")[0] == 0.0
+
+
+@pytest.mark.slow
+def test_the_oracle_passes_the_transfer_tasks_and_transferring_at_once_passes_none(transfer_import):
+    """Through eval with muactl's own reward: the scripted user ends with ###TRANSFER### once the agent handed it
+    over, so the oracle passes all four tasks; transfer-at-once hands over on every task and is paid on none."""
+    from muactl.runs.store import RunStore
+
+    def run(agent: str) -> list[dict]:
+        before = set(Path("runs").glob("*")) if Path("runs").exists() else set()
+        r = runner.invoke(app, ["eval", "tau2-banking_knowledge", "--agent", agent, "--user", "scripted",
+                                "--split", "all", "--scoring", "muactl"])
+        assert r.exit_code == 0, r.output
+        [made] = set(Path("runs").glob("*")) - before
+        return RunStore.open(made.name).episodes()
+
+    played = run("oracle")
+    assert {e["task_id"]: (e["reward"], e["termination"]) for e in played} == {
+        "task_001": (1.0, "user_stop"), "task_002": (1.0, "user_stop"),
+        "task_004": (1.0, "user_transfer"), "task_005": (1.0, "user_transfer")}
+    assert all(e["fidelity"]["right_stop"] for e in played)  # the user's check agrees with the reward's
+    adversary = run("adversary:transfer-at-once")
+    assert {e["termination"] for e in adversary} == {"user_transfer"} and len(adversary) == 4
+    assert [e["task_id"] for e in adversary if e["reward"] > 0] == []
+
+
+def test_only_an_agent_tool_hands_the_user_over():
+    from pydantic import ValidationError
+
+    from muactl.spec.models import SqlTool
+
+    assert SqlTool.model_validate({"description": "x", "query": "SELECT 1", "hands_over": True}).hands_over
+    assert not SqlTool.model_validate({"description": "x", "query": "SELECT 1"}).hands_over  # other domains: unchanged
+    with pytest.raises(ValidationError, match="only an agent tool can hand the user over"):
+        SqlTool.model_validate({"description": "x", "query": "SELECT 1", "side": "user", "hands_over": True})

@@ -237,8 +237,6 @@ def test_each_difference_of_muactls_own_reward_from_tau2s_gets_the_reason_the_re
     false_after_gold = with_expect(task, reward_basis=["DB", "ENV_ASSERTION"],
                                    **{"assert": [{"query": "SELECT 0", "holds_after_gold": False}]})
     assert why(false_after_gold, "gold", env_assertions=[False]) == "assertion_false_after_gold"
-    transfer_task = next(t for t in opened.tasks if t.task.expect.transfer)
-    assert why(with_expect(transfer_task, transfer=False), "gold") == "transfer_not_expected"  # banking_knowledge's
     wrote_more = {"success": False, "termination": "user_stop", "ended_normally": True, "db_compared": True,
                   "db_match": False, "outputs": {}}  # task 0 writes nothing: an extra write's breakdown, as scored
     assert own_reward_differs_because(with_expect(task, reward_basis=["ACTION"], outputs=[]), {"kind": "extra_write"},
@@ -399,7 +397,7 @@ OWN_REWARD_DIFFERS = {
     "airline": {"user_transfer": 49, "info_inside_word": 6, "unchanged_task": 23},
     "telecom": {"user_transfer": 94},
     "mock": {"user_transfer": 7, "info_inside_word": 1, "unchanged_task": 1, "assertion_false_after_gold": 7},
-    "banking_knowledge": {"user_transfer": 84, "transfer_not_expected": 40, "db_beyond_basis": 1},
+    "banking_knowledge": {"user_transfer": 84, "db_beyond_basis": 3},
 }
 
 

@@ -91,8 +91,10 @@ def _turns(messages: list[dict[str, Any]]):
             yield "agent", m["content"], m
 
 
-def user_fidelity(task, episode, writes=lambda name: False) -> dict[str, bool | None]:
-    """The checks of the module docstring for one finished episode. `writes(tool)` tells writes from reads."""
+def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
+    """The checks of the module docstring for one finished episode. `domain` (the compiled domain) tells writes
+    from reads and which tools hand the user over; without it every call is a read."""
+    writes = domain.writes if domain is not None else lambda name: False
     if task.task.solo or task.task.turns:  # no simulated user played: nothing to check
         return dict.fromkeys(CHECKS)
     goal = task.task.user
@@ -125,9 +127,9 @@ def user_fidelity(task, episode, writes=lambda name: False) -> dict[str, bool | 
     term = episode.termination
     if term in ("agent_error", "infra_error", "too_many_errors"):  # the agent or an API ended it first
         return out
-    from .reward import expected_ending
+    from .reward import ended_as_expected
 
-    out["right_stop"] = term == expected_ending(task)
+    out["right_stop"] = ended_as_expected(task, domain, episode)
     out["within_budget"] = term not in ("max_turns", "timeout")
     return out
 

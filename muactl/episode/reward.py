@@ -123,13 +123,21 @@ def call_label(call) -> str:
 
 
 def expected_ending(task) -> str:
-    """A transfer task ends with the agent's transfer tool call, a solo task with the agent's reply without a
-    call, every other task with the user's stop. The user's own ###TRANSFER### (user_transfer) earns nothing."""
+    """A transfer task ends with the agent's transfer, a solo task with the agent's reply without a call, every
+    other task with the user's stop. The user's own ###TRANSFER### (user_transfer) earns nothing, but where the
+    agent handed the user over first (`ended_as_expected`)."""
     return "transfer" if task.task.expect.transfer else "agent_done" if task.task.solo or task.task.turns else "user_stop"
 
 
-def ended_as_expected(task, episode) -> bool:
-    return episode.termination == expected_ending(task)
+def ended_as_expected(task, domain, episode) -> bool:
+    """The expected ending; a transfer task's is also the user's ###TRANSFER### once the agent handed them over with
+    a `hands_over` tool (which ends nothing: τ² banking_knowledge's transfer, after which its user says so). The user's
+    ###TRANSFER### in any other case, and a hand-over in a task that expects none, end otherwise than expected."""
+    from .user import handed_over
+
+    want = expected_ending(task)
+    return episode.termination == want or (want == "transfer" and episode.termination == "user_transfer"
+                                           and handed_over(domain, episode.messages))
 
 
 def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None = None) -> tuple[float, dict[str, Any]]:
@@ -138,7 +146,7 @@ def score(task, domain, env, episode, nl_verdicts: list[dict[str, Any]] | None =
     assertion holds and, when a judge was given
     (`nl_verdicts`), every natural-language assertion holds. Returns the value and its breakdown."""
     expect = task.task.expect
-    ended = ended_as_expected(task, episode)
+    ended = ended_as_expected(task, domain, episode)
     db_match = episode.final_hash == gold_hash(task, domain)
     shown = shown_texts(episode.messages)
     outputs = {o: output_said(o, shown) for o in expect.outputs}

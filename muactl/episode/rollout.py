@@ -227,7 +227,7 @@ async def run_episode(task: TaskSpec, domain: CompiledDomain, agent: Agent, user
     timing["reward"] = time.perf_counter() - t0
     from .fidelity import interaction_metrics, user_fidelity
 
-    ep.fidelity = user_fidelity(task, ep, domain.writes)
+    ep.fidelity = user_fidelity(task, ep, domain)
     ep.interaction = interaction_metrics(task, ep)
     timing["wall"] = time.perf_counter() - start
     ep.timing = timing

@@ -174,8 +174,9 @@ def parse_results(text: str) -> list[dict[str, Any]]:
 
 def play_trajectory(task, compiled, trajectory: dict):
     """A trajectory of importers/tau2_trajectories.py played as a muactl episode would: the agent's calls on the
-    sandbox in its messages (a transfer ends it), the user's own calls on the sandbox beside them. Returns the
-    episode and its sandbox (closed by the caller)."""
+    sandbox in its messages (a transfer ends it), the user's own calls on the sandbox beside them. A trajectory
+    ended by a transfer that ends nothing in muactl (a `hands_over` tool) ends as τ²'s recorder ends it, by the
+    user's ###TRANSFER###. Returns the episode and its sandbox (closed by the caller)."""
     from ..env.sandbox import new_env
     from .types import Episode
 
@@ -199,6 +200,9 @@ def play_trajectory(task, compiled, trajectory: dict):
                          "error": result.error})
         if result.transfer:
             break
+    else:
+        if ep.termination == "transfer":
+            ep.termination = "user_transfer"
     ep.final_hash = env.state_hash()
     return ep, env
 
@@ -286,10 +290,8 @@ def agreement(opened, raw_tasks: list[dict], records: dict) -> dict[str, Any]:
 # why muactl's own reward differs from τ²'s on a recorded trajectory (README, "τ²-bench", the table of reasons)
 OWN_REWARD_REASONS = {
     "user_transfer": "the user's ###TRANSFER### ends the conversation: a stop for τ²; for muactl only the agent's "
-                     "transfer call is one, so it pays nothing",
-    "transfer_not_expected": "the gold path's transfer_to_human_agents, after which τ²'s user says ###TRANSFER###: a "
-                             "stop for τ², which pays the DB or the actions; banking_knowledge's transfer ends nothing "
-                             "in muactl, so its import expects the user's stop and muactl pays nothing",
+                     "transfer is one (its transfer call, or the user's ###TRANSFER### after the agent's hand-over), "
+                     "so it pays nothing",
     "info_unsaid": "a communicate_info left unsaid: the basis has no COMMUNICATE; muactl requires every output",
     "info_inside_word": "an info glued inside a longer word: a substring for τ², not whole tokens for muactl",
     "unchanged_task": "the task changes nothing, and the conversation says nothing or ends otherwise than expected: "
@@ -298,9 +300,10 @@ OWN_REWARD_REASONS = {
                                   "muactl's reward leaves it out",
     "actions_unchecked": "an [ACTION] task without env assertions: τ² pays only when every gold action was made; "
                          "muactl's import compares no DB there and requires no call, so it pays any stop",
-    "db_beyond_basis": "a write off the gold path in a task without DB in its basis nor env assertions (a retry that "
-                       "succeeds with a wrong argument): τ² pays the gold actions found, muactl's import keeps the DB "
-                       "check there as the evidence of the work, so the extra write pays nothing",
+    "db_beyond_basis": "an end state off the gold path's in a task without DB in its basis nor env assertions (a retry "
+                       "that succeeds with a wrong argument; one of eight identical writes left out or made once more): "
+                       "τ² pays the gold actions found (any call of one meets all its copies), muactl's import keeps "
+                       "the DB check there as the evidence of the work, so that state pays nothing",
     "other": "not one of the reasons above",
 }
 
@@ -315,12 +318,10 @@ def own_reward_differs_because(task, row: dict[str, Any], own: dict[str, Any]) -
         if "ACTION" in (expect.reward_basis or ()) and not (expect.compare_db or expect.assert_ or expect.required_calls):
             return "actions_unchecked"
         return "other"
-    if own["termination"] == "user_transfer":
+    if own["termination"] == "user_transfer" and not own["ended_normally"]:
         return "user_transfer"
     if row["kind"] in ("empty", "early_transfer"):  # τ² paid it: the gold path leaves the state as it was
         return "unchanged_task"
-    if own["termination"] == "transfer" and not expect.transfer:
-        return "transfer_not_expected"
     if own["db_compared"] and not own["db_match"] and "DB" not in (expect.reward_basis or ("DB",)):
         return "db_beyond_basis"
     if own["ended_normally"] and not all(own["outputs"].values()):

@@ -27,6 +27,14 @@ def user_system_prompt(ctx: EpisodeContext) -> str:
     return user_prompt_of(ctx.domain.spec, ctx.task.task)
 
 
+def handed_over(domain, messages: list[dict[str, Any]]) -> bool:
+    """Whether the agent handed the user over to a human with a call of a `hands_over` tool (which ends nothing by
+    itself) that ran without an error: what ends a transfer task by the user's ###TRANSFER### (reward.py)."""
+    tools = domain.tools if domain is not None else {}
+    return any(m["role"] == "tool" and not m.get("error")
+               and getattr(getattr(tools.get(m.get("name")), "spec", None), "hands_over", False) for m in messages)
+
+
 def shown_to_user(m: dict[str, Any]) -> bool:
     """Whether an agent message reaches the user: text turns only. A turn that carries tool calls, or
     that failed to parse as one, goes to the tools, and its text with it. The reward reads the same."""
@@ -185,7 +193,7 @@ class ScriptedUser(UserSimulator):
     """Deterministic, driven by the task file: states the goal, gives the known facts when asked,
     answers confirmations as the task says (user.consent), makes the gold path's user-side calls when the
     agent names them, and stops when the agent no longer asks anything (a closing "Anything else?" asks
-    nothing). For tests, cheap debugging and CPU training; it does not change its mind or wander like an
+    nothing; with ###TRANSFER### once the agent handed it over, see `stop`). For tests, cheap debugging and CPU training; it does not change its mind or wander like an
     LLM user. `varied` (`scripted:varied`): the same behaviour said several ways, drawn from the episode's
     seed (as oracle:varied does for the agent): each situation's phrasing (USER_PHRASES), and the known facts
     in another order and wording, so that data from it does not say each thing one way."""
@@ -245,8 +253,14 @@ class ScriptedUser(UserSimulator):
                 return UserReply(known)
             if sum(s in USER_PHRASES["unknown"] for s in said) < 2:
                 return UserReply(self.say(ctx, "unknown"))
-            return UserReply("", "user_stop")
-        return UserReply(self.say(ctx, "thanks"), "user_stop")
+            return UserReply("", self.stop(ctx))
+        return UserReply(self.say(ctx, "thanks"), self.stop(ctx))
+
+    @staticmethod
+    def stop(ctx: EpisodeContext) -> str:
+        """How it ends: ###STOP###, or ###TRANSFER### once the agent handed it over with a `hands_over` tool (which
+        ends nothing by itself), as its instructions and τ²'s user say when transferred."""
+        return "user_transfer" if handed_over(ctx.domain, ctx.messages) else "user_stop"
 
     @staticmethod
     async def _user_side_call(ctx: EpisodeContext, last: str) -> str | None:

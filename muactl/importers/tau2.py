@@ -556,12 +556,21 @@ def convert_task(task: dict, split: str | None) -> dict[str, Any]:
               "nl_assertions": list(crit.get("nl_assertions") or []), "assert": asserts,
               "transfer": any(TRANSFER in a for a in actions)}
     expect = {k: v for k, v in expect.items() if v}
-    if "DB" not in (crit.get("reward_basis") or ["DB"]) and asserts:  # τ² telecom rewards by its env assertions
+    basis = crit.get("reward_basis") or ["DB"]
+    # τ² rewards the state by its env assertions instead (telecom); where it checks no state, the DB check stays
+    if "DB" not in basis and not checks_no_state(basis, asserts):
         expect["compare_db"] = False
     expect.update(tau2_scoring_fields(crit))
     out = {"id": task_id(task["id"]), "split": split, "user": {k: v for k, v in user.items() if v},
            "setup": setup, "expect": expect, "tags": ["tau2"]}
     return {k: v for k, v in out.items() if v not in (None, [], {})}
+
+
+def checks_no_state(basis: list[str], asserts: list) -> bool:
+    """Whether τ²'s reward of a task looks at no state: no DB in its basis and no env assertions (its [ACTION]-only
+    tasks). muactl's own reward keeps the DB check there (convert_task) and requires the gold path's calls
+    (require_gold_calls), the evidence of the work an empty conversation lacks."""
+    return "DB" not in basis and not asserts
 
 
 def golden_documents(raw: dict, documents: dict) -> str:
@@ -575,8 +584,9 @@ def golden_documents(raw: dict, documents: dict) -> str:
 def banking_task(task: dict, raw: dict) -> dict:
     """What banking_knowledge's tasks need besides convert_task: initialization_data as update_records calls
     (its tables hold `{data: records}`), the discoverable tools of the gold path whose reads are logged (τ²'s
-    runner derives read_log_allowlist so from the gold actions), and no expect.transfer (τ²'s transfer tool here
-    is a tool like the others: the conversation goes on)."""
+    runner derives read_log_allowlist so from the gold actions). Its transfer tool ends nothing (the conversation
+    goes on, as in τ²; `hands_over` in banking_knowledge.yaml), so a task whose gold path transfers keeps
+    expect.transfer as in the other domains: the user's ###TRANSFER### after the agent's transfer is its ending."""
     init = (raw.get("initial_state") or {}).get("initialization_data") or {}
     setup = [{"update_records": {"table": table, "records": (body or {}).get("data") or {}}}
              for part in ("agent_data", "user_data") for table, body in (init.get(part) or {}).items()]
@@ -586,7 +596,6 @@ def banking_task(task: dict, raw: dict) -> dict:
     task["setup"] = setup + ([{"log_reads": {"tools": logged}}] if logged else [])
     if not task["setup"]:
         del task["setup"]
-    task.get("expect", {}).pop("transfer", None)
     if raw.get("user_tools") is not None:
         task["user_tools"] = list(raw["user_tools"])
     return task
@@ -680,8 +689,8 @@ def require_gold_calls(compiled, task: dict) -> None:
     the action names them (a free-text argument such as the transfer's summary stays free), else on all its
     arguments. The user's calls (dual control) are not the agent's to make; the DB check covers what they write."""
     expect = task.get("expect", {})
-    if "DB" in expect.get("reward_basis", ["DB"]) or "ACTION" not in expect.get("reward_basis", []) \
-            or expect.get("assert"):
+    basis = expect.get("reward_basis", ["DB"])
+    if "ACTION" not in basis or not checks_no_state(basis, expect.get("assert")):
         return
     required: list[dict] = []
     for i, call in enumerate(expect.get("actions", [])):

@@ -286,12 +286,19 @@ class ToolBase(Strict):
         "`builtin: unlock` tool (its name is found in the documents, say) and then calls it with `builtin: "
         "call_unlocked` (tool name, arguments as a JSON text), as τ²-bench banking_knowledge's discoverable agent "
         "tools. An agent tool only.")
+    hands_over: bool = Field(
+        False, description="A call of it hands the user over to a human without ending the episode, as τ²-bench "
+        "banking_knowledge's transfer_to_human_agents (the conversation goes on; a `builtin: transfer` ends it). "
+        "In a task whose correct ending is the agent's transfer (expect.transfer), the user's ###TRANSFER### after "
+        "a call of it that ran without an error is that ending. An agent tool only.")
 
     @model_validator(mode="after")
     def _schema_names_params(self):
         _shown_schema(self.shown_schema, list(self.params))
         if self.discoverable and self.side != "agent":
             raise ValueError("only an agent tool can be discoverable (side: agent)")
+        if self.hands_over and self.side != "agent":
+            raise ValueError("only an agent tool can hand the user over (side: agent)")
         if self.discoverable and self.kind == "simulated":  # call_unlocked runs database tools only
             raise ValueError("a simulated tool cannot be discoverable (an sql or python tool can)")
         return self
@@ -541,7 +548,7 @@ TAU2_DEFAULT_BASIS = ("DB", "COMMUNICATE")
 
 class Expect(Strict):
     """How success is checked. An episode pays 1 only if all hold: it ended with the user's stop (or, with
-    transfer, the agent's transfer tool call); the final database equals the one the gold actions make
+    transfer, the agent's transfer); the final database equals the one the gold actions make
     (unless compare_db is false);
     every output was shown to the user; every SQL assertion holds; every NL assertion holds when a judge
     is given. Else 0."""
@@ -559,8 +566,9 @@ class Expect(Strict):
     compare_db: bool = Field(True, description="Whether the final database must equal the gold path's. false: "
                              "only the assertions (and outputs, ending) decide, as τ² telecom rewards by its "
                              "env assertions; the breakdown still reports db_match.")
-    transfer: bool = Field(False, description="Whether the correct ending is the agent's transfer tool call (the "
-                           "user's ###TRANSFER### earns nothing).")
+    transfer: bool = Field(False, description="Whether the correct ending is the agent's transfer: its `builtin: "
+                           "transfer` tool call, or the user's ###TRANSFER### after a call of a `hands_over` tool (the "
+                           "user's ###TRANSFER### otherwise earns nothing).")
     nl_assertions: list[str] = Field(
         default_factory=list, description="Statements about the conversation an LLM judge checks (--judge MODEL); "
         "they join the reward only when a judge is given, else they are reported as not judged.")

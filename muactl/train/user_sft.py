@@ -105,7 +105,7 @@ def faithful_episodes(sources: list[str], opened) -> tuple[list[tuple[Any, list,
                 continue
             messages = stored_messages(store, e["id"])
             checks = user_fidelity(task, SimpleNamespace(messages=messages, termination=e["termination"]),
-                                   opened.compiled.writes)
+                                   opened.compiled)
             if not faithful(checks) or not checks["right_stop"]:
                 counts["unfaithful"] += 1
                 continue

@@ -6,7 +6,7 @@ change" (refusals, questions, transfers); `benchmarks/reward_audit.py` checks th
 of every built-in domain, and tests/test_reward_audit.py keeps it from coming back.
 
 - do-nothing: apologizes and does nothing.
-- transfer-at-once: calls the domain's transfer tool on its first turn.
+- transfer-at-once: calls the domain's transfer tool (`builtin: transfer`, else a `hands_over` tool) on its first turn.
 - number-sprayer: looks the data up (the task's own read-only gold calls, the most an agent could
   learn), then tells the user every number and id it has seen.
 - id-echo: the same look-ups, then repeats every id it has seen.
@@ -47,7 +47,8 @@ class TransferAtOnce(Agent):
     name = "adversary:transfer-at-once"
 
     async def act(self, ctx) -> AgentReply:
-        tool = next((t for t in ctx.domain.agent_tools() if t.kind == "builtin" and t.spec.builtin == "transfer"), None)
+        tool = next((t for t in ctx.domain.agent_tools() if t.kind == "builtin" and t.spec.builtin == "transfer"
+                     or getattr(t.spec, "hands_over", False)), None)
         if tool is None or ctx.state.get("transferred"):
             return AgentReply("I am sorry, I cannot do anything about that.")
         ctx.state["transferred"] = True
