@@ -300,7 +300,7 @@ def test_a_wall_clock_timeout_in_training_is_excluded_and_counted(tmp_path):
 
 def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.steps=2", "grpo.save_steps=1", "grpo.loss_type=dr_grpo",
-                            "grpo.beta=0.1", "grpo.warmup_ratio=0.5", "run_id=g1"])
+                            "grpo.beta=0.1", "grpo.warmup_ratio=0.5", "keep_checkpoints=true", "run_id=g1"])
     assert r.exit_code == 0, r.output
     # issue 27.1: one line per step, not TRL's two raw dicts of ~40 keys; what two steps can show, said up front
     steps = [line for line in r.output.splitlines() if line.startswith("grpo step ")]
@@ -310,6 +310,9 @@ def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     assert "2 steps can show that the loop works end to end" in r.output and "frac_reward_zero_std the share" in r.output
     run = in_tmp / "runs" / "g1"
     assert (run / "checkpoint-final" / "config.json").is_file()
+    # keep_checkpoints=true: the finished stage keeps its resumable checkpoints (by default they are removed)
+    assert sorted(p.name for p in (run / "grpo").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert "removed" not in r.output
     import torch
 
     # the settings reach TRL's trainer: the arguments it saved with its checkpoint
@@ -379,7 +382,7 @@ def test_resume_after_kill_9_continues_with_the_same_data_order(in_tmp):
     proc = subprocess.Popen(base + ["run_id=killed"], env=env, cwd=in_tmp, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     ck = in_tmp / "runs" / "killed" / "grpo" / "checkpoint-2"
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # ~115 s to checkpoint-2 at load 5 on 2 cores: 120 s was too tight
     while not ck.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     time.sleep(0.5)
@@ -392,8 +395,17 @@ def test_resume_after_kill_9_continues_with_the_same_data_order(in_tmp):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resuming from" in out.stdout
     assert (in_tmp / "runs" / "killed" / "checkpoint-final").is_dir()
-    state = json.loads((in_tmp / "runs" / "killed" / "grpo" / "checkpoint-4" / "trainer_state.json").read_text())
-    assert state["global_step"] == 4
+    from muactl.runs.store import RunStore
+
+    assert RunStore.open("killed").info()["summary"]["grpo"]["steps"] == 4
+    # finished: the resumable checkpoints it was resumed from are removed, checkpoint-final is what stays
+    assert "grpo: finished; removed its 2 resumable checkpoints" in out.stdout, out.stdout[-3000:]
+    assert not list((in_tmp / "runs" / "killed" / "grpo").glob("checkpoint-*"))
+    # resumed again, the finished stage is skipped, not trained from scratch
+    again = subprocess.run([sys.executable, "-m", "muactl", "train", "grpo", "--resume", "killed"], env=env, cwd=in_tmp,
+                           capture_output=True, text=True)
+    assert again.returncode == 0 and "its grpo finished already" in again.stdout, again.stdout + again.stderr[-3000:]
+    assert "grpo step" not in again.stdout
     ref, resumed = _steps_and_tasks("ref"), _steps_and_tasks("killed")
     # steps after the checkpoint see the same tasks in the same order as the uninterrupted run
     assert resumed[3] == ref[3] and resumed[4] == ref[4]
@@ -425,9 +437,15 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
     page = (in_tmp / "runs" / "p1" / "report" / "index.html").read_text()
     assert all(f"<td>{stage}</td>" in page for stage in ("base", "sft", "grpo"))  # each row keeps its stage
     assert "95% interval" in page and "grpo vs sft: " in page and "per_task" not in page
+    # each finished training stage keeps its checkpoint-final only (the evals above loaded those)
+    for stage in ("sft", "grpo"):
+        folder = in_tmp / "runs" / "p1" / stage
+        assert [p.name for p in folder.glob("checkpoint-*")] == ["checkpoint-final"], list(folder.iterdir())
+        assert stages[stage]["checkpoint"].endswith(f"p1/{stage}/checkpoint-final")
     # resuming a finished pipeline runs nothing again
     r = runner.invoke(app, ["train", str(cfg), "--resume", "p1"])
     assert r.exit_code == 0 and "== synth" not in r.output and "== sft" not in r.output
+    assert "== grpo" not in r.output and "removed" not in r.output
 
 
 @pytest.mark.slow  # ~95 s on a loaded 2-core machine: SFT and two evals of tiny

@@ -195,15 +195,27 @@ def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
     import json
 
     assert json.loads((final / "muactl.json").read_text()) == {"format": "chatml", "tools": "compact"}
-    assert json.loads((run / "sft" / "checkpoint-1" / "muactl.json").read_text()) == {"format": "chatml", "tools": "compact"}
     assert "max_steps: 2" in (run / "config.yaml").read_text()
+    # the stage finished: its resumable checkpoints (optimizer state and all) are gone, and checkpoint-final is the
+    # model alone (test_train_cli keeps them with keep_checkpoints=true)
+    assert "sft: finished; removed its 2 resumable checkpoints" in r.output, r.output
+    assert not list((run / "sft").glob("checkpoint-*")), list((run / "sft").iterdir())
+    assert {p.name for p in final.iterdir()} == {"config.json", "generation_config.json", "model.safetensors",
+                                                 "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                                                 "muactl.json"}
     # an hf: agent loads it directly and runs an episode
     r = runner.invoke(app, ["eval", "bank", "--agent", f"hf:{final}", "--task", "move-quin", "--max-turns", "2",
                             "--max-new-tokens", "8"])
     assert r.exit_code == 0, r.output
-    # resume: more steps on the same run continue from its last checkpoint
+    # resuming the finished run trains nothing (its checkpoints are gone: it would have started over)
+    weights = (final / "model.safetensors").read_bytes()
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "its sft finished already" in r.output and "sft step" not in r.output, r.output
+    assert (final / "model.safetensors").read_bytes() == weights
+    # ... and more steps on it cannot continue: said, with what to do instead
     r = runner.invoke(app, args[:3] + ["sft.max_steps=3"] + args[4:])
-    assert r.exit_code == 0 and "resuming from" in r.output, r.output
+    assert r.exit_code == 2 and "sft.max_steps=3 cannot train it on" in r.output and "keep_checkpoints=true" in r.output
+    assert "Traceback" not in r.output and (final / "model.safetensors").read_bytes() == weights
     from muactl.runs.store import RunStore
 
     metrics = {row["name"] for row in RunStore.open("sft-test").db["metrics"].rows}

@@ -62,15 +62,55 @@ def test_train_with_nothing_says_what_to_pass(in_tmp):
 
 @pytest.mark.slow
 def test_resume_alone_continues_an_sft_run_from_its_checkpoint(in_tmp):
-    """End to end on the tiny model: one step, then `train --resume RUN sft.max_steps=2` goes on from it."""
+    """End to end on the tiny model: one step, kept (keep_checkpoints=true), then `train --resume RUN sft.max_steps=2`
+    goes on from it; the run's saved config keeps them on."""
     r = runner.invoke(app, ["synth", "bank", "--trials", "1", "--tasks", "move-quin,close-ned", "-o", "d.jsonl"])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["train", "sft", "data=d.jsonl", "sft.max_steps=1", "sft.batch_size=2", "sft.save_steps=1",
-                            "run_id=s1"])
-    assert r.exit_code == 0, r.output
+                            "keep_checkpoints=true", "run_id=s1"])
+    assert r.exit_code == 0 and "removed" not in r.output, r.output
+    sft = in_tmp / "runs" / "s1" / "sft"
+    # the model card travels with every checkpoint: tiny is prompted with the compact tool list
+    assert json.loads((sft / "checkpoint-1" / "muactl.json").read_text()) == {"format": "chatml", "tools": "compact"}
+    assert (sft / "checkpoint-1" / "optimizer.pt").is_file()
     r = runner.invoke(app, ["train", "--resume", "s1", "sft.max_steps=2"])
     assert r.exit_code == 0 and "resuming from" in r.output and "sft/checkpoint-1" in r.output, r.output
     assert RunStore.open("s1").info()["status"] == "finished"
+    assert sorted(p.name for p in sft.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+
+def _finished_sft_run(in_tmp, run_id: str, leftover: bool) -> RunStore:
+    """A `train sft` run as it ends: finished, checkpoint-final written; with `leftover`, a checkpoint-N that a
+    removal cut off left behind (no trainer_state.json: nothing to resume from). No training: only the files."""
+    (in_tmp / "d.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", '
+                                    '"content": "hello"}]}\n')
+    store = _run("sft", run_id, ["data=d.jsonl", "sft.max_steps=2"])
+    (store.path / "checkpoint-final").mkdir()
+    (store.path / "checkpoint-final" / "config.json").write_text("{}")
+    if leftover:
+        (store.path / "sft" / "checkpoint-2").mkdir(parents=True)
+        (store.path / "sft" / "checkpoint-2" / "optimizer.pt").write_bytes(b"x" * 1000)
+    store.update(status="finished", summary={"sft": {"steps": 2}, "checkpoint": str(store.path / "checkpoint-final")})
+    return store
+
+
+def test_resuming_a_finished_sft_run_without_checkpoints_trains_nothing(in_tmp, monkeypatch):
+    """Its checkpoint-N removed, a finished run resumed would train from step 0: it is skipped instead (what a cut-off
+    removal left goes), more steps are refused with what to do, and sft.resume=false still starts over."""
+    import muactl.train.sft as sft
+
+    store = _finished_sft_run(in_tmp, "f1", leftover=True)
+    trained = []
+    monkeypatch.setattr(sft, "run_sft", lambda cfg, store, data, log: trained.append(cfg) or (None, {}))
+    r = runner.invoke(app, ["train", "--resume", "f1"])
+    assert r.exit_code == 0 and "its sft finished already" in r.output and not trained, r.output
+    assert not (store.path / "sft" / "checkpoint-2").exists() and "removed its 1 resumable checkpoint" in r.output
+    assert RunStore.open("f1").info()["status"] == "finished"
+    r = runner.invoke(app, ["train", "--resume", "f1", "sft.max_steps=5"])
+    assert r.exit_code == 2 and "sft.max_steps=5 cannot train it on" in r.output and not trained, r.output
+    assert f"muactl train sft model={store.path / 'checkpoint-final'}" in r.output
+    r = runner.invoke(app, ["train", "--resume", "f1", "sft.resume=false"])
+    assert r.exit_code == 0 and len(trained) == 1, r.output
 
 
 # ---------------------------------------------------------------- input checked before any work (issue 27.2)

@@ -215,6 +215,7 @@ def test_train_a_tiny_user_end_to_end(in_tmp):
     assert scripted["fidelity"]["faithful"] == 1.0 and scripted["pass^1"] == 1.0
     final = state["sft"]["checkpoint"]
     assert json.loads((in_tmp / final / "muactl.json").read_text())["plays"] == "user"
+    assert not list((in_tmp / "runs" / "u" / "sft").glob("checkpoint-*"))  # the finished stage keeps checkpoint-final only
     r = runner.invoke(app, ["eval", "bank", "--task", "move-quin", "--user", f"hf:{final}", "--max-turns", "6"], env=WIDE)
     assert r.exit_code == 0 and "user model" in r.output, r.output
     [run] = [p for p in (in_tmp / "runs").iterdir() if p.name != "u"]

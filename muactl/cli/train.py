@@ -29,7 +29,9 @@ def train(
     """Train: SFT, GRPO with the simulated user in the loop, a model to play the user, or a whole recipe from a config file.
 
     Configs are hydra groups from muactl/conf (model, user, synth, sft, grpo, eval) plus a YAML file
-    and dotted overrides. Every run writes runs/<id>/ (config.yaml, runs.sqlite, TensorBoard, checkpoints).
+    and dotted overrides. Every run writes runs/<id>/ (config.yaml, runs.sqlite, TensorBoard, checkpoints). A stage
+    that finished keeps only its checkpoint-final: its resumable checkpoint-N folders are removed, unless
+    keep_checkpoints=true (needed to extend a finished sft or grpo run with --resume RUN_ID grpo.steps=N).
     Examples:
       [bold]muactl train examples/quickstart.yaml[/bold]   (synth -> sft -> grpo -> eval)
       [bold]muactl train sft model=smollm2-135m data=data/bank-sft.jsonl sft.epochs=2[/bold]
@@ -43,6 +45,7 @@ def train(
     """
     from omegaconf import OmegaConf
 
+    from ..train.checkpoints import drop_resumable, trained_already
     from ..train.mix import parts, run_domain
     from ..train.recipes import compose, to_yaml
     from ..runs.store import RunStore, runs_dir
@@ -79,6 +82,12 @@ def train(
     kind = stage or "train"
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():
         store = RunStore.open(cfg.run_id)  # naming an existing run continues it, like --resume
+    if store is not None and stage in ("sft", "grpo"):
+        final = trained_already(store, stage, cfg)
+        if final is not None:  # without its checkpoints, training it again would start over
+            drop_resumable(store.path / stage, cfg.keep_checkpoints, typer.echo, stage)  # a removal cut off
+            typer.echo(f"run {store.id}: its {stage} finished already; nothing to train\ncheckpoint: {final}")
+            return
     if store is None:
         store = RunStore.create(kind, run_domain(cfg), resolved, run_id=cfg.run_id)
         store.lock()
@@ -93,6 +102,7 @@ def train(
 
             final, stats = run_sft(cfg, store, Path(cfg.data), log=typer.echo)
             store.update(status="finished", summary={"sft": stats, "checkpoint": str(final)})
+            drop_resumable(store.path / "sft", cfg.keep_checkpoints, typer.echo, "sft")
             typer.echo(f"checkpoint: {final}")
             for part in parts(cfg):
                 typer.echo(f"evaluate it: muactl eval {part.name} --agent hf:{final} --split test")
@@ -101,6 +111,7 @@ def train(
 
             final, stats = run_grpo(cfg, store, str(cfg.model.name), log=typer.echo)
             store.update(status="finished", summary={"grpo": stats, "checkpoint": str(final)})
+            drop_resumable(store.path / "grpo", cfg.keep_checkpoints, typer.echo, "grpo")
             typer.echo(f"checkpoint: {final}\nplots: muactl report {store.id}")
         elif stage == "user":
             from ..train.user_sft import run_train_user

@@ -4,7 +4,9 @@
 
 Each stage named in `stages` runs in order; a finished stage is recorded in runs/<id>/stages.json and
 skipped when the run is resumed (`--resume RUN_ID`), and a stage that was cut off resumes from its own
-checkpoints (synth and eval skip finished episodes; sft and grpo restart from their last checkpoint).
+checkpoints (synth and eval skip finished episodes; sft and grpo restart from their last checkpoint). Once sft or
+grpo is recorded as finished its checkpoint-N folders are removed (keep_checkpoints=true keeps them): later stages
+and commands load its checkpoint-final.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Callable
 from ..runs.stages import save_stages, stages_state
 from ..runs.store import RunStore
 from ..runs.summary import per_task_success
+from .checkpoints import drop_resumable
 
 
 STAGES = ("synth", "sft", "grpo", "eval")
@@ -55,6 +58,8 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         state["sft"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
         release()
+    if "sft" in state:  # removed once recorded: a crash before that resumes from them
+        drop_resumable(store.path / "sft", cfg.keep_checkpoints, log, "sft")
 
     start = state.get("sft", {}).get("checkpoint", str(cfg.model.name))
     if "grpo" in stages and "grpo" not in state:
@@ -65,6 +70,8 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         state["grpo"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
         release()
+    if "grpo" in state:
+        drop_resumable(store.path / "grpo", cfg.keep_checkpoints, log, "grpo")
 
     if "eval" in stages:
         rows = state.setdefault("eval", {})

@@ -171,6 +171,7 @@ class TrainConf:
     run_id: Optional[str] = None
     tasks: Optional[str] = None  # template:<id>|all: GRPO draws a fresh task instance per group (train seed stream)
     db: str = "fixed"  # fixed | random: with template tasks, each instance on a fresh random database
+    keep_checkpoints: bool = False  # keep a finished stage's resumable checkpoint-N folders (optimizer state and all)
 
 
 def from_recipe(cls, cfg, **values: Any):

@@ -29,6 +29,7 @@ from ..episode.fidelity import faithful, user_fidelity, variation
 from ..episode.user import STOP_TOKENS, user_prompt
 from ..runs.stages import save_stages, stages_state
 from ..runs.store import RunStore
+from .checkpoints import drop_resumable
 
 STOP_TEXT = {reason: token for token, reason in STOP_TOKENS.items()}  # termination -> the token that asks for it
 
@@ -152,6 +153,7 @@ def run_train_user(cfg, store: RunStore, log: Callable[[str], None] = print) -> 
         mark_card(final, plays="user")  # a trained user writes its opening message too (HFUser)
         state["sft"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
+    drop_resumable(store.path / "sft", cfg.keep_checkpoints, log, "sft")  # once recorded: until then a crash resumes from them
     if "eval" not in state:
         state["eval"] = evaluate_user(cfg, store, state["sft"]["checkpoint"], log)
         save_stages(store, state)
