@@ -15,6 +15,9 @@ package object over the source folder), so it needs τ²'s few small dependencie
         addict toml pyyaml deepdiff python-dotenv numpy pandas
     /tmp/tau2venv/bin/python benchmarks/tau2_record.py PATH/TO/tau2-bench [--domain retail]
 
+`--atm-images` writes only tests/data/tau2/banking_atm_images.json: banking_knowledge's
+get_atm_deposit_images_8473 (on no gold path) run on invented transactions, one per branch of its code.
+
 PATH is a τ²-bench checkout at commit a2c0247 (with airline's db.json and telecom's tasks.json of
 37199f3, which some copies lack; see README "τ²-bench").
 """
@@ -29,8 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from muactl.importers.tau2_truth import (PROBE_EVERY, PROBES, changed_records, output_digest,  # noqa: E402
-                                        schema_digest, tau2_hash, text_digest)
+from muactl.importers.tau2_truth import (ATM_DEPOSITS, ATM_PROBE_IDS, PROBE_EVERY, PROBES, changed_records, output_digest,  # noqa: E402
+                                        schema_digest, tau2_hash, text_digest, without_titles)
 
 DOMAINS = ("retail", "airline", "telecom", "mock", "banking_knowledge")
 BANKING = "banking_knowledge"  # τ³: tools built per task (golden retrieval's prompt, the read-log allowlist)
@@ -113,6 +116,38 @@ def banking_env(mod, task, variant: str = "golden_retrieval"):
     return mod.get_environment(retrieval_variant=variant, task=task, read_log_allowlist=allow)
 
 
+def record_atm_images() -> dict:
+    """τ²'s get_atm_deposit_images_8473 on ATM_DEPOSITS' ids (added to the first task's database), called
+    through its call_discoverable_agent_tool: its unlock text's digest and each answer's, and the digest of
+    the tool's openai_schema."""
+    import importlib
+
+    from tau2.data_model.message import ToolCall
+    from tau2.environment.tool import as_tool
+
+    mod = importlib.import_module(f"tau2.domains.{BANKING}.environment")
+    task = mod.get_tasks()[0]
+    env = banking_env(mod, task)
+    init = task.initial_state
+    env.set_state(init.initialization_data if init else None, init.initialization_actions if init else None, [])
+    env.tools.db.bank_account_transaction_history.data.update(json.loads(json.dumps(ATM_DEPOSITS)))
+    name = "get_atm_deposit_images_8473"
+
+    def text(tool: str, args: dict) -> list:
+        msg = env.get_response(ToolCall(id="atm", name=tool, arguments=args, requestor="assistant"))
+        return [bool(msg.error), text_digest(msg.content)]
+
+    unlock = text("unlock_discoverable_agent_tool", {"agent_tool_name": name})
+    texts = {tid: text("call_discoverable_agent_tool", {"agent_tool_name": name,
+                                                        "arguments": json.dumps({"transaction_id": tid})})
+             for tid in ATM_PROBE_IDS}
+    schema = as_tool(getattr(env.tools, name)).openai_schema
+    # a discoverable tool's schema is never sent to τ²'s model (the unlock text describes it): its content is
+    # compared, keys sorted
+    return {"unlock": unlock, "texts": texts,
+            "schema": text_digest(json.dumps(without_titles(schema), sort_keys=True))}
+
+
 def record_seen_banking() -> dict:
     """banking_knowledge's: the bm25 variant's agent prompt and tools (KB_search; its index is not built, so
     rank_bm25 is not needed), the golden_retrieval variant's agent prompt per task, the user's prompt per task
@@ -177,6 +212,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkout", type=Path)
     ap.add_argument("--domain", choices=DOMAINS, action="append")
+    ap.add_argument("--atm-images", action="store_true", help="only banking_knowledge's get_atm_deposit_images_8473 "
+                    "(-> <out>/banking_atm_images.json)")
     ap.add_argument("-o", "--out", type=Path, default=ROOT / "tests" / "data" / "tau2")
     args = ap.parse_args()
     load_tau2(args.checkout.resolve())
@@ -184,6 +221,11 @@ def main() -> None:
 
     logger.remove()  # τ² logs every failing gold action as a warning; the record keeps them
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.atm_images:
+        path = args.out / "banking_atm_images.json"
+        path.write_text(json.dumps({"domain": BANKING, "tau2_commit": "a2c0247", **record_atm_images()}, indent=1) + "\n")
+        print(f"{BANKING}: get_atm_deposit_images_8473 on {len(ATM_PROBE_IDS)} ids -> {path}")
+        return
     for domain in args.domain or DOMAINS:
         tasks = record(domain)
         outputs = {tid: [a.pop("text") for a in t["actions"]] for tid, t in tasks.items()}

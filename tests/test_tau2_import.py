@@ -358,3 +358,80 @@ def test_task_ids_become_valid_muactl_ids():
 
     assert task_id("[mms_issue]airplane_mode_on|bad_wifi[PERSONA:Hard]") == "mms_issue_airplane_mode_on_bad_wifi_PERSONA:Hard"
     assert task_id(".5") == "5" and task_id("-x") == "x" and task_id("!!") == "task" and task_id("a b") == "a_b"
+
+
+@needs_tau2
+@pytest.mark.slow
+def test_atm_deposit_images_answers_as_tau2s_own_tool_on_every_branch(tmp_path, monkeypatch):
+    """get_atm_deposit_images_8473 (no gold path calls it) on invented ATM deposits, against the texts τ²'s own
+    tool gave on them (banking_atm_images.json, recorded by tau2_record.py --atm-images): its three scans, the
+    images-not-available text and its four errors, byte for byte; its unlock text; its schema's content."""
+    from muactl.env.sandbox import new_env
+    from muactl.domain.validate import validate_domain
+    from muactl.importers.tau2_truth import ATM_DEPOSITS, text_digest, without_titles
+
+    want = json.loads((TRUTH / "banking_atm_images.json").read_text())
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["import", "tau2", CHECKOUT, "--domain", "banking_knowledge"])
+    assert r.exit_code == 0, r.output
+    opened = validate_domain("tau2-banking_knowledge")
+    name = "get_atm_deposit_images_8473"
+    # the schema's content is τ²'s; muactl's also says additionalProperties (as for every discoverable tool,
+    # whose schema neither sends the model: the unlock text, checked below, describes the tool)
+    schema = opened.compiled.tools[name].openai_schema()
+    assert schema["function"]["parameters"].pop("additionalProperties") is False
+    assert text_digest(json.dumps(without_titles(schema), sort_keys=True)) == want["schema"]
+    env = new_env(opened.compiled)
+    try:
+        env.replay(opened.tasks[0].task.setup)
+        assert not env.call("update_records", {"table": "bank_account_transaction_history",
+                                               "records": ATM_DEPOSITS}).error
+        unlock = env.call("unlock_discoverable_agent_tool", {"agent_tool_name": name})
+        assert [unlock.error, text_digest(unlock.content)] == want["unlock"]
+        got = {tid: [r.error, text_digest(r.content)] for tid, r in (
+            (tid, env.call("call_discoverable_agent_tool", {"agent_tool_name": name, "arguments": json.dumps(
+                {"transaction_id": tid})})) for tid in want["texts"])}
+    finally:
+        env.close()
+    assert got == want["texts"]
+
+
+INVENTED_ATM = '''
+class KnowledgeTools:
+    @is_discoverable_tool(ToolType.READ)
+    def get_atm_deposit_images_8473(self, transaction_id: str) -> str:
+        """Invented."""
+        if not transaction_id:
+            return "E0"
+        if transaction_id not in self.db.t.data:
+            return f"E1 {transaction_id}."
+        txn = self.db.t.data[transaction_id]
+        if txn.get("type") != "atm_deposit":
+            return f"E2 {transaction_id}!"
+        if "X" not in txn.get("description", ""):
+            return f"E3 {transaction_id}?"
+        scans = {"s1": {"atm_id": "A1", "deposit_date": txn.get("date", "Unknown"), "envelope_contents": "ENV",
+                        "verification_notes": "OK"}}
+        if transaction_id in scans:
+            data = scans[transaction_id]
+            result = f"""T {transaction_id} {data["atm_id"]} {data["deposit_date"]}|{data["envelope_contents"]}|{data["verification_notes"]}."""
+            return result
+        else:
+            return f"""F {transaction_id} {description} {txn.get("date", "Unknown")} ${abs(txn.get("amount", 0)):.2f}."""
+'''
+
+
+def test_atm_deposit_texts_are_read_from_tools_py_without_running_it(tmp_path):
+    from muactl.importers.tau2 import atm_deposit_texts
+
+    tools = tmp_path / "tools.py"
+    tools.write_text(INVENTED_ATM)
+    rows = atm_deposit_texts(tmp_path, tools)
+    assert {k: v["pieces"] for k, v in rows.items()} == {
+        "missing": ["E0"], "not_found": ["E1 ", "."], "not_atm": ["E2 ", "!"], "third_party": ["E3 ", "?"],
+        "fallback": ["F ", " ", " ", " $", "."], "scan:s1": ["T ", " A1 ", "|ENV|OK."]}
+    # a method muactl cannot read as τ²'s (here a field it does not fill) gives no rows: the tool is left out
+    tools.write_text(INVENTED_ATM.replace('{txn.get("date", "Unknown")} $', '{txn.get("when")} $'))
+    assert atm_deposit_texts(tmp_path, tools) == {}
+    tools.write_text(INVENTED_ATM.replace("get_atm_deposit_images_8473", "other_tool_0000"))
+    assert atm_deposit_texts(tmp_path, tools) == {}

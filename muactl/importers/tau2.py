@@ -179,6 +179,88 @@ def user_tool_catalog(root: Path, tools_py: Path) -> dict[str, dict]:
     return out
 
 
+# banking_knowledge's get_atm_deposit_images_8473 answers with texts written in τ²'s code: the import reads them
+# from its f-strings (parsed, never run) into the domain's atm_deposit_texts, whose query fills in these fields
+ATM_IMAGES = "get_atm_deposit_images_8473"
+ATM_ID, ATM_DATE = "transaction_id", "txn.get('date', 'Unknown')"
+ATM_FIELDS = {"missing": [], "not_found": [ATM_ID], "not_atm": [ATM_ID], "third_party": [ATM_ID],
+              "fallback": [ATM_ID, "description", ATM_DATE, "abs(txn.get('amount', 0)):.2f"]}
+ATM_SCAN_FIELDS = [ATM_ID, "data['atm_id']", "data['deposit_date']", "data['envelope_contents']",
+                   "data['verification_notes']"]
+
+
+def atm_deposit_texts(root: Path, tools_py: Path) -> dict[str, dict]:
+    """Rows of atm_deposit_texts (name -> the text's literal pieces, around ATM_FIELDS' fields): τ²'s four
+    errors in the order its method returns them, its fallback, and per transaction id of its scans
+    (`scan:<id>`) the found text with the scan's constants filled in (fields transaction_id, date). Empty
+    when tools.py has no such method or it is not written as muactl reads it (the tool is then left out)."""
+    import ast
+
+    method = next((f for f in discoverable_methods(root, tools_py, "KnowledgeTools") if f.name == ATM_IMAGES), None)
+    if method is None:
+        return {}
+    errors = [s.body[0].value for s in method.body if isinstance(s, ast.If) and len(s.body) == 1
+              and isinstance(s.body[0], ast.Return)]
+    scans = next((s.value for s in method.body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Dict)), None)
+    last = method.body[-1]
+    try:
+        found = last.body[-2].value
+        fallback = last.orelse[0].value
+        texts = dict(zip(["missing", "not_found", "not_atm", "third_party"], map(fstring_pieces, errors), strict=True))
+        texts["fallback"] = fstring_pieces(fallback)
+        for name, (pieces, fields) in texts.items():
+            if fields != ATM_FIELDS[name]:
+                return {}
+        out = {name: {"name": name, "pieces": pieces} for name, (pieces, _) in texts.items()}
+        pieces, fields = fstring_pieces(found)
+        if fields != ATM_SCAN_FIELDS:
+            return {}
+        for key, value in zip(scans.keys, scans.values, strict=True):
+            data = {ast.literal_eval(k): v for k, v in zip(value.keys, value.values, strict=True)}
+            if ast.unparse(data["deposit_date"]) != ATM_DATE:
+                return {}
+            atm, envelope, notes = (literal_text(data[k]) for k in ("atm_id", "envelope_contents", "verification_notes"))
+            filled = [pieces[0], pieces[1] + atm + pieces[2], pieces[3] + envelope + pieces[4] + notes + pieces[5]]
+            out[f"scan:{ast.literal_eval(key)}"] = {"name": f"scan:{ast.literal_eval(key)}", "pieces": filled}
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError, SyntaxError):
+        return {}
+    return out
+
+
+def literal_text(node) -> str:
+    """A string literal's text (else a TypeError)."""
+    import ast
+
+    value = ast.literal_eval(node)
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value
+
+
+def fstring_pieces(node) -> tuple[list[str], list[str]]:
+    """An f-string (or string literal) as its literal pieces and, between them, its fields' source (with
+    `:spec`); a field with a conversion or a computed spec is a TypeError."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value], []
+    if not isinstance(node, ast.JoinedStr):
+        raise TypeError(node)
+    pieces, fields = [""], []
+    for value in node.values:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            pieces[-1] += value.value
+        elif isinstance(value, ast.FormattedValue) and value.conversion == -1:
+            spec = "" if value.format_spec is None else ":" + fstring_pieces(value.format_spec)[0][0]
+            if value.format_spec is not None and len(value.format_spec.values) != 1:
+                raise TypeError(value)
+            fields.append(ast.unparse(value.value) + spec)
+            pieces.append("")
+        else:
+            raise TypeError(value)
+    return pieces, fields
+
+
 def discoverable_docs(root: Path, tools_py: Path) -> dict[str, tuple[str, dict[str, str]]]:
     """banking_knowledge's discoverable tools' descriptions as τ²'s unlock shows them (its
     parse_discoverable_tool_docstring: all of the docstring before `Args:`, a Returns section included when
@@ -760,6 +842,7 @@ def import_tau2(checkout: Path, domain: str, project: Path, force: bool = False,
     code = checkout / "src" / "tau2" / "domains" / domain
     if domain == BANKING:
         db["user_tool_catalog"] = user_tool_catalog(root, code / "tools.py")
+        db["atm_deposit_texts"] = atm_deposit_texts(root, code / "tools.py")
     tasks_file = src / ("tasks" if domain == BANKING else "tasks.json")  # banking_knowledge: τ²'s get_tasks reads the folder
     raw_tasks = read_task_folder(root, tasks_file) if domain == BANKING else read_tasks(root, tasks_file)
     splits = {} if domain in NO_SPLITS else read_splits(root, src / "split_tasks.json")
@@ -816,6 +899,8 @@ def stage_domain(d: Path, yaml_path: Path, policy: str, docs: dict, schemas: dic
     use_tau2_scoring(d / "domain.yaml", judge)
     if name is not None and name.endswith("-golden"):
         use_golden_retrieval(d / "domain.yaml", name)
+    if db.get("atm_deposit_texts") == {}:
+        leave_out_tool(d / "domain.yaml", ATM_IMAGES)
     spec = load_domain(d)
     for table, rows in seed_rows(db, spec.domain.database.tables, db_file, sources).items():
         with open(d / "data" / f"{table}.jsonl", "w") as f:
@@ -837,6 +922,18 @@ def use_golden_retrieval(domain_yaml: Path, name: str) -> None:
     data = yaml.load(domain_yaml.read_text())
     data["name"] = name
     del data["tools"]["KB_search"]
+    with open(domain_yaml, "w") as f:
+        yaml.dump(data, f)
+
+
+def leave_out_tool(domain_yaml: Path, tool: str) -> None:
+    """The shipped YAML without `tool` (its texts are not in this checkout as muactl reads them)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width = 4096  # as use_tau2_descriptions
+    data = yaml.load(domain_yaml.read_text())
+    del data["tools"][tool]
     with open(domain_yaml, "w") as f:
         yaml.dump(data, f)
 

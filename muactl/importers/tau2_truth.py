@@ -132,6 +132,24 @@ PROBES["banking_knowledge"] = [
 ]
 
 
+# banking_knowledge's get_atm_deposit_images_8473 (no gold path calls it; τ²'s database has no ATM deposit):
+# invented transactions added to the first task's database, then the tool called on each id, so every branch
+# of τ²'s method answers: the three ids its code has scans for, the images-not-available text, its errors
+ATM_DEPOSITS = {
+    "btxn_834027370c20": {"type": "atm_deposit", "description": "RHO-BANK ATM #3921 DEPOSIT", "date": "11/05/2025",
+                          "amount": 385.0},
+    "btxn_test_deposit_001": {"type": "atm_deposit", "description": "RhoBank atm deposit", "amount": 385},
+    "btxn_test_atm_dep_partial": {"type": "atm_deposit", "description": "Rho-Bank ATM", "date": None, "amount": 500},
+    "atm_dep_rho_1": {"type": "atm_deposit", "description": "rho-bank ATM 12", "date": "10/01/2025", "amount": -123.456},
+    "atm_dep_rho_2": {"type": "atm_deposit", "description": "RHOBANK ATM 7"},
+    "atm_dep_other": {"type": "atm_deposit", "description": "Allpoint ATM 55", "date": "10/02/2025", "amount": 20},
+    "atm_dep_bare": {"type": "atm_deposit"},
+    "dep_not_atm": {"type": "deposit", "description": "RHO-BANK branch deposit", "amount": 10},
+    "dep_no_type": {"description": "RHO-BANK ATM"},
+}
+ATM_PROBE_IDS = [*ATM_DEPOSITS, "", "btxn_nope_000"]
+
+
 def tau2_hash(dump: Any) -> str:
     """τ²'s database hash: sha256 of json.dumps(model_dump, sort_keys=True, default=str)."""
     return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()
