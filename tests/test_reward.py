@@ -263,7 +263,8 @@ def test_schema_states_what_is_paid():
 
     expect = json.loads(CliRunner().invoke(app, ["schema"]).output)["$defs"]["Expect"]
     assert "12 is not in 112" in expect["properties"]["outputs"]["description"]
-    assert "###TRANSFER### earns nothing" in expect["properties"]["transfer"]["description"]
+    transfer = expect["properties"]["transfer"]["description"]
+    assert "`hands_over`" in transfer and "###TRANSFER### otherwise earns nothing" in transfer
     assert "judge" in expect["properties"]["nl_assertions"]["description"] and "pays 1 only if" in expect["description"]
 
 
