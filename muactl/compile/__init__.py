@@ -47,6 +47,12 @@ class CompiledDomain:
             return bool(tool.spec.writes)
         return tool.kind == "python"
 
+    def hands_over(self, name: str) -> bool:
+        """Whether the tool hands the user over to a human without ending the episode (`hands_over: true`, on the
+        tool kinds that have the field); unknown names do not."""
+        tool = self.tools.get(name)
+        return tool is not None and bool(getattr(tool.spec, "hands_over", False))
+
     def system_prompt_for(self, task) -> str:
         """The agent's system prompt in a task (a spec Task): the domain's, with the task's agent_context where
         the policy says {context} when it has one."""

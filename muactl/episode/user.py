@@ -30,9 +30,8 @@ def user_system_prompt(ctx: EpisodeContext) -> str:
 def handed_over(domain, messages: list[dict[str, Any]]) -> bool:
     """Whether the agent handed the user over to a human with a call of a `hands_over` tool (which ends nothing by
     itself) that ran without an error: what ends a transfer task by the user's ###TRANSFER### (reward.py)."""
-    tools = domain.tools if domain is not None else {}
-    return any(m["role"] == "tool" and not m.get("error")
-               and getattr(getattr(tools.get(m.get("name")), "spec", None), "hands_over", False) for m in messages)
+    return domain is not None and any(m["role"] == "tool" and not m.get("error") and domain.hands_over(m.get("name"))
+                                      for m in messages)
 
 
 def shown_to_user(m: dict[str, Any]) -> bool:

@@ -48,7 +48,7 @@ class TransferAtOnce(Agent):
 
     async def act(self, ctx) -> AgentReply:
         tool = next((t for t in ctx.domain.agent_tools() if t.kind == "builtin" and t.spec.builtin == "transfer"
-                     or getattr(t.spec, "hands_over", False)), None)
+                     or ctx.domain.hands_over(t.name)), None)
         if tool is None or ctx.state.get("transferred"):
             return AgentReply("I am sorry, I cannot do anything about that.")
         ctx.state["transferred"] = True
