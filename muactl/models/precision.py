@@ -7,9 +7,6 @@ from typing import Any
 
 
 def import_torch():
-    from .memory import bound_heap
-
-    bound_heap()  # before torch allocates: large tensors mapped on their own (memory.py)
     import torch
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

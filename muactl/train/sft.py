@@ -97,6 +97,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
     from ..models.folder import load_tokenizer
+    from ..models.memory import bound_heap
     from ..models.precision import gradient_checkpointing, import_torch, precision_note, sft_batch, training_precision
     from ..models.registry import resolve
     from .checkpoints import card_on_save, quiet_trl_logs, train_and_save
@@ -104,6 +105,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from .synth import read_jsonl
 
     torch = import_torch()
+    bound_heap()  # before the model and its optimizer allocate; the recipe's give_back ends it (memory.py)
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
