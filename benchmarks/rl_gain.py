@@ -4,7 +4,8 @@ writes a learning-curve PNG; asserts nothing.
 
 Setting (the RL-evidence issue): bank, the scripted user (or --user for an LLM user in the loop), the
 model from --model. Training draws template instances on random databases from the train seed stream
-(SFT data: the oracle on --sft-instances of them; GRPO: a fresh instance per group). Held out: --heldout
+(SFT data: the oracle, or --sft-agent oracle:varied, on --sft-instances of them, --sft-epochs; GRPO: a fresh
+instance per group). Held out: --heldout
 instances of the same templates on random databases from the test stream (disjoint by construction, the
 same instances for every arm and seed, so arms are paired) and the 20 fixed test tasks; greedy.
 
@@ -15,13 +16,16 @@ larger --heldout grows each model's held-out eval run in place and plays only th
 
 Statistics: pass^1 per arm with a 95% interval from a two-level bootstrap (seeds, then held-out
 instances, resampled with replacement); the paired difference (SFT then GRPO) - (SFT only) bootstrapped
-the same way; CPU minutes per arm and seed (training and evaluation, children's user+system time).
+the same way; CPU minutes per arm and seed (training and evaluation, children's user+system time). What each
+model does: tool calls per held-out episode per template, and how much its sequence of calls tells the templates
+apart (mutual information over the template's entropy; the oracle on the same instances as the reference).
 
     .venv/bin/python benchmarks/rl_gain.py                                   # 3 seeds, 200 held out
     .venv/bin/python benchmarks/rl_gain.py --seeds 0 --heldout 60 --grpo-steps 6     # a pilot
     .venv/bin/python benchmarks/rl_gain.py --user hf:smollm2-135m           # an LLM user in the loop
     .venv/bin/python benchmarks/rl_gain.py --user hf:smollm2-135m --sft-user scripted   # ... after a scripted cold start
     .venv/bin/python benchmarks/rl_gain.py --probe --heldout 100 --grpo-steps 20   # is the signal learnable at all?
+    .venv/bin/python benchmarks/rl_gain.py --arms sft --no-fixed --sft-agent oracle:varied --sft-instances 96 --out out/cold  # a cold start
 
 --probe (learnability): each seed's SFT checkpoint plays --probe-k sampled episodes per template (train stream, at
 --temperature); the templates whose pooled pass rate is in --band are trained on with GRPO (--grpo-steps, each
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import resource
@@ -80,6 +85,19 @@ def successes(run: Path) -> dict[str, int]:
     return {t: int(s) for t, s, o in rows if o in ("success", "failure", None)}
 
 
+def tool_sequences(run: Path) -> dict[str, tuple[str, ...]]:
+    """task id -> the tools its scored episode called, in order: what a model does, beside whether it passed."""
+    with sqlite3.connect(run / "runs.sqlite") as db:
+        rows = db.execute("SELECT e.task_id, m.name FROM episodes e LEFT JOIN messages m ON m.episode_id = e.id AND m.role = 'tool' "
+                          "WHERE e.outcome IN ('success', 'failure') OR e.outcome IS NULL ORDER BY e.id, m.idx").fetchall()
+    seqs: dict[str, list[str]] = {}
+    for task, name in rows:
+        seqs.setdefault(task, [])
+        if name:
+            seqs[task].append(name)
+    return {t: tuple(v) for t, v in seqs.items()}
+
+
 def run_config(run: Path) -> dict:
     with sqlite3.connect(run / "runs.sqlite") as db:
         return json.loads(db.execute("SELECT config FROM runs").fetchone()[0])
@@ -113,13 +131,25 @@ class Experiment:
 
     def sft(self, seed: int) -> Path:
         a = self.a
+        self.same_cold_start()
         run_id = f"sft-{seed}"
         ckpt = self.work / "runs" / run_id / "sft" / "checkpoint-final"  # a recipe's stage keeps its own folder
         if not ckpt.is_dir():
             self.timed(f"train:sft:{seed}", ["train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
                                               "stages=[synth,sft]", f"model={a.model}", *self.common(a.sft_user),
-                                              "synth.tasks=template:all", f"synth.n={a.sft_instances}", "synth.db=random"])
+                                              "synth.tasks=template:all", f"synth.n={a.sft_instances}", "synth.db=random",
+                                              f"synth.agent={a.sft_agent}", f"sft.epochs={a.sft_epochs:g}"])
         return ckpt
+
+    def same_cold_start(self) -> None:
+        """The SFT settings an --out's checkpoints were made with; other settings in the same --out would compare
+        models from two cold starts as one arm."""
+        a = self.a
+        asked = {"agent": a.sft_agent, "instances": a.sft_instances, "epochs": a.sft_epochs}
+        kept = self.results.setdefault("cold_start", asked)
+        if kept != asked:
+            raise SystemExit(f"{self.results_path}: its SFT checkpoints were made with {kept}, not {asked}; use a new --out")
+        self.save()
 
     def grpo(self, seed: int, start: str, arm: str, tasks: str = "template:all") -> Path:
         a = self.a
@@ -181,8 +211,21 @@ class Experiment:
         self.results.setdefault("cost", {})[key] = {"cpu_min": cpu_minutes() - c0, "wall_min": (time.time() - t0) / 60}
         self.save()
 
+    def oracle_reference(self) -> None:
+        """The oracle on the same held-out instances (seconds: no model): what reading the request looks like in
+        the behaviour table."""
+        a = self.a
+        if "oracle" in self.results and run_config(self.work / "runs" / self.results["oracle"]["heldout_run"])["n"] >= a.heldout:
+            return
+        run = run_folder(muactl(["eval", "bank", "--agent=oracle", *self.user_flag(), "--tasks=template:all", f"--n={a.heldout}",
+                                 "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}"],
+                                self.work, self.log), self.work)
+        self.results["oracle"] = {"heldout": successes(run), "heldout_run": run.name, "fixed": {}}
+        self.save()
+
     def run(self) -> None:
         a = self.a
+        self.oracle_reference()
         if "base" in a.arms:
             self.evaluate("base", a.model)
         for seed in a.seeds:
@@ -300,6 +343,7 @@ def report(results: dict, a, work: Path | None = None) -> str:
             lines.append(f"GRPO after SFT on the {title}: {verdict(lo, hi)}.")
         lines.append("")
     lines += by_template(results, a.arms, a.seeds)
+    lines += behaviour(results, work, ["oracle", *a.arms], a.seeds) if work else []
     lines += signal(work, a.seeds, a.tasks_per_step) if work else []
     cost = results.get("cost", {})
     if cost:
@@ -331,6 +375,43 @@ def by_template(results: dict, arms, seeds) -> list[str]:
         cells = [f"{int(sum(per_arm[arm]))}/{len(per_arm[arm])}" if arm in per_arm else "-" for arm in table]
         lines.append(f"| {template} | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def behaviour(results: dict, work: Path, arms, seeds) -> list[str]:
+    """Per model, what it does on each template of the held-out instances: tool calls per episode, and how much
+    its sequence of tool calls says about which template it was asked (mutual information over the template's
+    entropy: 0 when it does the same whatever the user asked, 1 when its calls tell every template apart). A
+    policy that is blind to the request can only be reweighted by GRPO, not taught to tell requests apart."""
+    models = [k for arm in arms for k in (["base"] if arm == "base" else ["oracle"] if arm == "oracle" else [f"{arm}:{s}" for s in seeds])
+              if k in results and results[k].get("heldout_run") and (work / "runs" / results[k]["heldout_run"]).is_dir()]
+    if not models:
+        return []
+    seqs = {k: tool_sequences(work / "runs" / results[k]["heldout_run"]) for k in models}
+    templates = sorted({t.rsplit("-", 1)[0] for s in seqs.values() for t in s})
+    lines = ["| model | " + " | ".join(templates) + " | distinct call sequences | template told apart (MI / H) |",
+             "|---|" + "---|" * (len(templates) + 2)]
+    for k in models:
+        by: dict[str, list[tuple[str, ...]]] = {}
+        for task, seq in seqs[k].items():
+            by.setdefault(task.rsplit("-", 1)[0], []).append(seq)
+        cells = [f"{mean(len(x) for x in by[t]):.1f}" if t in by else "-" for t in templates]
+        lines.append(f"| {k} | " + " | ".join(cells) + f" | {len(set(seqs[k].values()))} | {told_apart(by):.2f} |")
+    return ["tool calls per held-out episode, per template:", ""] + lines + [""]
+
+
+def told_apart(by_template: dict[str, list[tuple[str, ...]]]) -> float:
+    """I(template; call sequence) / H(template), from the counts: 0 when the calls carry nothing about the template."""
+    pairs = [(t, seq) for t, seqs in by_template.items() for seq in seqs]
+    n = len(pairs)
+    if n == 0 or len(by_template) < 2:
+        return float("nan")
+
+    def entropy(counts) -> float:
+        return -sum(c / n * math.log(c / n) for c in counts if c)
+
+    count = lambda xs: [xs.count(x) for x in set(xs)]  # noqa: E731
+    h_t, h_s, h_ts = entropy(count([t for t, _ in pairs])), entropy(count([s for _, s in pairs])), entropy(count(pairs))
+    return (h_t + h_s - h_ts) / h_t
 
 
 def grpo_metrics(work: Path, seeds, arms=("sft-grpo", "grpo")) -> dict[tuple[str, int], dict[str, dict[int, float]]]:
@@ -463,6 +544,7 @@ def probe_report(results: dict, a, work: Path) -> str:
         n = len(next(iter(after.values())))
         lines.append(f"held out ({n} test-stream instances of those templates, greedy): SFT {b:.3f}, SFT then GRPO {g:.3f}; "
                      f"paired difference {d:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict(lo, hi)}")
+    lines += behaviour(results, work, ["probe-sft", "probe-grpo"], a.seeds)
     lines += probe_cost(results)
     problems = mechanics(runs)
     lines.append("mechanics: " + ("ok (a group with signal in some step, train reward logged at every step and moving)"
@@ -530,6 +612,9 @@ def main() -> None:
     ap.add_argument("--no-fixed", dest="fixed", action="store_false",
                     help="skip the 20 fixed test tasks (an LLM user on a CPU makes every episode count)")
     ap.add_argument("--sft-instances", type=int, default=48, help="template instances the oracle plays for the SFT data")
+    ap.add_argument("--sft-agent", default="oracle", help="the teacher of the SFT data: oracle, or oracle:varied "
+                    "(two to four phrasings per situation, drawn per episode)")
+    ap.add_argument("--sft-epochs", type=float, default=1.0, help="SFT epochs over the oracle conversations")
     ap.add_argument("--grpo-steps", type=int, default=24)
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--tasks-per-step", type=int, default=2)

@@ -22,7 +22,8 @@ def _module():
 
 def _args(**kw):
     base = dict(model="tiny", user="scripted", seeds=[0, 1], arms=["base", "sft", "sft+grpo", "grpo"], heldout=40,
-                eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4, grpo_lr=5e-6, sft_user=None, fixed=True)
+                eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4, grpo_lr=5e-6, sft_user=None, fixed=True,
+                sft_agent="oracle", sft_instances=48, sft_epochs=1.0)
     return Namespace(**{**base, **kw})
 
 
@@ -275,3 +276,40 @@ def test_probe_refuses_finished_runs_trained_on_another_template_set(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(results))
     with pytest.raises(SystemExit, match=r"now choose \['balance'\], but the finished probe runs trained on \['balance', 'move'\]"):
         rl.Experiment(a).probe()
+
+
+def _eval_run(folder: Path, episodes: dict[str, list[str]]) -> None:
+    """An eval run's store with the columns the behaviour table reads: each task's tool calls, in order."""
+    folder.mkdir(parents=True)
+    with sqlite3.connect(folder / "runs.sqlite") as db:
+        db.execute("CREATE TABLE episodes (id INTEGER, task_id TEXT, outcome TEXT)")
+        db.execute("CREATE TABLE messages (episode_id INTEGER, idx INTEGER, role TEXT, name TEXT)")
+        for eid, (task, tools) in enumerate(episodes.items()):
+            db.execute("INSERT INTO episodes VALUES (?, ?, 'failure')", (eid, task))
+            db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
+                           [(eid, 0, "user", None)] + [(eid, i + 1, "tool", name) for i, name in enumerate(tools)])
+
+
+def test_behaviour_table_says_whether_a_model_tells_the_templates_apart(tmp_path):
+    """Issue 26: the cold start made the same calls on every template; the table measures that per model."""
+    rl = _module()
+    reads, writes = ["find_customer", "list_accounts"], ["find_customer", "list_accounts", "transfer"]
+    _eval_run(tmp_path / "runs" / "eval-blind", {"balance-a": writes, "balance-b": writes, "move-c": writes, "move-d": writes})
+    _eval_run(tmp_path / "runs" / "eval-reads", {"balance-a": reads, "balance-b": reads, "move-c": writes, "move-d": writes})
+    results = {"sft:0": {"heldout": {}, "heldout_run": "eval-blind", "fixed": {}},
+               "sft:1": {"heldout": {}, "heldout_run": "eval-reads", "fixed": {}}}
+    text = "\n".join(rl.behaviour(results, tmp_path, ["oracle", "sft"], [0, 1]))
+    assert "| model | balance | move | distinct call sequences | template told apart (MI / H) |" in text
+    assert "| sft:0 | 3.0 | 3.0 | 1 | 0.00 |" in text  # the same calls whatever was asked
+    assert "| sft:1 | 2.0 | 3.0 | 2 | 1.00 |" in text  # its calls say which template it was
+    assert rl.told_apart({"balance": [("a",), ("b",)], "move": [("a",), ("b",)]}) == 0.0
+
+
+def test_an_out_folder_keeps_one_cold_start(tmp_path):
+    """Checkpoints made from 48 oracle conversations must not be reported as a varied cold start's."""
+    rl = _module()
+    (tmp_path / "results.json").write_text(json.dumps({"cold_start": {"agent": "oracle", "instances": 48, "epochs": 1.0}}))
+    (tmp_path / "runs" / "sft-0" / "sft" / "checkpoint-final").mkdir(parents=True)
+    assert rl.Experiment(_args(out=str(tmp_path))).sft(0).is_dir()  # the same settings: the checkpoint is reused
+    with pytest.raises(SystemExit, match=r"made with .*'oracle', .* not .*'oracle:varied'"):
+        rl.Experiment(_args(out=str(tmp_path), sft_agent="oracle:varied")).sft(0)
