@@ -324,8 +324,11 @@ def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict
 def report(results: dict, a, work: Path | None = None) -> str:
     """The tables; with `work` (the --out folder) also what each GRPO run's metrics say about its signal."""
     sft_user = f" (SFT data: {a.sft_user} user)" if a.sft_user and a.sft_user != a.user else ""
-    lines = [f"rl_gain: {a.model} on bank, user {a.user}{sft_user}, seeds {a.seeds}, GRPO {a.grpo_steps} steps x "
-             f"{a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}, held-out {a.heldout} template instances on random "
+    grpo = (f", GRPO {a.grpo_steps} steps x {a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}"
+            if {"sft+grpo", "grpo"} & set(a.arms) else "")
+    cold = (f", SFT on {a.sft_instances} {a.sft_agent} conversations x {a.sft_epochs:g} epochs"
+            if {"sft", "sft+grpo"} & set(a.arms) else "")
+    lines = [f"rl_gain: {a.model} on bank, user {a.user}{sft_user}, seeds {a.seeds}{cold}{grpo}, held-out {a.heldout} template instances on random "
              f"databases (test stream, eval seed {a.eval_seed}){' + the 20 fixed test tasks' if a.fixed else ''}; 95% bootstrap intervals", ""]
     for part, title in (("heldout", "held-out instances"), ("fixed", "fixed test tasks")):
         table = arm_table(results, a.arms, a.seeds, part)
