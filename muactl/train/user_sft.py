@@ -130,6 +130,7 @@ def run_train_user(cfg, store: RunStore, log: Callable[[str], None] = print) -> 
     """The stages of the module docstring in `store`'s folder; a finished stage is skipped on --resume."""
     from ..domain.open import open_domain
     from ..errors import UsageError
+    from .pipeline import release
     from .sft import run_sft
 
     state = stages_state(store)
@@ -155,6 +156,7 @@ def run_train_user(cfg, store: RunStore, log: Callable[[str], None] = print) -> 
         save_stages(store, state)
     drop_resumable(store.path / "sft", cfg.keep_checkpoints, log, "sft")  # once recorded: until then a crash resumes from them
     if "eval" not in state:
+        release()  # SFT's memory and its heap setting, before generation (models/memory.py)
         state["eval"] = evaluate_user(cfg, store, state["sft"]["checkpoint"], log)
         save_stages(store, state)
     return state
