@@ -215,7 +215,9 @@ def test_concurrent_episodes_share_generate_calls(batch_run):
     assert sum(sizes) == turns == len(lm.produced)
     assert sizes[0] == 32
     assert len(sizes) * 4 <= turns, f"{len(sizes)} generate calls for {turns} agent turns: {sizes}"
-    assert sum(s > 1 for s in sizes) > len(sizes) / 2, sizes
+    # most turns were generated beside others; counted in turns, not calls: a straggler turn alone between two
+    # full batches (CI once saw [32, 32, 1, 32, 1, 32, ...]) is one turn, not half the sharing
+    assert sum(s for s in sizes if s > 1) > turns / 2, sizes
 
 
 def test_malformed_output_becomes_an_error_turn(bank, tok, tools):
