@@ -47,6 +47,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,7 @@ from muactl.runs.stats import bootstrap, paired, verdict  # noqa: E402  (the sam
 
 ARMS = ("base", "sft", "sft+grpo", "grpo")
 TEST_TASKS = "test"  # the domain's fixed test split, reported beside the held-out instances
+REFERENCE = "reference"  # --out's folder for the oracle's eval runs, apart from the models' runs/
 
 
 def cpu_minutes() -> float:
@@ -212,14 +214,20 @@ class Experiment:
         self.save()
 
     def oracle_reference(self) -> None:
-        """The oracle on the same held-out instances (seconds: no model): what reading the request looks like in
-        the behaviour table."""
-        a = self.a
-        if "oracle" in self.results and run_config(self.work / "runs" / self.results["oracle"]["heldout_run"])["n"] >= a.heldout:
-            return
-        run = run_folder(muactl(["eval", "bank", "--agent=oracle", *self.user_flag(), "--tasks=template:all", f"--n={a.heldout}",
-                                 "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}"],
-                                self.work, self.log), self.work)
+        """The oracle on the same held-out instances (seconds: no model), the behaviour table's reference; its
+        eval run lives apart from the models' (--out/reference/runs/) and grows with --heldout as theirs do."""
+        a, where = self.a, self.work / REFERENCE
+        where.mkdir(exist_ok=True)
+        kept = self.results.get("oracle")
+        if kept is None:
+            run = run_folder(muactl(["eval", "bank", "--agent=oracle", *self.user_flag(), "--tasks=template:all", f"--n={a.heldout}",
+                                     "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}"],
+                                    where, self.log), where)
+        else:
+            run = where / "runs" / kept["heldout_run"]
+            if run_config(run)["n"] >= a.heldout:
+                return
+            muactl(["eval", "--resume", run.name, f"--n={a.heldout}"], where, self.log)
         self.results["oracle"] = {"heldout": successes(run), "heldout_run": run.name, "fixed": {}}
         self.save()
 
@@ -310,11 +318,16 @@ def mean(xs) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def arm_keys(arm: str, seeds) -> list[str]:
+    """results' keys of an arm: one per seed, except the models that are evaluated once (base, the oracle)."""
+    return [arm] if arm in ("base", "oracle") else [f"{arm}:{s}" for s in seeds]
+
+
 def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict[str, float]]]:
     """arm -> seed -> instance -> success, for the arms and seeds that finished (base: one 'seed')."""
     out = {}
     for arm in arms:
-        keys = ["base"] if arm == "base" else [f"{arm}:{s}" for s in seeds]
+        keys = arm_keys(arm, seeds)
         got = {k: {t: float(v) for t, v in results[k][part].items()} for k in keys if k in results and results[k][part]}
         if got:
             out[arm] = got
@@ -385,20 +398,20 @@ def behaviour(results: dict, work: Path, arms, seeds) -> list[str]:
     its sequence of tool calls says about which template it was asked (mutual information over the template's
     entropy: 0 when it does the same whatever the user asked, 1 when its calls tell every template apart). A
     policy that is blind to the request can only be reweighted by GRPO, not taught to tell requests apart."""
-    models = [k for arm in arms for k in (["base"] if arm == "base" else ["oracle"] if arm == "oracle" else [f"{arm}:{s}" for s in seeds])
-              if k in results and results[k].get("heldout_run") and (work / "runs" / results[k]["heldout_run"]).is_dir()]
-    if not models:
+    runs = {k: work / (REFERENCE if k == "oracle" else ".") / "runs" / results[k]["heldout_run"]
+            for arm in arms for k in arm_keys(arm, seeds) if results.get(k, {}).get("heldout_run")}
+    seqs = {k: tool_sequences(run) for k, run in runs.items() if run.is_dir()}
+    if not seqs:
         return []
-    seqs = {k: tool_sequences(work / "runs" / results[k]["heldout_run"]) for k in models}
     templates = sorted({t.rsplit("-", 1)[0] for s in seqs.values() for t in s})
     lines = ["| model | " + " | ".join(templates) + " | distinct call sequences | template told apart (MI / H) |",
              "|---|" + "---|" * (len(templates) + 2)]
-    for k in models:
+    for k, per_task in seqs.items():
         by: dict[str, list[tuple[str, ...]]] = {}
-        for task, seq in seqs[k].items():
+        for task, seq in per_task.items():
             by.setdefault(task.rsplit("-", 1)[0], []).append(seq)
         cells = [f"{mean(len(x) for x in by[t]):.1f}" if t in by else "-" for t in templates]
-        lines.append(f"| {k} | " + " | ".join(cells) + f" | {len(set(seqs[k].values()))} | {told_apart(by):.2f} |")
+        lines.append(f"| {k} | " + " | ".join(cells) + f" | {len(set(per_task.values()))} | {told_apart(by):.2f} |")
     return ["tool calls per held-out episode, per template:", ""] + lines + [""]
 
 
@@ -409,11 +422,10 @@ def told_apart(by_template: dict[str, list[tuple[str, ...]]]) -> float:
     if n == 0 or len(by_template) < 2:
         return float("nan")
 
-    def entropy(counts) -> float:
-        return -sum(c / n * math.log(c / n) for c in counts if c)
+    def entropy(items) -> float:
+        return -sum(c / n * math.log(c / n) for c in Counter(items).values())
 
-    count = lambda xs: [xs.count(x) for x in set(xs)]  # noqa: E731
-    h_t, h_s, h_ts = entropy(count([t for t, _ in pairs])), entropy(count([s for _, s in pairs])), entropy(count(pairs))
+    h_t, h_s, h_ts = entropy(t for t, _ in pairs), entropy(s for _, s in pairs), entropy(pairs)
     return (h_t + h_s - h_ts) / h_t
 
 

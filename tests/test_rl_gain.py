@@ -296,9 +296,12 @@ def test_behaviour_table_says_whether_a_model_tells_the_templates_apart(tmp_path
     reads, writes = ["find_customer", "list_accounts"], ["find_customer", "list_accounts", "transfer"]
     _eval_run(tmp_path / "runs" / "eval-blind", {"balance-a": writes, "balance-b": writes, "move-c": writes, "move-d": writes})
     _eval_run(tmp_path / "runs" / "eval-reads", {"balance-a": reads, "balance-b": reads, "move-c": writes, "move-d": writes})
+    _eval_run(tmp_path / rl.REFERENCE / "runs" / "eval-oracle", {"balance-a": reads, "move-c": writes})  # apart from runs/
     results = {"sft:0": {"heldout": {}, "heldout_run": "eval-blind", "fixed": {}},
-               "sft:1": {"heldout": {}, "heldout_run": "eval-reads", "fixed": {}}}
+               "sft:1": {"heldout": {}, "heldout_run": "eval-reads", "fixed": {}},
+               "oracle": {"heldout": {}, "heldout_run": "eval-oracle", "fixed": {}}}
     text = "\n".join(rl.behaviour(results, tmp_path, ["oracle", "sft"], [0, 1]))
+    assert "| oracle | 2.0 | 3.0 | 2 | 1.00 |" in text
     assert "| model | balance | move | distinct call sequences | template told apart (MI / H) |" in text
     assert "| sft:0 | 3.0 | 3.0 | 1 | 0.00 |" in text  # the same calls whatever was asked
     assert "| sft:1 | 2.0 | 3.0 | 2 | 1.00 |" in text  # its calls say which template it was
