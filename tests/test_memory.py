@@ -1,5 +1,5 @@
 """muactl/models/memory.py: large blocks mapped on their own while SFT trains (bound_heap), and kept in the heap
-again after a stage's memory is given back (give_back).
+again once it has trained (unbound_heap).
 Real allocations in a fresh process each (glibc's allocator state is per process); no model."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from muactl.models import memory
 if sys.argv[1] in ("sft", "after-sft"):
     memory.bound_heap()
 if sys.argv[1] == "after-sft":
-    memory.give_back()
+    memory.unbound_heap()
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 big = torch.empty(16 << 20, dtype=torch.uint8); big.fill_(1); del big

@@ -177,13 +177,19 @@ def test_sft_mask_covers_exactly_the_assistant_turns(in_tmp):
 # ---------------------------------------------------------------- SFT end to end (tiny, a few steps)
 
 
-def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp):
+def test_train_sft_on_tiny_writes_a_loadable_checkpoint_and_resumes(in_tmp, monkeypatch):
+    from muactl.models import memory
+
+    heap = []  # issue 27: SFT bounds the heap while it trains and unbounds it after, before anything generates
+    monkeypatch.setattr(memory, "bound_heap", lambda: heap.append("bound"))
+    monkeypatch.setattr(memory, "unbound_heap", lambda: heap.append("unbound"))
     r = runner.invoke(app, ["synth", "bank", "--trials", "1", "--tasks", "move-quin,close-ned,move-mia", "-o", "d.jsonl"])
     assert r.exit_code == 0, r.output
     args = ["train", "sft", "data=d.jsonl", "sft.max_steps=2", "sft.batch_size=2", "sft.save_steps=1",
             "sft.logging_steps=1", "run_id=sft-test"]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
+    assert heap == ["bound", "unbound"]
     assert "sft: precision: " in r.output and "batch 2 x grad_accum 1" in r.output
     assert "gradient checkpointing off" in r.output  # a CPU has the memory; recomputation would double the step
     # issue 27.1: a line per logging step, TRL's raw dict of it only in the store

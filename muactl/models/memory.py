@@ -9,9 +9,9 @@ step's activations come to be carved from heaps that its frees leave fragmented 
 HEAP_BLOCK_MIN, every block that large is mapped on its own and unmapped when freed (2 SFT steps of smollm2-135m on
 the demo's 4 longest conversations: 7.58 -> 6.91 GB peak, the same losses). SFT only: every fresh mapping is
 faulted in page by page, which generation pays on every decoded token (an eval of the demo's SFT model on its 20
-test tasks: 266 s wall and 150 s system time bounded, 138 s and 29 s not, 5.5 vs 6.8 GB peak), so `give_back`
-puts the threshold back at glibc's own ceiling for the stages after it. Neither changes a computed value, only
-where the bytes live.
+test tasks: 266 s wall and 150 s system time bounded, 138 s and 29 s not, 5.5 vs 6.8 GB peak), so SFT calls
+`unbound_heap` when its training ends, for whatever generates after it in the same process. Neither changes a
+computed value, only where the bytes live.
 """
 
 from __future__ import annotations
@@ -40,18 +40,21 @@ def _glibc():
 
 
 def bound_heap() -> bool:
-    """Map blocks of HEAP_BLOCK_MIN bytes and up on their own (for a training stage); whether it could be set."""
+    """Map blocks of HEAP_BLOCK_MIN bytes and up on their own (while SFT trains); whether it could be set."""
     return _mmap_threshold(HEAP_BLOCK_MIN)
 
 
+def unbound_heap() -> bool:
+    """After training: blocks below glibc's ceiling come from the heap again, as generation needs."""
+    return _mmap_threshold(HEAP_BLOCK_REUSE)
+
+
 def give_back() -> None:
-    """After a stage: collect cycles, give free heap pages back to the system, and let the next stage's blocks
-    come from the heap again."""
+    """After a stage: collect cycles, and give free heap pages back to the system."""
     gc.collect()
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
-        _mmap_threshold(HEAP_BLOCK_REUSE)
 
 
 def _mmap_threshold(size: int) -> bool:

@@ -97,7 +97,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     """Train cfg.model on data_path; checkpoints under the run folder; returns the final checkpoint
     (default runs/<id>/checkpoint-final) and the stage's figures."""
     from ..models.folder import load_tokenizer
-    from ..models.memory import bound_heap
+    from ..models.memory import bound_heap, unbound_heap
     from ..models.precision import gradient_checkpointing, import_torch, precision_note, sft_batch, training_precision
     from ..models.registry import resolve
     from .checkpoints import card_on_save, quiet_trl_logs, train_and_save
@@ -105,7 +105,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     from .synth import read_jsonl
 
     torch = import_torch()
-    bound_heap()  # before the model and its optimizer allocate; the recipe's give_back ends it (memory.py)
+    bound_heap()  # before the model and its optimizer allocate; until training ends (memory.py)
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
@@ -155,6 +155,7 @@ def run_sft(cfg, store: RunStore, data_path: Path, log=print, final: Path | None
     quiet_trl_logs(trainer, lambda state, logs: log(sft_line(state.global_step, state.max_steps, logs)))
     final = final or store.path / "checkpoint-final"
     result, seconds = train_and_save(trainer, tokenizer, out_dir, final, cfg.sft.lora, cfg.sft.resume, log, "sft")
+    unbound_heap()  # an eval or a trained user's evaluation may generate next in this process
     epochs_done = trainer.state.epoch or 0.0
     stats = {"examples": len(dataset), "skipped_too_long": skipped, "tokens": n_tokens, "steps": result.global_step,
              "epochs": round(epochs_done, 2), "seconds": round(seconds, 1), "train_loss": result.training_loss,

@@ -156,7 +156,7 @@ def run_train_user(cfg, store: RunStore, log: Callable[[str], None] = print) -> 
         save_stages(store, state)
     drop_resumable(store.path / "sft", cfg.keep_checkpoints, log, "sft")  # once recorded: until then a crash resumes from them
     if "eval" not in state:
-        release()  # SFT's memory and its heap setting, before generation (models/memory.py)
+        release()  # SFT's memory goes back before the evaluation loads the trained user, as between a recipe's stages
         state["eval"] = evaluate_user(cfg, store, state["sft"]["checkpoint"], log)
         save_stages(store, state)
     return state
