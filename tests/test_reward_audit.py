@@ -83,6 +83,32 @@ def test_the_oracle_says_why_it_refuses(bank):
     assert ep.reward == 1.0 and ep.termination == "user_stop"
 
 
+def test_a_declined_change_pays_only_the_proposal_with_its_evidence(retail):
+    """decline-exchange: the user says no to the exchange (user.consent: false), so the right end state is the
+    look-ups' alone; what pays is the proposal carrying the price difference worked out from them. The oracle
+    passes and its user's refusal is checked; an agent that reads and lists every number, or does nothing,
+    or makes the exchange when its user says yes, does not."""
+    from muactl.episode.fidelity import user_fidelity
+
+    tasks = draw_stream(retail, "template:decline-exchange", 4, 3, "fixed", "test").tasks
+    assert all(not t.task.user.consent for t in tasks)
+    eps = play(retail, tasks, "oracle")
+    assert [e.reward for e in eps] == [1.0] * 4
+    proposals = [m["content"] for e in eps for m in e.messages if "(yes/no)" in (m.get("content") or "")]
+    assert len(proposals) == 4 and all(t.task.expect.outputs[0] in p for t, p in zip(tasks, proposals))
+    assert all(user_fidelity(t, e, retail.compiled)["refused"] is True for t, e in zip(tasks, eps))
+    for agent in ("adversary:number-sprayer", "adversary:do-nothing"):
+        assert passed(retail, tasks, agent) == set(), agent
+    assert [e.reward for e in play(retail, tasks, "oracle", SaysYes)] == [0.0] * 4  # the exchange made: wrong
+
+
+class SaysYes(ScriptedUser):
+    """A scripted user that consents whatever its task says."""
+
+    def say(self, ctx, situation: str, **fields: str) -> str:
+        return super().say(ctx, "yes" if situation == "no" else situation, **fields)
+
+
 def test_the_users_transfer_token_earns_nothing(bank):
     """A do-nothing agent whose user gives up with ###TRANSFER### is not paid on transfer tasks."""
     tasks = [bank.task("human-quin"), bank.task("human-wes")]

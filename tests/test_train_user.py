@@ -52,15 +52,49 @@ def test_varied_scripted_user_stays_faithful_and_says_things_more_ways(domain):
     assert said_by_task(again) == said_by_task(varied)
 
 
+def _ctx(seed: int, persona: str | None = None, messages=()):
+    """What ScriptedUser reads of an episode: its seed, its messages and the task's persona."""
+    return SimpleNamespace(seed=seed, messages=list(messages), task=SimpleNamespace(task=SimpleNamespace(persona=persona)))
+
+
+def test_every_user_phrasing_keeps_what_the_oracle_and_the_checks_key_on():
+    from muactl.episode.agents.oracle import consent_in
+    from muactl.episode.fidelity import _AGENT_TALK
+    from muactl.episode.user import _CONTEXTS, _REWORDINGS, PERSONA_PHRASES, USER_PHRASES
+
+    pools = [USER_PHRASES, *PERSONA_PHRASES.values()]
+    lines = [(k, line) for pool in pools for k, options in pool.items() for line in options]
+    assert all(consent_in(line) is True for k, line in lines if k == "yes")
+    assert all(consent_in(line) is False for k, line in lines if k == "no")
+    assert all("{facts}" in line for k, line in lines if k == "facts")
+    assert not [line for k, line in lines + [("context", c) for c in _CONTEXTS] if _AGENT_TALK.search(line)]
+    assert not [w for _, words in _REWORDINGS for w in words if any(ch.isdigit() for ch in w)]
+    assert all(set(p) >= {"aside"} for p in PERSONA_PHRASES.values())
+
+
+def test_the_task_persona_colours_the_varied_users_words():
+    from muactl.episode.user import PERSONA_PHRASES, USER_PHRASES, ScriptedUser
+
+    user = ScriptedUser(varied=True)
+    said = {p: {user.say(_ctx(s, p), "yes") for s in range(200)} for p in ("brief", "polite")}
+    assert said["brief"] & set(PERSONA_PHRASES["brief"]["yes"]) and not said["brief"] & set(PERSONA_PHRASES["polite"]["yes"])
+    assert said["polite"] & set(PERSONA_PHRASES["polite"]["yes"]) and said["polite"] & set(USER_PHRASES["yes"])
+    assert user.persona(_ctx(1, "a persona of the user's own")) in PERSONA_PHRASES  # drawn, per episode
+    assert ScriptedUser().say(_ctx(1, "brief"), "yes") == USER_PHRASES["yes"][0]  # the plain user: one way
+    goals = {user.goal(_ctx(s, "anxious"), "You want to move 250 from your savings account because you think it "
+                                            "is safer.") for s in range(60)}
+    assert len(goals) > 40 and all("250" in g and "savings account" in g for g in goals)
+
+
 def test_varied_facts_keep_every_value_in_another_order_and_wording():
     from muactl.episode.user import ScriptedUser
 
     user, known = ScriptedUser(varied=True), "Your name is Maya Novak. Your email is maya.novak34@example.com."
-    said = {user.facts(SimpleNamespace(seed=s, messages=[]), known) for s in range(40)}
+    said = {user.facts(_ctx(s), known) for s in range(40)}
     assert all("Maya Novak" in t and "maya.novak34@example.com" in t for t in said)
     assert len(said) > 10
     assert any(t.index("maya.novak34") < t.index("Maya Novak") for t in said)  # the order changes too
-    assert ScriptedUser().facts(SimpleNamespace(seed=3, messages=[]), known) == \
+    assert ScriptedUser().facts(_ctx(3), known) == \
         "My name is Maya Novak. My email is maya.novak34@example.com."
 
 

@@ -27,7 +27,7 @@ from ..env.values import decode_json_text
 from ..errors import Problem, SpecError, UsageError
 from ..limits import MAX_INSTANCES, MAX_SAMPLE_ROWS
 from ..compile.randomdb import Drawer, instance
-from ..env.gold import assertion_result
+from ..env.gold import assertion_result, gold_actions
 from ..spec import models as m
 from ..spec.problems import validate
 from ..spec.tasks import TaskSpec
@@ -208,7 +208,7 @@ def replay_gold(task: m.Task, domain) -> str:
     """'' when setup and gold actions run without error and every assertion holds; else why not."""
     env = new_env(domain)
     try:
-        for group, calls in (("setup", task.setup), ("gold action", task.expect.actions)):
+        for group, calls in (("setup", task.setup), ("gold action", gold_actions(task, domain))):
             for call in calls:
                 name, args = m.call_parts(call)
                 tool = domain.tools.get(name)

@@ -129,7 +129,7 @@ def _replay(opened: Opened, t: TaskSpec, verify_hash: bool = False, checked=lamb
 
     env = new_env(domain_for(opened, t))  # a generated task runs on the random database it was drawn on
     task = t.task
-    gold = gold_actions(t, opened.compiled)  # without the writes a user who declines them (consent: false) stops
+    gold = gold_actions(t.task, opened.compiled)  # without the writes a user who declines them (consent: false) stops
     skipped: list[str] = []
     try:
         for group, calls, path0 in (("setup", task.setup, ("setup",)), ("gold action", gold, ("expect", "actions"))):

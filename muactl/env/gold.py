@@ -73,8 +73,8 @@ _COMPUTING: dict[str, threading.Lock] = {}
 def gold_actions(task, domain) -> list:
     """The calls whose end state is the right outcome: the gold path, without its writes when the task's
     user declines them (user.consent: false)."""
-    actions = task.task.expect.actions
-    if task.task.user.consent:
+    actions = task.expect.actions
+    if task.user.consent:
         return actions
     return [c for c in actions if not domain.writes(next(iter(c)))]
 
@@ -82,7 +82,7 @@ def gold_actions(task, domain) -> list:
 def _gold_key(task, domain, synced: bool = True) -> str:
     """The gold state depends on the database the task runs on and on its setup and gold actions, not
     on its id: two tasks (or two versions of one task) with one id but other actions differ."""
-    calls = json.dumps([task.task.setup, gold_actions(task, domain)], sort_keys=True, default=str)
+    calls = json.dumps([task.task.setup, gold_actions(task.task, domain)], sort_keys=True, default=str)
     return hashlib.sha256(f"{template_key(domain)}:{calls}{'' if synced else ':unsynced'}".encode()).hexdigest()
 
 
@@ -125,7 +125,7 @@ def _replay_gold(task, domain, synced: bool = True) -> tuple[str, dict]:
     try:
         replay_checked(env, task, "setup", task.task.setup)
         env.after_write = synced
-        replay_checked(env, task, "gold action", gold_actions(task, domain))
+        replay_checked(env, task, "gold action", gold_actions(task.task, domain))
         return env.state_hash(), env.state_delta()
     finally:
         env.close()

@@ -177,10 +177,78 @@ USER_PHRASES: dict[str, tuple[str, ...]] = {
                "Perfect, thanks for your help.", "That's all I needed, thanks.", "Wonderful, thank you so much.",
                "Thanks a lot, bye."),
 }
+# `scripted:varied` also speaks in the manner of the task's persona (the built-in domains' persona names; any other
+# persona, or none, draws one of these per episode): more phrasings per situation, and a sentence of its own
+# around the goal ("aside", said before or after it). The same rules as USER_PHRASES hold for every line.
+PERSONA_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
+    "polite": {
+        "aside": ("I hope you are having a good day.", "Thank you for taking the time.", "Sorry to trouble you.",
+                  "I appreciate your help with this.", "I hope this is the right place to ask.",
+                  "Many thanks for looking into it.", "I hope it's not too much bother."),
+        "facts": ("Of course, happy to. {facts}", "Certainly, here are my details. {facts}", "{facts} Thank you kindly.",
+                  "Absolutely. {facts} Let me know if you need more."),
+        "yes": ("Yes, please, that would be lovely.", "Yes, thank you, please go ahead.", "That sounds right. Yes, please."),
+        "thanks": ("Thank you so much, you've been very helpful.", "That's everything, thank you kindly. Goodbye.",
+                   "Lovely, thanks a lot for your patience. Bye."),
+    },
+    "brief": {
+        "aside": ("In a rush.", "Quick one.", "Short on time.", "Busy day, sorry."),
+        "facts": ("{facts}", "Here. {facts}", "{facts} That's it."),
+        "yes": ("Yes.", "Yes, do it.", "Go ahead.", "Ok, go."),
+        "thanks": ("Thanks.", "Ok, thanks. Bye.", "Great. Done."),
+    },
+    "anxious": {
+        "aside": ("I'm a bit worried about this.", "Sorry, I'm nervous about getting this right.",
+                  "This has been stressing me out.", "I really hope this can be fixed.",
+                  "I keep worrying about my money.", "Please be careful with it."),
+        "facts": ("Okay, here goes. {facts}", "{facts} I hope that's right.", "{facts} Is that all you need?"),
+        "yes": ("Yes, okay. Please go ahead, carefully.", "Yes, I think so. Please proceed.",
+                "Okay, yes, if that's right then go ahead."),
+        "thanks": ("Oh good, thank you, that's a relief.", "Thank you, I feel much better now.",
+                   "Phew, thanks. That's all."),
+    },
+    "insistent": {
+        "aside": ("I've been a customer for years.", "I'd like this sorted today.", "I know exactly what I want.",
+                  "This really matters to me.", "I've asked about this before."),
+        "facts": ("{facts} Now can we get on with it?", "Fine. {facts}", "Here, {facts}"),
+        "yes": ("Yes, that's what I asked for. Go ahead.", "Yes. Do it now, please.", "Obviously yes, go ahead."),
+        "thanks": ("Good. That's all.", "Finally. Thanks.", "Right, thank you. Bye."),
+    },
+}
+# where the user is coming from, any persona: said with the persona's aside, in either order
+_CONTEXTS = ("I'm on my lunch break.", "I just got home from work.", "My partner asked me to sort this out.",
+             "I only noticed this today.", "I've been meaning to do this for a while.", "I'm on my phone, sorry.",
+             "A friend said you could help.", "I'm travelling this week.", "I tried the website first.",
+             "It's my first time contacting you.", "I'm doing some admin this evening.", "Hope this is quick.")
 # how the goal's "I want ..." may begin instead (want and need are no content words of stated_goal's)
-_GOAL_LEADS = ("I want", "I'd like", "I would like", "I need", "I really want")
+_GOAL_LEADS = ("I want", "I'd like", "I would like", "I need", "I really want", "What I want is", "I'm hoping",
+               "I'd really like", "I was hoping")
 # a fact sentence "My email is x@y.z." said another way (the value verbatim, so gave_facts still finds it)
-_FACT_FORMS = ("My {key} is {value}.", "{value} is my {key}.", "My {key}: {value}.", "The {key} is {value}.")
+_FACT_FORMS = ("My {key} is {value}.", "{value} is my {key}.", "My {key}: {value}.", "The {key} is {value}.",
+               "It's {value}, my {key}.", "For my {key}, {value}.", "{key}: {value}.", "You'll have my {key} as {value}.")
+# other words for common parts of a goal, each drawn per episode (the first: as the task says it). They leave
+# numbers, ids and most content words alone, so stated_goal still finds the goal in what was said.
+_REWORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"\bmove\b", ("move", "transfer", "shift")),
+    (r"\bbecause\b", ("because", "since", "as")),
+    (r"\bdo not\b", ("do not", "don't")),
+    (r"\bdoes not\b", ("does not", "doesn't")),
+    (r"\bI am\b", ("I am", "I'm")),
+    (r"\bI think\b", ("I think", "I believe", "As far as I know,")),
+    (r"\bsuit me\b", ("suit me", "work for me", "fit me")),
+    (r"\bexchange\b", ("exchange", "swap")),
+    (r"\bexchanging\b", ("exchanging", "swapping")),
+    (r"\bhow much money is in\b", ("how much money is in", "what the balance is on", "how much I have in")),
+    (r"\bno longer need\b", ("no longer need", "don't need")),
+    (r"\bno longer use\b", ("no longer use", "don't use")),
+    (r"\bI received\b", ("I received", "I got")),
+    (r"\bthe status of\b", ("the status of", "what is happening with")),
+    (r"\bshipped to\b", ("shipped to", "sent to", "delivered to")),
+    (r"\ball the money in\b", ("all the money in", "everything in", "the whole balance of")),
+    (r"\bwant to know\b", ("want to know", "would like to know", "need to know")),
+    (r"\bthinking of\b", ("thinking of", "considering")),
+    (r"\binstead of\b", ("instead of", "rather than")),
+)
 _MY_FACT = re.compile(r"^My ([a-z]+(?: [a-z]+)?) is (\S.*?)\.?$")
 
 
@@ -194,8 +262,9 @@ class ScriptedUser(UserSimulator):
     agent names them, and stops when the agent no longer asks anything (a closing "Anything else?" asks
     nothing; with ###TRANSFER### once the agent handed it over, see `stop`). For tests, cheap debugging and CPU training; it does not change its mind or wander like an
     LLM user. `varied` (`scripted:varied`): the same behaviour said several ways, drawn from the episode's
-    seed (as oracle:varied does for the agent): each situation's phrasing (USER_PHRASES), and the known facts
-    in another order and wording, so that data from it does not say each thing one way."""
+    seed (as oracle:varied does for the agent): each situation's phrasing (USER_PHRASES, and more in the manner
+    of the task's persona, PERSONA_PHRASES, with an aside of its own around the goal), and the known facts in
+    another order and wording, so that data from it does not say each thing one way."""
 
     name = "scripted"
 
@@ -208,15 +277,32 @@ class ScriptedUser(UserSimulator):
         """The first option, or with `varied` one drawn from the episode's seed and `key` (replayed: the same)."""
         return options[random.Random(f"{ctx.seed}:user:{key}").randrange(len(options))] if self.varied else options[0]
 
+    def persona(self, ctx: EpisodeContext) -> str:
+        """The manner it speaks in (varied only): the task's persona when PERSONA_PHRASES knows it, else one drawn."""
+        name = ctx.task.task.persona or ""
+        return name if name in PERSONA_PHRASES else self._pick(ctx, "persona", sorted(PERSONA_PHRASES))
+
+    def phrasings(self, ctx: EpisodeContext, situation: str) -> tuple[str, ...]:
+        extra = PERSONA_PHRASES[self.persona(ctx)].get(situation, ()) if self.varied else ()
+        return USER_PHRASES[situation] + extra
+
     def say(self, ctx: EpisodeContext, situation: str, **fields: str) -> str:
-        return self._pick(ctx, f"{situation}:{len(ctx.messages)}", USER_PHRASES[situation]).format(**fields)
+        return self._pick(ctx, f"{situation}:{len(ctx.messages)}", self.phrasings(ctx, situation)).format(**fields)
 
     def goal(self, ctx: EpisodeContext, reason: str) -> str:
-        """The goal in the user's words; varied: its leading "I want" said another way."""
+        """The goal in the user's words; varied: its leading "I want to" said another way, and the persona's
+        aside before it, after it or not at all."""
         plain = first_person(reason)
-        if not self.varied or not plain.startswith("I want "):
+        if not self.varied:
             return plain
-        return self._pick(ctx, "goal-lead", _GOAL_LEADS) + plain[len("I want"):]
+        for k, (pattern, words) in enumerate(_REWORDINGS):
+            plain = re.sub(pattern, self._pick(ctx, f"reword:{k}", words), plain)
+        if plain.startswith("I want to "):
+            plain = self._pick(ctx, "goal-lead", _GOAL_LEADS) + plain[len("I want"):]
+        aside = self._pick(ctx, "aside", PERSONA_PHRASES[self.persona(ctx)]["aside"])
+        context = self._pick(ctx, "context", _CONTEXTS)
+        aside = self._pick(ctx, "context-at", (aside, f"{context} {aside}", f"{aside} {context}"))
+        return self._pick(ctx, "aside-at", (f"{aside} {plain}", f"{plain} {aside}", plain))
 
     def facts(self, ctx: EpisodeContext, known: str) -> str:
         """The known facts in the user's words; varied: in an order and a wording drawn once per episode."""
@@ -231,7 +317,7 @@ class ScriptedUser(UserSimulator):
             m = _MY_FACT.match(part)
             worded.append(rng.choice(_FACT_FORMS).format(key=m.group(1), value=m.group(2)) if m else part)
         said = " ".join(worded)
-        return self._pick(ctx, "facts-frame", USER_PHRASES["facts"]).format(facts=said)
+        return self._pick(ctx, "facts-frame", self.phrasings(ctx, "facts")).format(facts=said)
 
     async def respond(self, ctx: EpisodeContext) -> UserReply:
         goal = ctx.task.task.user

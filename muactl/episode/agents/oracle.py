@@ -105,7 +105,7 @@ class OracleAgent(Agent):
             if ctx.domain.writes(name) and not task.solo:  # a solo task has nobody to ask
                 if st["confirmed"] != st["step"]:
                     st["confirmed"] = st["step"]
-                    return AgentReply(self.say(ctx, "confirm", call=_describe(name, args)))
+                    return AgentReply(self.say(ctx, "confirm", call=self.proposal(task, name, args)))
                 answer = consent_in(_last_user_text(ctx))
                 if answer is None and not st["unclear"]:  # ask once more before taking it as a no
                     st["unclear"] = 1
@@ -124,6 +124,16 @@ class OracleAgent(Agent):
                 return AgentReply(self.say(ctx, "outputs", outputs="; ".join(task.expect.outputs)))
             return AgentReply(self.say(ctx, "done"))
         return AgentReply("Your request is complete. Goodbye.")
+
+    @staticmethod
+    def proposal(task, name: str, args: dict) -> str:
+        """The write it asks consent for. When the task's user will decline (user.consent: false), the proposal
+        is the last thing the agent says that matters, so it carries the task's outputs (its evidence of the work,
+        such as a price difference worked out from the look-ups)."""
+        call = _describe(name, args)
+        if task.user.consent or not task.expect.outputs:
+            return call
+        return f"{call}, which means: {'; '.join(task.expect.outputs)}"
 
     @staticmethod
     def act_in_turn(ctx) -> AgentReply:
