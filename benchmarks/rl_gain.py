@@ -166,19 +166,21 @@ class Experiment:
                 f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra])
         return self.work / "runs" / run_id / "checkpoint-final"
 
-    def evaluate(self, key: str, model: str) -> None:
-        """Held-out instances and the fixed test tasks, greedy; per-task successes into results[key]."""
+    def evaluate(self, key: str, model: str, user: str | None = None) -> None:
+        """Held-out instances and the fixed test tasks, greedy; per-task successes into results[key]. Against another
+        user than the trained-with one (--cross-user), the held-out instances only, into results['<key>@<user>']."""
         a = self.a
+        if user is not None:
+            key = f"{key}@{user}"
         if key in self.results:
             return self.grow(key)
         agent = f"hf:{model}"
-        user = [] if a.user == "scripted" else [f"--user={a.user}"]
-        common = ["eval", "bank", f"--agent={agent}", *user, f"--max-turns={a.max_turns}", f"--max-new-tokens={a.max_new_tokens}",
-                  f"--concurrency={a.concurrency}"]
+        common = ["eval", "bank", f"--agent={agent}", *self.user_flag(user), f"--max-turns={a.max_turns}",
+                  f"--max-new-tokens={a.max_new_tokens}", f"--concurrency={a.concurrency}"]
         t0, c0 = time.time(), cpu_minutes()
         held = run_folder(muactl([*common, "--tasks=template:all", f"--n={a.heldout}", "--db=random", "--split=test",
                                   f"--seed={a.eval_seed}"], self.work, self.log), self.work)
-        fixed = run_folder(muactl([*common, f"--split={TEST_TASKS}"], self.work, self.log), self.work) if a.fixed else None
+        fixed = run_folder(muactl([*common, f"--split={TEST_TASKS}"], self.work, self.log), self.work) if a.fixed and user is None else None
         self.results[key] = {"heldout": successes(held), "fixed": successes(fixed) if fixed else {}, "eval_cpu_min": cpu_minutes() - c0,
                              "eval_wall_min": (time.time() - t0) / 60, "heldout_run": held.name}
         self.save()
@@ -235,16 +237,22 @@ class Experiment:
         a = self.a
         self.oracle_reference()
         if "base" in a.arms:
-            self.evaluate("base", a.model)
+            self.evaluate_all("base", a.model)
         for seed in a.seeds:
             if "sft" in a.arms or "sft+grpo" in a.arms:
                 ckpt = self.sft(seed)
                 if "sft" in a.arms:
-                    self.evaluate(f"sft:{seed}", str(ckpt))
+                    self.evaluate_all(f"sft:{seed}", str(ckpt))
                 if "sft+grpo" in a.arms:
-                    self.evaluate(f"sft+grpo:{seed}", str(self.grpo(seed, str(ckpt), "sft+grpo")))
+                    self.evaluate_all(f"sft+grpo:{seed}", str(self.grpo(seed, str(ckpt), "sft+grpo")))
             if "grpo" in a.arms:
-                self.evaluate(f"grpo:{seed}", str(self.grpo(seed, a.model, "grpo")))
+                self.evaluate_all(f"grpo:{seed}", str(self.grpo(seed, a.model, "grpo")))
+
+    def evaluate_all(self, key: str, model: str) -> None:
+        """Against the user it trained with, then (UserRL's check that the gain is not the user's quirks) the other one."""
+        self.evaluate(key, model)
+        if self.a.cross_user:
+            self.evaluate(key, model, user=self.a.cross_user)
 
     # ------------------------------------------------------------ --probe: is the signal learnable?
 
@@ -306,8 +314,9 @@ class Experiment:
         self.save()
         self.logged(key)
 
-    def user_flag(self) -> list[str]:
-        return [] if self.a.user == "scripted" else [f"--user={self.a.user}"]
+    def user_flag(self, user: str | None = None) -> list[str]:
+        user = user or self.a.user
+        return [] if user == "scripted" else [f"--user={user}"]
 
 
 # ---------------------------------------------------------------- statistics
@@ -323,11 +332,12 @@ def arm_keys(arm: str, seeds) -> list[str]:
     return [arm] if arm in ("base", "oracle") else [f"{arm}:{s}" for s in seeds]
 
 
-def arm_table(results: dict, arms, seeds, part: str) -> dict[str, dict[str, dict[str, float]]]:
-    """arm -> seed -> instance -> success, for the arms and seeds that finished (base: one 'seed')."""
+def arm_table(results: dict, arms, seeds, part: str, user: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """arm -> seed -> instance -> success, for the arms and seeds that finished (base: one 'seed'); with `user`, the
+    evaluations against that (--cross-user) user."""
     out = {}
     for arm in arms:
-        keys = arm_keys(arm, seeds)
+        keys = [f"{k}@{user}" if user else k for k in arm_keys(arm, seeds)]
         got = {k: {t: float(v) for t, v in results[k][part].items()} for k in keys if k in results and results[k][part]}
         if got:
             out[arm] = got
@@ -343,8 +353,11 @@ def report(results: dict, a, work: Path | None = None) -> str:
             if {"sft", "sft+grpo"} & set(a.arms) else "")
     lines = [f"rl_gain: {a.model} on bank, user {a.user}{sft_user}, seeds {a.seeds}{cold}{grpo}, held-out {a.heldout} template instances on random "
              f"databases (test stream, eval seed {a.eval_seed}){' + the 20 fixed test tasks' if a.fixed else ''}; 95% bootstrap intervals", ""]
-    for part, title in (("heldout", "held-out instances"), ("fixed", "fixed test tasks")):
-        table = arm_table(results, a.arms, a.seeds, part)
+    tables = [("heldout", "held-out instances", None), ("fixed", "fixed test tasks", None)]
+    if a.cross_user:
+        tables.append(("heldout", f"held-out instances, {a.cross_user} user", a.cross_user))
+    for part, title, user in tables:
+        table = arm_table(results, a.arms, a.seeds, part, user)
         if not table:  # --no-fixed
             continue
         lines += [f"| arm ({title}) | seeds | pass^1 | 95% interval |", "|---|---|---|---|"]
@@ -352,8 +365,8 @@ def report(results: dict, a, work: Path | None = None) -> str:
             p, lo, hi = bootstrap(per)
             lines.append(f"| {arm} | {len(per)} | {p:.3f} | [{lo:.3f}, {hi:.3f}] |")
         if "sft" in table and "sft+grpo" in table:
-            after = {k.split(":")[1]: v for k, v in table["sft+grpo"].items()}
-            before = {k.split(":")[1]: v for k, v in table["sft"].items()}
+            after = {k.split("@")[0].split(":")[1]: v for k, v in table["sft+grpo"].items()}
+            before = {k.split("@")[0].split(":")[1]: v for k, v in table["sft"].items()}
             p, lo, hi = paired(after, before)
             lines.append(f"| (SFT then GRPO) - (SFT only), paired | {len(set(after) & set(before))} | {p:+.3f} | [{lo:+.3f}, {hi:+.3f}] |")
             lines.append(f"GRPO after SFT on the {title}: {verdict(lo, hi)}.")
@@ -368,10 +381,14 @@ def report(results: dict, a, work: Path | None = None) -> str:
             rows = [v for k, v in cost.items() if k.split(":")[1] == stage]
             if rows:
                 lines.append(f"| {stage} | {len(rows)} | {mean(r['cpu_min'] for r in rows):.1f} | {mean(r['wall_min'] for r in rows):.1f} |")
-        evals = [v for k, v in results.items() if isinstance(v, dict) and "eval_cpu_min" in v]
+        evals = [v for k, v in results.items() if isinstance(v, dict) and "eval_cpu_min" in v and "@" not in k]
         if evals:
             lines.append(f"| evaluation of one model ({a.heldout}{' + 20' if a.fixed else ''} episodes) | {len(evals)} | "
                          f"{mean(e['eval_cpu_min'] for e in evals):.1f} | {mean(e['eval_wall_min'] for e in evals):.1f} |")
+        cross = [v for k, v in results.items() if isinstance(v, dict) and "eval_cpu_min" in v and "@" in k]
+        if cross:
+            lines.append(f"| evaluation of one model against the {a.cross_user} user ({a.heldout} episodes) | {len(cross)} | "
+                         f"{mean(e['eval_cpu_min'] for e in cross):.1f} | {mean(e['eval_wall_min'] for e in cross):.1f} |")
     return "\n".join(lines)
 
 
@@ -618,6 +635,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--user", default="scripted", help="scripted, or an LLM user (hf:smollm2-135m, a litellm id)")
+    ap.add_argument("--cross-user", default=None, help="also evaluate every model on the held-out instances against this "
+                    "user (UserRL: against another user than the trained-with one), e.g. scripted")
     ap.add_argument("--sft-user", default=None, help="the user of the SFT data's oracle conversations (default: --user); "
                     "MUA-RL's setting is a cold start on curated data, then an LLM user in the RL loop")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

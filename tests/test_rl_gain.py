@@ -23,7 +23,7 @@ def _module():
 def _args(**kw):
     base = dict(model="tiny", user="scripted", seeds=[0, 1], arms=["base", "sft", "sft+grpo", "grpo"], heldout=40,
                 eval_seed=7, grpo_steps=2, tasks_per_step=2, group_size=4, grpo_lr=5e-6, sft_user=None, fixed=True,
-                sft_agent="oracle", sft_instances=48, sft_epochs=1.0)
+                sft_agent="oracle", sft_instances=48, sft_epochs=1.0, cross_user=None)
     return Namespace(**{**base, **kw})
 
 
@@ -70,6 +70,26 @@ def test_per_template_view_and_grpo_signal(tmp_path):
     assert "| sft+grpo | 0 | 1/3 | 0.50 | 0.40 -> 0.30 |" in text  # only step 2 had a group that was not all-equal
 
 
+def test_the_cross_user_evaluations_get_their_own_paired_table():
+    """UserRL's check: the models trained with one user, evaluated against another; its rows never mix with the
+    trained-with user's (the LLM user solves less, which would bias either arm's mean)."""
+    rl = _module()
+    tasks = [f"i{k}" for k in range(20)]
+    results = {}
+    for s in (0, 1):
+        results[f"sft:{s}"] = {"heldout": {t: int(k < 2) for k, t in enumerate(tasks)}, "fixed": {}}
+        results[f"sft+grpo:{s}"] = {"heldout": {t: int(k < 4) for k, t in enumerate(tasks)}, "fixed": {}}
+        results[f"sft:{s}@scripted"] = {"heldout": {t: int(k < 10) for k, t in enumerate(tasks)}, "fixed": {}, "eval_cpu_min": 1.0,
+                                        "eval_wall_min": 0.5}
+        results[f"sft+grpo:{s}@scripted"] = {"heldout": {t: int(k < 8) for k, t in enumerate(tasks)}, "fixed": {}}
+    results["cost"] = {f"train:sft:{s}": {"cpu_min": 3.0, "wall_min": 2.0} for s in (0, 1)}
+    text = rl.report(results, _args(arms=["sft", "sft+grpo"], user="hf:u", cross_user="scripted"))
+    mine, cross = text.split("held-out instances, scripted user", 1)
+    assert "| sft | 2 | 0.100 |" in mine and "| (SFT then GRPO) - (SFT only), paired | 2 | +0.100 |" in mine
+    assert "| sft | 2 | 0.500 |" in cross and "| (SFT then GRPO) - (SFT only), paired | 2 | -0.100 |" in cross
+    assert "| evaluation of one model against the scripted user (40 episodes) | 2 | 1.0 | 0.5 |" in text
+
+
 @pytest.mark.slow
 def test_harness_runs_every_arm_on_tiny(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--model", "tiny", "--seeds", "0",
@@ -88,7 +108,7 @@ def test_harness_with_an_llm_user_in_the_loop_on_tiny(tmp_path):
     """MUA-RL's setting: SFT on the scripted user's oracle conversations, then GRPO and evaluation with a local
     LLM user (tiny plays it): the GRPO run's episodes and the eval's were played against the LLM user."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--model", "tiny", "--user", "hf:tiny",
-                          "--sft-user", "scripted", "--seeds", "0", "--arms", "sft", "sft+grpo", "--no-fixed",
+                          "--sft-user", "scripted", "--cross-user", "scripted", "--seeds", "0", "--arms", "sft", "sft+grpo", "--no-fixed",
                           "--heldout", "2", "--sft-instances", "4", "--grpo-steps", "1", "--group-size", "2",
                           "--tasks-per-step", "1", "--max-turns", "3", "--max-new-tokens", "8", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=1500)
@@ -102,6 +122,8 @@ def test_harness_with_an_llm_user_in_the_loop_on_tiny(tmp_path):
 
     results = json.loads((tmp_path / "results.json").read_text())
     assert user(results["sft+grpo:0"]["heldout_run"]) == "hf:tiny"  # an eval run's config
+    assert user(results["sft+grpo:0@scripted"]["heldout_run"]) == "scripted"  # and the other user's
+    assert "held-out instances, scripted user" in out.stdout
     assert user("sft-grpo-0")["model"] == "hf:tiny" and user("sft-0")["kind"] == "scripted"  # train recipes
 
 
