@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -50,6 +51,28 @@ def test_varied_scripted_user_stays_faithful_and_says_things_more_ways(domain):
     assert b["distinct_2"] > a["distinct_2"] * 1.1 and b["openings_per_100"] > a["openings_per_100"]
     again, _ = run_eval(EvalConfig(**draw, user="scripted:varied"))  # drawn from the episode's seed: replayed alike
     assert said_by_task(again) == said_by_task(varied)
+
+
+def test_every_goal_rewording_fires_on_some_built_in_goal():
+    """A rewording no goal matches is dead weight that looks like variation: each one matches a bank or retail
+    template's goal as the user says it (first person)."""
+    import re
+
+    import yaml
+
+    from muactl.episode.user import _REWORDINGS, first_person
+
+    def strings(node):
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, list):
+            return [s for child in node for s in strings(child)]
+        return [first_person(node)] if isinstance(node, str) else []
+
+    root = Path(__file__).resolve().parents[1]
+    reasons = [s for domain in ("bank", "retail") for s in strings(yaml.safe_load((root / "tasks" / domain / "templates.yaml").read_text()))]
+    dead = [pattern for pattern, _ in _REWORDINGS if not any(re.search(pattern, r) for r in reasons)]
+    assert dead == []
 
 
 def _ctx(seed: int, persona: str | None = None, messages=()):
