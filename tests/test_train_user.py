@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from muactl.cli import app
 from muactl.episode.fidelity import variation
+from muactl.episode.user import _REWORDINGS, first_person
 from muactl.eval.config import EvalConfig
 from muactl.eval.evaluate import run_eval
 from muactl.runs.store import RunStore
@@ -56,12 +59,6 @@ def test_varied_scripted_user_stays_faithful_and_says_things_more_ways(domain):
 def test_every_goal_rewording_fires_on_some_built_in_goal():
     """A rewording no goal matches is dead weight that looks like variation: each one matches a bank or retail
     template's goal as the user says it (first person)."""
-    import re
-
-    import yaml
-
-    from muactl.episode.user import _REWORDINGS, first_person
-
     def strings(node):
         if isinstance(node, dict):
             node = list(node.values())
