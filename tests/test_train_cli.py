@@ -191,3 +191,20 @@ def test_the_config_is_printed_only_when_asked(in_tmp):
 def test_a_misspelt_override_gets_did_you_mean(in_tmp, override, hint):
     r = runner.invoke(app, ["train", "sft", override, "--cfg"])
     assert r.exit_code == 2 and hint in r.output, r.output
+
+
+@pytest.mark.parametrize("kind, stage, override", [("train", "grpo", "grpo.steps=16"), ("train", "sft", "sft.epochs=3"),
+                                                   ("user", "sft", "sft.epochs=3")])
+def test_a_finished_stage_asked_to_train_longer_is_refused(in_tmp, kind, stage, override):
+    # before the fix: the stage recorded in stages.json was skipped, the run said "finished" and trained nothing more
+    from muactl.train.checkpoints import check_finished_stages
+    from muactl.runs.stages import save_stages
+
+    store = _run(kind, "rs", ["grpo.steps=8", "sft.epochs=2"])
+    save_stages(store, {stage: {"checkpoint": str(store.path / stage / "checkpoint-final")}})
+    args = ["train", *(["user"] if kind == "user" else []), "--resume", "rs", override]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and f"finished its {stage} stage" in r.output and override in r.output, r.output
+    assert f"muactl train {stage} model={store.path / stage / 'checkpoint-final'}" in r.output
+    assert RunStore.open("rs").info()["status"] == "interrupted"  # refused before the run was touched
+    check_finished_stages(store, compose(store.path / "config.yaml", []), {stage: {"checkpoint": "x"}})  # unchanged: fine

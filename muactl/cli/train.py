@@ -45,7 +45,7 @@ def train(
     """
     from omegaconf import OmegaConf
 
-    from ..train.checkpoints import drop_resumable, trained_already
+    from ..train.checkpoints import check_finished_stages, drop_resumable, trained_already
     from ..train.mix import parts, run_domain
     from ..train.recipes import compose, to_yaml
     from ..runs.store import RunStore, runs_dir
@@ -82,6 +82,8 @@ def train(
     kind = stage or "train"
     if store is None and cfg.run_id and (runs_dir() / cfg.run_id).is_dir():
         store = RunStore.open(cfg.run_id)  # naming an existing run continues it, like --resume
+    if store is not None and stage in (None, "user"):
+        check_finished_stages(store, cfg, stages_state(store))
     if store is not None and stage in ("sft", "grpo"):
         final = trained_already(store, stage, cfg)
         if final is not None:  # without its checkpoints, training it again would start over

@@ -94,6 +94,25 @@ def trained_already(store, stage: str, cfg) -> Path | None:
     return final
 
 
+def check_finished_stages(store, cfg, finished: dict) -> None:
+    """A recipe or `train user` run resumed with a finished stage asked to train longer: a UsageError, since the
+    run skips a stage recorded in stages.json (it would otherwise say nothing and train nothing)."""
+    from omegaconf import OmegaConf
+
+    from ..errors import UsageError
+
+    saved = OmegaConf.load(store.path / "config.yaml")
+    for stage, keys in TRAINING_LENGTH.items():
+        if stage not in finished:
+            continue
+        changed = [f"{k}={OmegaConf.select(cfg, k)}" for k in keys if OmegaConf.select(cfg, k) != OmegaConf.select(saved, k)]
+        if changed:
+            was = ", ".join(f"{k}={OmegaConf.select(saved, k)}" for k in keys)
+            raise UsageError(f"run {store.id} finished its {stage} stage ({was}); a resumed run does not train a finished "
+                             f"stage again, so {', '.join(changed)} would change nothing; start a new run from its "
+                             f"model (muactl train {stage} model={finished[stage]['checkpoint']} ...)")
+
+
 def card_on_save(tokenizer):
     """A TrainerCallback that adds the model card to every checkpoint-N TRL saves (TRL has saved the
     tokenizer there already), so that an intermediate checkpoint is prompted as the final one is."""
