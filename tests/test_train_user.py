@@ -267,6 +267,8 @@ def test_train_a_tiny_user_end_to_end(in_tmp):
     assert trained["fidelity"]["episodes"] == 1 and trained["verdict"]["threshold"] == 0.9
     assert set(trained["verdict"]["intervals"]) >= {"stated_goal", "never_played_agent", "faithful"}
     assert scripted["fidelity"]["faithful"] == 1.0 and scripted["pass^1"] == 1.0
+    assert scripted["pass^1_interval"] == [1.0, 1.0] and state["eval"]["pass^1_gap"]["tasks"] == 1
+    assert "trained user - scripted user, paired over 1 instances" in r.output
     final = state["sft"]["checkpoint"]
     assert json.loads((in_tmp / final / "muactl.json").read_text())["plays"] == "user"
     assert not list((in_tmp / "runs" / "u" / "sft").glob("checkpoint-*"))  # the finished stage keeps checkpoint-final only
@@ -291,3 +293,15 @@ def test_a_train_user_run_resumes_as_one(in_tmp):
     assert r.exit_code == 0 and "trials: 3" in r.output, r.output
     r = runner.invoke(app, ["train", "sft", "--resume", "u1"])
     assert r.exit_code == 2 and "is a user run (user), not sft" in r.output, r.output
+
+
+def test_the_pass_gap_pairs_the_instances_and_says_whether_it_is_within_the_threshold():
+    from muactl.train.user_sft import gap_line, pass_gap
+
+    scripted = {f"t{i}": 1.0 for i in range(20)}
+    same = pass_gap(dict(scripted), scripted)
+    assert same["difference"] == 0 and same["interval"] == [0, 0] and same["within"] and same["tasks"] == 20
+    harder = pass_gap({**scripted, "t0": 0.0, "t1": 0.0, "extra": 1.0}, scripted)  # 'extra' has no pair: left out
+    assert harder["difference"] == -0.1 and harder["interval"][0] < -0.1 < harder["interval"][1] <= 0
+    assert not harder["within"] and harder["tasks"] == 20
+    assert gap_line(harder).endswith("-0.10 [" + f"{harder['interval'][0]:+.2f}, {harder['interval'][1]:+.2f}]: not within 0.05")

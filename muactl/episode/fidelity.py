@@ -21,7 +21,8 @@ applies holds. These are heuristics over text, written for the oracle's plain ph
 simulator, they do not classify episodes (a broken simulator's episodes are `user_error`).
 
 A user *model* is faithful at FAITHFUL_AT: every check that applied held in at least that share of the episodes
-(model_verdict). Variation (`distinct_n`, `openings`): how many ways a user says things, over many episodes.
+(model_verdict), and it leaves the tasks as hard as they are when the oracle's pass^1 against it is within
+PASS_GAP_AT of its pass^1 against the scripted user (train/user_sft.py's pass_gap). Variation (`distinct_n`, `openings`): how many ways a user says things, over many episodes.
 
 Interaction metrics, per episode:
 
@@ -38,6 +39,7 @@ import re
 from typing import Any
 
 FAITHFUL_AT = 0.90  # a user model is faithful when every check held in at least this share of its episodes
+PASS_GAP_AT = 0.05  # ... and the oracle's pass^1 against it may differ from that against the scripted user by this
 CHECKS = ("stated_goal", "gave_facts", "consented", "refused", "never_played_agent", "right_stop", "within_budget")
 INTERACTION = ("effective_turns", "first_correct_write", "tool_errors", "user_turns")
 

@@ -184,7 +184,8 @@ def evaluate_user(cfg, store: RunStore, checkpoint: str, log) -> dict[str, Any]:
     """The oracle against the trained user, then against the scripted user, on the held-out set."""
     from ..eval.config import EvalConfig
     from ..eval.evaluate import run_eval
-    from ..runs.summary import user_model_verdict, verdict_line
+    from ..runs.stats import bootstrap
+    from ..runs.summary import per_task_success, user_model_verdict, verdict_line
     from .pipeline import figure, split_or_ids, substore, took
 
     u = cfg.user_sft
@@ -199,11 +200,33 @@ def evaluate_user(cfg, store: RunStore, checkpoint: str, log) -> dict[str, Any]:
         estore, summary = run_eval(ecfg, resume=substore(store, f"eval-{label}-user", cfg, asdict_cfg=ecfg))
         episodes = estore.episodes()
         conversations = [[m for m in estore.messages(e["id"])] for e in episodes]
-        row = {"user": user, "pass^1": summary.get("pass^1"), "episodes": summary.get("episodes"),
+        per_task = per_task_success(episodes)
+        row = {"user": user, "pass^1": summary.get("pass^1"), "pass^1_interval": list(bootstrap({"0": per_task})[1:]),
+               "per_task": per_task, "episodes": summary.get("episodes"),
                "fidelity": summary["user_fidelity"], "verdict": user_model_verdict(episodes),
                "variation": variation(conversations), "run": str(estore.path)}
         out[label] = row
-        log(f"eval {label} user: pass^1 {figure(row['pass^1'])}, faithful {figure(row['fidelity'].get('faithful'))} over "
+        lo, hi = row["pass^1_interval"]
+        log(f"eval {label} user: pass^1 {figure(row['pass^1'])} [{figure(lo)}, {figure(hi)}], faithful {figure(row['fidelity'].get('faithful'))} over "
             f"{row['episodes']} episodes, distinct-2 {figure(row['variation']['distinct_2'])} ({took(t0)})")
+    out["pass^1_gap"] = pass_gap(out["trained"]["per_task"], out["scripted"]["per_task"])
     log(verdict_line(out["trained"]["verdict"], out["trained"]["fidelity"]))
+    log(gap_line(out["pass^1_gap"]))
     return out
+
+
+def pass_gap(trained: dict[str, float], scripted: dict[str, float]) -> dict[str, Any]:
+    """The oracle's pass^1 against the trained user minus against the scripted user, paired over the instances both
+    scored, with its 95% interval: a trained user that makes tasks easier or harder than they are shows here."""
+    from ..episode.fidelity import PASS_GAP_AT
+    from ..runs.stats import paired
+
+    d, lo, hi = paired({"0": trained}, {"0": scripted})
+    return {"difference": d, "interval": [lo, hi], "within": abs(d) <= PASS_GAP_AT, "threshold": PASS_GAP_AT,
+            "tasks": len(set(trained) & set(scripted))}
+
+
+def gap_line(gap: dict[str, Any]) -> str:
+    lo, hi = gap["interval"]
+    return (f"oracle pass^1, trained user - scripted user, paired over {gap['tasks']} instances: {gap['difference']:+.2f} "
+            f"[{lo:+.2f}, {hi:+.2f}]: {'within' if gap['within'] else 'not within'} {gap['threshold']:.2f}")
