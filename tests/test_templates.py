@@ -78,6 +78,15 @@ def test_train_and_test_instances_are_disjoint(bank):
     assert not {instance_key(t.task) for t in other} & {instance_key(t.task) for t in test}
 
 
+def test_a_template_named_twice_is_drawn_twice_as_often(bank):
+    # how `muactl train user` gives a rare behaviour more episodes (README: retail's decline-exchange drawn 4x)
+    from collections import Counter
+
+    drawn = draw_stream(bank, "template:balance,move,move", 30, seed=0, db="random", split="train").tasks
+    assert Counter(t.task.origin.template for t in drawn) == {"move": 20, "balance": 10}
+    assert len({instance_key(t.task) for t in drawn}) == 30  # distinct instances, not copies
+
+
 def test_oracle_solves_every_instance_on_random_databases(in_tmp, bank):
     cfg = EvalConfig(domain="bank", tasks=["template:all"], n=28, db="random", seed=3, concurrency=8)
     store, summary = run_eval(cfg, opened=bank)

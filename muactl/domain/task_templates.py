@@ -241,7 +241,8 @@ def instance_key(task: m.Task) -> tuple:
 
 
 def select_templates(opened, spec: str | list[str] | None) -> list[TaskTemplateSpec]:
-    """`template:all`, `template:<id>`, or a list of ids."""
+    """`template:all`, `template:<id>`, or a list of ids (`template:a,b,b`: drawn in turn, so an id named twice is
+    drawn twice as often)."""
     if not opened.templates:
         raise UsageError(f"domain {opened.ref.name} has no templates (write tasks/{opened.ref.name}/{TEMPLATES_FILE})")
     if isinstance(spec, str):
