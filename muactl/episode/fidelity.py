@@ -22,7 +22,8 @@ simulator, they do not classify episodes (a broken simulator's episodes are `use
 
 A user *model* is faithful at FAITHFUL_AT: every check that applied held in at least that share of the episodes
 (model_verdict), and it leaves the tasks as hard as they are when the oracle's pass^1 against it is within
-PASS_GAP_AT of its pass^1 against the scripted user (train/user_sft.py's pass_gap). Variation (`distinct_n`, `openings`): how many ways a user says things, over many episodes.
+PASS_GAP_AT of its pass^1 against the scripted user (train/user_sft.py's pass_gap). Variation (`distinct_n`,
+`openings`): how many ways a user says things, over many episodes.
 
 Interaction metrics, per episode:
 

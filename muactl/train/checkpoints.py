@@ -75,17 +75,13 @@ def trained_already(store, stage: str, cfg) -> Path | None:
     that run trains nothing (None: train, since the run is new, unfinished, keeps its checkpoints, or is asked to
     start over with sft.resume=false). Training it for longer would need those checkpoints: a UsageError says
     what to do instead."""
-    from omegaconf import OmegaConf
-
     from ..errors import UsageError
 
     final = store.path / "checkpoint-final"  # where run_sft and run_grpo put a run's own
     if (store.info()["status"] != "finished" or not (final / "config.json").is_file()
             or last_checkpoint(store.path / stage) or (stage == "sft" and not cfg.sft.resume)):
         return None
-    saved = OmegaConf.load(store.path / "config.yaml")
-    changed = [f"{k}={OmegaConf.select(cfg, k)}" for k in TRAINING_LENGTH[stage]
-               if OmegaConf.select(cfg, k) != OmegaConf.select(saved, k)]
+    changed = longer_than_saved(store, stage, cfg)
     if changed:
         raise UsageError(f"run {store.id} finished its {stage} and removed its resumable checkpoints "
                          f"(keep_checkpoints=false), so {', '.join(changed)} cannot train it on; start a new run from "
@@ -94,21 +90,24 @@ def trained_already(store, stage: str, cfg) -> Path | None:
     return final
 
 
+def longer_than_saved(store, stage: str, cfg) -> list[str]:
+    """`key=value` for each of the stage's TRAINING_LENGTH keys that `cfg` sets otherwise than the run's saved config."""
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.load(store.path / "config.yaml")
+    return [f"{k}={OmegaConf.select(cfg, k)}" for k in TRAINING_LENGTH[stage]
+            if OmegaConf.select(cfg, k) != OmegaConf.select(saved, k)]
+
+
 def check_finished_stages(store, cfg, finished: dict) -> None:
     """A recipe or `train user` run resumed with a finished stage asked to train longer: a UsageError, since the
     run skips a stage recorded in stages.json (it would otherwise say nothing and train nothing)."""
-    from omegaconf import OmegaConf
-
     from ..errors import UsageError
 
-    saved = OmegaConf.load(store.path / "config.yaml")
-    for stage, keys in TRAINING_LENGTH.items():
-        if stage not in finished:
-            continue
-        changed = [f"{k}={OmegaConf.select(cfg, k)}" for k in keys if OmegaConf.select(cfg, k) != OmegaConf.select(saved, k)]
+    for stage in TRAINING_LENGTH:
+        changed = longer_than_saved(store, stage, cfg) if stage in finished else []
         if changed:
-            was = ", ".join(f"{k}={OmegaConf.select(saved, k)}" for k in keys)
-            raise UsageError(f"run {store.id} finished its {stage} stage ({was}); a resumed run does not train a finished "
+            raise UsageError(f"run {store.id} finished its {stage} stage; a resumed run does not train a finished "
                              f"stage again, so {', '.join(changed)} would change nothing; start a new run from its "
                              f"model (muactl train {stage} model={finished[stage]['checkpoint']} ...)")
 
