@@ -31,7 +31,8 @@ def train(
     Configs are hydra groups from muactl/conf (model, user, synth, sft, grpo, eval) plus a YAML file
     and dotted overrides. Every run writes runs/<id>/ (config.yaml, runs.sqlite, TensorBoard, checkpoints). A stage
     that finished keeps only its checkpoint-final: its resumable checkpoint-N folders are removed, unless
-    keep_checkpoints=true (needed to extend a finished sft or grpo run with --resume RUN_ID grpo.steps=N).
+    keep_checkpoints=true (needed to extend a finished sft or grpo run with --resume RUN_ID grpo.steps=N;
+    a finished stage of a recipe or `train user` run is not trained again).
     Examples:
       [bold]muactl train examples/quickstart.yaml[/bold]   (synth -> sft -> grpo -> eval)
       [bold]muactl train sft model=smollm2-135m data=data/bank-sft.jsonl sft.epochs=2[/bold]
