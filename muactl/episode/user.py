@@ -226,6 +226,94 @@ _GOAL_LEADS = ("I want", "I'd like", "I would like", "I need", "I really want", 
 # a fact sentence "My email is x@y.z." said another way (the value verbatim, so gave_facts still finds it)
 _FACT_FORMS = ("My {key} is {value}.", "{value} is my {key}.", "My {key}: {value}.", "The {key} is {value}.",
                "It's {value}, my {key}.", "For my {key}, {value}.", "{key}: {value}.", "You'll have my {key} as {value}.")
+# other ways to say a whole goal (retail's: its goals are long sentences of the template's, where swapping a few
+# words leaves most of each sentence as it was), each drawn per episode before the rewordings below, which then
+# apply to what was drawn. Each keeps the goal's numbers and most of its content words (stated_goal); the first
+# of each is the goal as the task says it, and a one-way entry mends a template's grammar ("no longer needed").
+_ORDER = r"(?P<order>#W\d+)"
+_RESTATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"\bbecause I no longer needed\.", ("because it is no longer needed.",)),
+    (r"\bbecause I ordered by mistake\.", ("because I ordered it by mistake.",)),
+    (rf"^I want to cancel my order {_ORDER} because (?P<why>[^.]+)\.",
+     (r"\g<0>", r"Please cancel my order \g<order>, because \g<why>.",
+      r"Can you cancel my order \g<order>? I ask because \g<why>.",
+      r"I have to cancel my order \g<order> because \g<why>.",
+      r"I want to cancel an order, \g<order>, because \g<why>.",
+      r"My order \g<order>: I want to cancel it, because \g<why>.")),
+    (rf"^I am moving and want my pending order {_ORDER} shipped to my new address: (?P<to>[^:]+?)\. ",
+     (r"\g<0>", r"I am moving, so please ship my pending order \g<order> to my new address: \g<to>. ",
+      r"Could my pending order \g<order> be shipped to my new address instead? It is \g<to>. I am moving. ",
+      r"Please send my pending order \g<order> to my new address, \g<to>, because I am moving. ",
+      r"My new address is \g<to>, since I am moving. I want my pending order \g<order> shipped there. ",
+      r"I am moving house. The new address for my pending order \g<order> is \g<to>; it should be shipped there. ")),
+    (rf"^I want to pay my pending order {_ORDER} with my gift card instead of the current payment method\.",
+     (r"\g<0>", r"Please switch the payment of my pending order \g<order> to my gift card instead of the current "
+      r"payment method.",
+      r"Can I pay for my pending order \g<order> with my gift card instead of the current payment method?",
+      r"For my pending order \g<order>, I want to pay with my gift card, not the current payment method.",
+      r"I'd rather pay my pending order \g<order> with my gift card instead of the current payment method.",
+      r"My gift card should pay for my pending order \g<order>, instead of the current payment method.")),
+    (rf"^I received order {_ORDER} but want to return the (?P<item>.+?) only; keep the rest\.",
+     (r"\g<0>", r"I want to return the \g<item> from order \g<order>, which I received, and keep the rest.",
+      r"Order \g<order> arrived, but I want to return the \g<item> only; keep the rest.",
+      r"I received order \g<order>. Only the \g<item> should go back: I want to return it and keep the rest.",
+      r"Could I return the \g<item> from order \g<order>? I received it, but I only want to return that one; "
+      r"keep the rest.",
+      r"From order \g<order>, which I received, I want to return just the \g<item>; keep the rest.")),
+    (r"\bThe refund should go back to the original payment method\.",
+     (r"\g<0>", "Please put the refund on the original payment method.",
+      "Refund it to the original payment method, please.", "I'd like the refund on the original payment method.",
+      "The money should go back to the original payment method.")),
+    (rf"^The (?P<item>.+?) from my delivered order {_ORDER} does not suit me; I want to exchange it for the same "
+     r"product with (?P<new>.+?)\. ",
+     (r"\g<0>", r"I want to exchange the \g<item> from my delivered order \g<order>, as it does not suit me, for the "
+      r"same product with \g<new>. ",
+      r"The \g<item> in my delivered order \g<order> does not suit me, so I want to exchange it for the same product "
+      r"with \g<new>. ",
+      r"Could I exchange the \g<item> from my delivered order \g<order> for the same product with \g<new>? It does "
+      r"not suit me. ",
+      r"My delivered order \g<order> came with the \g<item>, which does not suit me. I want to exchange it for the "
+      r"same product with \g<new>. ")),
+    (r"\bSettle any difference with the order's original payment method\.",
+     (r"\g<0>", "Any difference goes on the order's original payment method.",
+      "Use the order's original payment method for any difference.",
+      "Please settle the difference with the original payment method of the order.",
+      "Whatever the difference, put it on the order's original payment method.")),
+    (rf"^In my pending order {_ORDER} I ordered the (?P<item>.+?) but want it with (?P<new>.+?) instead\. ",
+     (r"\g<0>", r"I ordered the \g<item> in my pending order \g<order> but want it with \g<new> instead. ",
+      r"Could you change the \g<item> in my pending order \g<order> to \g<new> instead? ",
+      r"My pending order \g<order> has the \g<item>, but I want it with \g<new> instead. ",
+      r"I want the \g<item> I ordered in my pending order \g<order> with \g<new> instead. ",
+      r"About my pending order \g<order>: I ordered the \g<item>, but I want it with \g<new> instead. ")),
+    (r"\bAny price difference should go to the order's current payment method\.",
+     (r"\g<0>", "Put any price difference on the order's current payment method.",
+      "The order's current payment method can cover any price difference.",
+      "Charge or refund the price difference on the current payment method of the order.",
+      "Use the order's current payment method for the price difference.")),
+    (rf"^I want to know the status of my order {_ORDER} and its tracking number\.",
+     (r"\g<0>", r"Could you let me know the status of my order \g<order> and its tracking number?",
+      r"I'm checking on my order \g<order>: I want to know its status and its tracking number.",
+      r"Where is my order \g<order>? I want to know its status and the tracking number.",
+      r"Please tell me the order status and the tracking number for my order \g<order>. I want to know where it is.",
+      r"My order \g<order>: I want to know its status, and I need its tracking number too.")),
+    (r"^I want to change the email address on my account to a new one, because I no longer use the old one\.",
+     (r"\g<0>", "I need a new email address on my account, because I no longer use the old one.",
+      "Please change the email address on my account to a new one; I no longer use the old one.",
+      "The email address on my account is out of date: I no longer use the old one, so I want to change it to a "
+      "new one.",
+      "Could you change the email address on my account to a new one? I no longer use the old one.",
+      "I no longer use the old email address on my account, so I want to change it to a new one.")),
+    (rf"^I am thinking of exchanging the (?P<item>.+?) from my delivered order {_ORDER} for the same product with "
+     r"(?P<new>.+?), and want to know what the price difference would be\.",
+     (r"\g<0>", r"What would the price difference be if I exchanged the \g<item> from my delivered order \g<order> "
+      r"for the same product with \g<new>? I am thinking of exchanging it.",
+      r"I am considering exchanging the \g<item> from my delivered order \g<order> for the same product with "
+      r"\g<new>, and I want to know what the price difference would be first.",
+      r"Before I decide anything: I am thinking of exchanging the \g<item> from my delivered order \g<order> for "
+      r"the same product with \g<new>. What would the price difference be?",
+      r"I want to know the price difference first: I am thinking of exchanging the \g<item> from my delivered "
+      r"order \g<order> for the same product with \g<new>.")),
+)
 # other words for common parts of a goal, each drawn per episode (the first: as the task says it). They leave
 # numbers, ids and most content words alone, so stated_goal still finds the goal in what was said.
 _REWORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -249,8 +337,8 @@ _REWORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"\bthinking of\b", ("thinking of", "considering")),
     (r"\binstead of\b", ("instead of", "rather than")),
     # retail's goals (appended, so the draws above stay as they were for every earlier goal)
-    (r"\bpending order\b", ("pending order", "order that has not shipped yet", "open order")),
-    (r"\bdelivered order\b", ("delivered order", "order that arrived", "order that was delivered")),
+    (r"\bpending order\b", ("pending order", "unshipped order", "open order")),
+    (r"\bdelivered order\b", ("delivered order", "already delivered order", "recently delivered order")),
     (r"\bmy new address\b", ("my new address", "the new address", "my new home address")),
     (r"\bkeep the rest\b", ("keep the rest", "I'm keeping everything else", "the other items stay with me")),
     (r"\bThe refund should go back to\b", ("The refund should go back to", "Please refund it to",
@@ -259,22 +347,27 @@ _REWORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"\bcurrent payment method\b", ("current payment method", "payment method it uses now")),
     (r"\bprice difference\b", ("price difference", "difference in price")),
     (r"\baccept any other solution\b", ("accept any other solution", "accept anything else as a solution",
-                                        "accept another solution")),
+                                        "accept another solution", "accept any alternative solution",
+                                        "accept a different solution")),
     (r"\bthe same product with\b", ("the same product with", "the same item but with", "one of the same kind with")),
     (r"\btracking number\b", ("tracking number", "tracking code", "tracking details")),
-    (r"\bchange the email address on my account\b", ("change the email address on my account",
-                                                      "update the email address on my account",
-                                                      "put a new email address on my account")),
-    (r"\bthe old one\b", ("the old one", "my old one", "that address anymore")),
+    (r"\bchange the email address on my account to a new one\b", ("change the email address on my account to a new one",
+                                                                   "update the email address on my account to a new one",
+                                                                   "put a new email address on my account")),
+    (r"\bthe old one\b", ("the old one", "my old one", "the old address")),
     (r"\bI(?: am|'m) moving\b", ("I am moving", "I'm moving house", "I've just moved")),
     (r"\bSettle any difference with\b", ("Settle any difference with", "Charge or refund any difference on")),
     (r"\bbut want it with\b", ("but want it with", "but would prefer it with", "but now want it with")),
     (r"\bI ordered\b", ("I ordered", "I bought", "I picked")),
     (r"\bwith my gift card\b", ("with my gift card", "using my gift card")),
     (r"\bI do(?: not|n't) want to change anything else\b", ("I do not want to change anything else",
-                                                             "nothing else should change",
-                                                             "everything else stays the same")),
+                                                             "Nothing else should change",
+                                                             "Everything else stays the same",
+                                                             "Please leave everything else as it is",
+                                                             "The rest of the order stays as it is")),
 )
+# other names for a fact's key (retail's; a key not named here, such as bank's "name", is said as it is)
+_FACT_KEYS = {"email": ("email", "email address", "e-mail", "account email", "email on file")}
 _MY_FACT = re.compile(r"^My ([a-z]+(?: [a-z]+)?) is (\S.*?)\.?$")
 
 
@@ -316,11 +409,14 @@ class ScriptedUser(UserSimulator):
         return self._pick(ctx, f"{situation}:{len(ctx.messages)}", self.phrasings(ctx, situation)).format(**fields)
 
     def goal(self, ctx: EpisodeContext, reason: str) -> str:
-        """The goal in the user's words; varied: its leading "I want to" said another way, and the persona's
-        aside before it, after it or not at all."""
+        """The goal in the user's words; varied: the whole goal said another way where _RESTATEMENTS knows it, then
+        common parts of it reworded, its leading "I want to" said another way, and the persona's aside before it,
+        after it or not at all."""
         plain = first_person(reason)
         if not self.varied:
             return plain
+        for k, (pattern, ways) in enumerate(_RESTATEMENTS):
+            plain = re.sub(pattern, self._pick(ctx, f"restate:{k}", ways), plain)
         for k, (pattern, words) in enumerate(_REWORDINGS):
             plain = re.sub(pattern, self._pick(ctx, f"reword:{k}", words), plain)
         if plain.startswith("I want to "):
@@ -341,7 +437,12 @@ class ScriptedUser(UserSimulator):
         worded = []
         for part in parts:
             m = _MY_FACT.match(part)
-            worded.append(rng.choice(_FACT_FORMS).format(key=m.group(1), value=m.group(2)) if m else part)
+            if not m:
+                worded.append(part)
+                continue
+            key = m.group(1)
+            key = self._pick(ctx, "fact-key", _FACT_KEYS[key]) if key in _FACT_KEYS else key
+            worded.append(rng.choice(_FACT_FORMS).format(key=key, value=m.group(2)))
         said = " ".join(worded)
         return self._pick(ctx, "facts-frame", self.phrasings(ctx, "facts")).format(facts=said)
 
