@@ -181,6 +181,36 @@ def test_user_examples_train_only_the_reply_and_never_show_tools_or_data():
         assert trained.strip() == x["messages"][-1]["content"] + "<|im_end|>", trained
 
 
+def test_consent_pairs_teach_each_answer_to_a_confirmation_both_ways():
+    """user_sft.consent_pairs: a yes to "shall I proceed?" (move-quin) and a no (retail's decline-exchange) each
+    come back as the opposite answer under the opposite instruction line, on the same conversation; without the
+    option the examples are the user's messages only."""
+    from muactl.domain.open import open_domain
+    from muactl.episode.agents.oracle import consent_in
+    from muactl.episode.fidelity import answers_to_confirm
+    from muactl.train.user_sft import run_tasks, stored_messages, user_examples
+
+    for domain, tasks in (("bank", ["move-quin"]), ("retail", ["template:decline-exchange"])):
+        opened = open_domain(domain)
+        store, _ = run_eval(EvalConfig(domain=domain, tasks=tasks, n=1, user="scripted:varied", agent="oracle:varied"))
+        [e] = store.episodes()
+        messages = stored_messages(store, e["id"])
+        task = run_tasks(store, opened)[e["task_id"]]
+        plain = user_examples(opened.spec, task, messages, e["termination"])
+        paired = user_examples(opened.spec, task, messages, e["termination"], consent_pairs=True)
+        [i] = answers_to_confirm(messages)
+        assert consent_in(messages[i]["content"]) is task.task.user.consent
+        assert paired[:len(plain)] == plain and len(paired) == len(plain) + 1
+        pair = paired[-1]
+        assert pair["consent_pair"] and consent_in(pair["messages"][-1]["content"]) is (not task.task.user.consent)
+        original = next(x for x in plain if x["messages"][-1]["content"] == messages[i]["content"])
+        assert pair["messages"][1:-1] == original["messages"][1:-1]  # the same conversation ...
+        before, after = original["messages"][0]["content"], pair["messages"][0]["content"]
+        said = "'No, please do not make that change.'" if task.task.user.consent else "'Yes, please go ahead.'"
+        assert said in after and said not in before  # ... under the other instruction
+        assert "Also:" not in after
+
+
 def _agent_playing_user(body):
     return Reply(content="Hello! How can I help you today? Shall I check your account?")
 
@@ -278,16 +308,18 @@ def test_eval_reports_whether_a_user_model_is_faithful(tiny_folder):
 def test_train_a_tiny_user_end_to_end(in_tmp):
     """Issue 30.4: a tiny user trained on one task's faithful episodes; fidelity is computed on its held-out run,
     and the checkpoint plays the user in `muactl eval --user hf:PATH`."""
-    # a randomly initialised 4-layer model learns slowly: 30 epochs of one episode's 4 messages (~3 min CPU)
+    # a randomly initialised 4-layer model learns slowly: 24 epochs of one episode's 4 messages and its consent
+    # pair (~3 min CPU)
     r = runner.invoke(app, ["train", "user", "model=tiny", "domain=bank", "user_sft.tasks=[move-quin]",
                             "user_sft.trials=1", "sft.max_steps=60", "sft.batch_size=2", "sft.lr=3e-3",
                             "sft.warmup_ratio=0", "sft.logging_steps=10", "user_sft.eval_tasks=[move-quin]",
-                            "user_sft.max_turns=6", "run_id=u"], env=WIDE)
+                            "user_sft.max_turns=6", "user_sft.consent_pairs=true", "run_id=u"], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "1 faithful episodes of 1" in r.output and "user model" in r.output and "95% intervals" in r.output
+    assert "5 examples (one per user message, and 1 consent pairs)" in r.output  # move-quin's yes, taught as a no too
     state = json.loads((in_tmp / "runs" / "u" / "stages.json").read_text())
     trained, scripted = state["eval"]["trained"], state["eval"]["scripted"]
-    assert state["data"]["examples"] == 4 and state["sft"]["steps"] == 60
+    assert state["data"]["examples"] == 5 and state["data"]["consent_pairs"] == 1 and state["sft"]["steps"] == 60
     assert trained["fidelity"]["episodes"] == 1 and trained["verdict"]["threshold"] == 0.9
     assert set(trained["verdict"]["intervals"]) >= {"stated_goal", "never_played_agent", "faithful"}
     assert scripted["fidelity"]["faithful"] == 1.0 and scripted["pass^1"] == 1.0

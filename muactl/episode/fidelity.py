@@ -118,8 +118,7 @@ def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
     if facts and asked:
         everything = _norm(" ".join(user_texts))
         out["gave_facts"] = all(_norm(f) in everything for f in facts)
-    answers = [turns[i + 1][1] for i, (role, t, _) in enumerate(turns[:-1])
-               if role == "agent" and _CONFIRM.search(t) and turns[i + 1][0] == "user"]
+    answers = [msgs[i].get("content") or "" for i in answers_to_confirm(msgs)]
     if answers:
         from .agents.oracle import consent_in
 
@@ -134,6 +133,18 @@ def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
 
     out["right_stop"] = ended_as_expected(task, domain, episode)
     out["within_budget"] = term not in ("max_turns", "timeout")
+    return out
+
+
+def answers_to_confirm(messages: list[dict[str, Any]]) -> list[int]:
+    """Where in `messages` the user answered the agent's request to confirm a change: the user messages whose
+    agent text just before (tool traffic aside) asked to confirm."""
+    out, asked = [], False
+    for i, m in enumerate(messages):
+        for role, text, _ in _turns([m]):  # a user or agent text message; tool traffic says nothing
+            if role == "user" and asked:
+                out.append(i)
+            asked = role == "agent" and bool(_CONFIRM.search(text))
     return out
 
 

@@ -371,6 +371,12 @@ _FACT_KEYS = {"email": ("email", "email address", "e-mail", "account email", "em
 _MY_FACT = re.compile(r"^My ([a-z]+(?: [a-z]+)?) is (\S.*?)\.?$")
 
 
+def persona_phrasings(persona: str | None, situation: str) -> tuple[str, ...]:
+    """A situation's phrasings for `scripted:varied` in the manner of `persona`: USER_PHRASES' and, for a persona
+    PERSONA_PHRASES knows, its own."""
+    return USER_PHRASES[situation] + PERSONA_PHRASES.get(persona or "", {}).get(situation, ())
+
+
 def _sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()]
 
@@ -402,8 +408,7 @@ class ScriptedUser(UserSimulator):
         return name if name in PERSONA_PHRASES else self._pick(ctx, "persona", sorted(PERSONA_PHRASES))
 
     def phrasings(self, ctx: EpisodeContext, situation: str) -> tuple[str, ...]:
-        extra = PERSONA_PHRASES[self.persona(ctx)].get(situation, ()) if self.varied else ()
-        return USER_PHRASES[situation] + extra
+        return persona_phrasings(self.persona(ctx), situation) if self.varied else USER_PHRASES[situation]
 
     def say(self, ctx: EpisodeContext, situation: str, **fields: str) -> str:
         return self._pick(ctx, f"{situation}:{len(ctx.messages)}", self.phrasings(ctx, situation)).format(**fields)

@@ -102,6 +102,7 @@ class UserSFTConf:
     eval_trials: int = 1
     max_turns: int = 16
     temperature: float = 0.0  # the trained user's sampling temperature in its evaluation
+    consent_pairs: bool = False  # each answer to "shall I proceed?" also taught with the task's consent the other way
 
 
 def recipe_group(cls, group: str) -> type:

@@ -11,6 +11,9 @@ Each user message becomes one example: the prompt a trained `hf:` user is given 
 small_model_messages: the persona, the goal, the facts it may give and the conversation with the agent's words
 marked as the agent's; never the agent's tools or the database) and the message as the reply, with the stop token
 where it ended the episode. The loss is on that reply only: earlier user messages are context (`not_trained`).
+With user_sft.consent_pairs, each answer to a request to confirm a change also comes the other way (consent_pair):
+the same conversation with the task's consent flipped and the opposite answer, so that the answer follows the
+prompt's instruction, not how often the data's users said yes.
 The checkpoint's card says it plays the user (so it writes its opening message too) and it loads as
 `--user hf:PATH` wherever a user is accepted. Then the oracle agent plays the held-out tasks against it, and
 against the scripted user for reference: the fidelity checks per check and overall with intervals, whether the
@@ -20,13 +23,15 @@ trained user is faithful (FAITHFUL_AT), pass^1 against both users, and how varie
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from ..episode.fidelity import faithful, user_fidelity, variation
-from ..episode.user import STOP_TOKENS, user_prompt
+from ..episode.agents.oracle import consent_in
+from ..episode.fidelity import answers_to_confirm, faithful, user_fidelity, variation
+from ..episode.user import STOP_TOKENS, persona_phrasings, user_prompt
 from ..runs.stages import save_stages, stages_state
 from ..runs.store import RunStore
 from .checkpoints import drop_resumable
@@ -34,9 +39,11 @@ from .checkpoints import drop_resumable
 STOP_TEXT = {reason: token for token, reason in STOP_TOKENS.items()}  # termination -> the token that asks for it
 
 
-def user_examples(spec, task, messages: list[dict[str, Any]], termination: str) -> list[dict[str, Any]]:
+def user_examples(spec, task, messages: list[dict[str, Any]], termination: str,
+                  consent_pairs: bool = False) -> list[dict[str, Any]]:
     """One SFT record per user message of a finished episode (see the module docstring); a user stop that came
-    with no words is a last example whose reply is the stop token alone."""
+    with no words is a last example whose reply is the stop token alone. `consent_pairs`: each answer to a request
+    to confirm is also taught the other way (consent_pair)."""
     out = []
     ends = STOP_TEXT.get(termination)
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
@@ -52,7 +59,29 @@ def user_examples(spec, task, messages: list[dict[str, Any]], termination: str) 
         if context:
             record["not_trained"] = context
         out.append(record)
+    if consent_pairs:
+        out += [consent_pair(spec, task, messages, i) for i in answers_to_confirm(messages)
+                if consent_in(messages[i].get("content") or "") is task.task.user.consent]
     return out
+
+
+def consent_pair(spec, task, messages: list[dict[str, Any]], i: int) -> dict[str, Any]:
+    """The counterpart of the user's answer at `i` to a request to confirm: the same conversation, the task's
+    consent the other way (its `instructions` left out, as they may say which way) and an answer that way, in the
+    task persona's manner. A model taught only the answers its data's users gave learns how often users say yes;
+    with the pair, the answer can only come from the instruction line that differs."""
+    goal = task.task.user
+    flipped = task.task.model_copy(update={"user": goal.model_copy(update={"consent": not goal.consent,
+                                                                            "instructions": None})})
+    options = persona_phrasings(task.task.persona, "no" if goal.consent else "yes")
+    reply = options[random.Random(f"{task.task.id}:{i}:consent-pair").randrange(len(options))]
+    prompt = user_prompt(spec, flipped, messages[:i])
+    record = {"messages": [*prompt, {"role": "assistant", "content": reply}], "task_id": task.task.id,
+              "consent_pair": True}
+    context = [k for k, m in enumerate(prompt) if m["role"] == "assistant"]
+    if context:
+        record["not_trained"] = context
+    return record
 
 
 def run_tasks(store: RunStore, opened) -> dict[str, Any]:
@@ -115,14 +144,17 @@ def faithful_episodes(sources: list[str], opened) -> tuple[list[tuple[Any, list,
     return kept, counts
 
 
-def write_examples(episodes, spec, path: Path) -> dict[str, Any]:
-    """The episodes' user messages as SFT records in `path`; how many, and how varied the messages are."""
-    records = [r for task, messages, term in episodes for r in user_examples(spec, task, messages, term)]
+def write_examples(episodes, spec, path: Path, consent_pairs: bool = False) -> dict[str, Any]:
+    """The episodes' user messages as SFT records in `path`; how many (consent pairs among them), and how varied
+    the messages are."""
+    records = [r for task, messages, term in episodes
+               for r in user_examples(spec, task, messages, term, consent_pairs)]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return {"examples": len(records), **{f"data_{k}": v for k, v in variation([m for _, m, _ in episodes]).items()
+    return {"examples": len(records), "consent_pairs": sum(bool(r.get("consent_pair")) for r in records),
+            **{f"data_{k}": v for k, v in variation([m for _, m, _ in episodes]).items()
                                          if k in ("distinct_2", "openings_per_100")}}
 
 
@@ -144,8 +176,10 @@ def run_train_user(cfg, store: RunStore, log: Callable[[str], None] = print) -> 
             raise UsageError("no episode with a faithful user to train on; name runs in user_sft.runs=[RUN_ID,...] "
                              "whose users passed the fidelity checks (muactl runs show RUN_ID)")
         path = store.path / "user-sft.jsonl"
-        state["data"] = {"path": str(path), "sources": sources, **counts, **write_examples(episodes, opened.spec, path)}
-        log(f"user data: {state['data']['examples']} examples (one per user message) -> {path}")
+        state["data"] = {"path": str(path), "sources": sources, **counts,
+                         **write_examples(episodes, opened.spec, path, cfg.user_sft.consent_pairs)}
+        log(f"user data: {state['data']['examples']} examples (one per user message, and "
+            f"{state['data']['consent_pairs']} consent pairs) -> {path}")
         save_stages(store, state)
     if "sft" not in state:
         from ..models.folder import mark_card
