@@ -164,18 +164,42 @@ _ASK = re.compile(r"\?|\b(please (provide|share|tell|give)|could you|can you|may
 USER_PHRASES: dict[str, tuple[str, ...]] = {
     "open": ("{goal}", "Hi. {goal}", "Hello. {goal}", "{goal} Can you sort that out for me?", "Good morning. {goal}",
              "Hi there! {goal} Thanks.", "{goal} Is that possible?", "Hey, quick one: {goal}", "Hello! {goal} Thank you.",
-             "Good afternoon. {goal} Could you do that?", "Hi, I'm writing because of this. {goal}", "{goal} Thanks in advance."),
+             "Good afternoon. {goal} Could you do that?", "Hi, I'm writing because of this. {goal}", "{goal} Thanks in advance.",
+             "Good evening. {goal}", "Hi, hope you're well. {goal}", "Hello, I have a request. {goal}",
+             "{goal} Could you help me with that?", "Morning! {goal}", "Hi again. {goal}", "Hello there. {goal}",
+             "Right, so: {goal}", "{goal} Hope you can help.", "Hi! I need a hand with something. {goal}",
+             "{goal} What do you need from me?", "Hello, thanks for picking this up. {goal}",
+             "Hi, I've got a question about my account. {goal}", "{goal} Cheers.", "Evening. {goal}",
+             "Hi, first time using this chat. {goal}", "So, here's the thing. {goal}", "{goal} Many thanks.",
+             "Hello, can I ask for some help? {goal}", "Hi, it's about something I need done. {goal}",
+             "{goal} Let me know what you need.", "Hey there. {goal}", "Hi, could you help? {goal}",
+             "Hello. I'll keep it short. {goal}"),
     "facts": ("{facts}", "Sure. {facts}", "Of course: {facts}", "Here you go. {facts}", "{facts} Hope that helps.",
-              "Okay. {facts}", "Right. {facts}", "{facts} Is that enough?", "Certainly. {facts}"),
+              "Okay. {facts}", "Right. {facts}", "{facts} Is that enough?", "Certainly. {facts}",
+              "Sure thing. {facts}", "Yes, of course. {facts}", "{facts} Anything else you need?", "Here it is: {facts}",
+              "No problem. {facts}", "Alright. {facts}", "{facts} Let me know if that works.", "Got it. {facts}",
+              "Happy to. {facts}", "{facts} That should do it.", "Sure, here. {facts}", "Absolutely: {facts}"),
     "yes": ("Yes, please go ahead.", "Yes, go ahead.", "Yes please, do it.", "Sure, go ahead.",
-            "Okay, yes, please proceed.", "Yes, that's right, go ahead.", "Yes. Please do.", "Yep, go for it."),
+            "Okay, yes, please proceed.", "Yes, that's right, go ahead.", "Yes. Please do.", "Yep, go for it.",
+            "Yes, that's correct. Please go ahead.", "Sure, please do.", "Okay, do it.", "Yes, sounds good, go ahead.",
+            "Yeah, go ahead with that.", "Yes, exactly, please proceed.", "Okay, that's correct, do it.",
+            "Yes, let's do that.", "Sure thing, go ahead.", "Yes, that's what I want. Please do.",
+            "Yep, that's correct.", "Okay, please go ahead with it."),
     "no": ("No, please do not make that change.", "No, don't do that.", "No thanks, I'd rather not.",
-           "No. Please leave it as it is.", "Actually, no. Do not change anything."),
+           "No. Please leave it as it is.", "Actually, no. Do not change anything.",
+           "No, I've changed my mind. Leave it.", "No, I'd like to keep things as they are.", "No, not now, thanks.",
+           "No, I've decided against it.", "Hmm, no. Please don't go ahead.", "No, let's not do that."),
     "unknown": ("I don't know that, sorry.", "Sorry, I don't have that.", "I'm afraid I don't know.",
-                "I don't know, sorry.", "No idea, sorry.", "I'm not sure, I don't have it here."),
+                "I don't know, sorry.", "No idea, sorry.", "I'm not sure, I don't have it here.",
+                "Sorry, I don't know that one.", "I don't have that to hand, sorry.", "I'm afraid I can't tell you that."),
     "thanks": ("Thank you, that's all.", "Thanks, that's everything.", "Great, thank you. Bye!",
                "Perfect, thanks for your help.", "That's all I needed, thanks.", "Wonderful, thank you so much.",
-               "Thanks a lot, bye."),
+               "Thanks a lot, bye.",
+               "Brilliant, cheers.", "Great, that's sorted then. Thanks.", "Thanks, have a good day.",
+               "Lovely, that's all for today.", "Excellent, many thanks.", "Cheers, that's everything I wanted.",
+               "Thanks, you've been a great help.", "Super, thank you. Goodbye.", "All good, thanks a lot.",
+               "Thank you, have a nice evening.", "Great stuff, thanks.", "That's it from me, thank you.",
+               "Fantastic, thanks again.", "Many thanks, take care."),
 }
 # `scripted:varied` also speaks in the manner of the task's persona (the built-in domains' persona names; any other
 # persona, or none, draws one of these per episode): more phrasings per situation, and a sentence of its own
@@ -184,7 +208,12 @@ PERSONA_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
     "polite": {
         "aside": ("I hope you are having a good day.", "Thank you for taking the time.", "Sorry to trouble you.",
                   "I appreciate your help with this.", "I hope this is the right place to ask.",
-                  "Many thanks for looking into it.", "I hope it's not too much bother."),
+                  "Many thanks for looking into it.", "I hope it's not too much bother.",
+                  "It's kind of you to help.", "I hope I'm explaining this well.", "Thanks in advance for your patience.",
+                  "I really appreciate it.", "I hope that makes sense.", "Apologies if this is a silly question.",
+                  "Thank you for being so helpful.", "I'd be grateful for your help.", "I hope your day is going well.",
+                  "Sorry for the bother.", "Thank you ever so much.", "I'm grateful for any help.",
+                  "I'll try to be clear.", "Kind regards."),
         "facts": ("Of course, happy to. {facts}", "Certainly, here are my details. {facts}", "{facts} Thank you kindly.",
                   "Absolutely. {facts} Let me know if you need more."),
         "yes": ("Yes, please, that would be lovely.", "Yes, thank you, please go ahead.", "That sounds right. Yes, please."),
@@ -192,7 +221,9 @@ PERSONA_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
                    "Lovely, thanks a lot for your patience. Bye."),
     },
     "brief": {
-        "aside": ("In a rush.", "Quick one.", "Short on time.", "Busy day, sorry."),
+        "aside": ("In a rush.", "Quick one.", "Short on time.", "Busy day, sorry.",
+"Need this fast.", "Keeping it short.", "Between meetings.", "Five minutes, tops.", "Straight to it.",
+                  "No time to chat.", "Quick, please.", "Running late."),
         "facts": ("{facts}", "Here. {facts}", "{facts} That's it."),
         "yes": ("Yes.", "Yes, do it.", "Go ahead.", "Ok, go."),
         "thanks": ("Thanks.", "Ok, thanks. Bye.", "Great. Done."),
@@ -200,7 +231,11 @@ PERSONA_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
     "anxious": {
         "aside": ("I'm a bit worried about this.", "Sorry, I'm nervous about getting this right.",
                   "This has been stressing me out.", "I really hope this can be fixed.",
-                  "I keep worrying about my money.", "Please be careful with it."),
+                  "I keep worrying about my money.", "Please be careful with it.",
+                  "I hope I haven't messed something up.", "I couldn't sleep over this.", "I'm worried it's too late.",
+                  "I hope this won't cause trouble.", "I get nervous with these things.", "I really want to get it right.",
+                  "I hope nothing goes wrong.", "This is making me uneasy.", "I'd hate for anything to get lost.",
+                  "I'm a bit out of my depth here.", "Sorry, I'm a little flustered.", "I just want to be sure."),
         "facts": ("Okay, here goes. {facts}", "{facts} I hope that's right.", "{facts} Is that all you need?"),
         "yes": ("Yes, okay. Please go ahead, carefully.", "Yes, I think so. Please proceed.",
                 "Okay, yes, if that's right then go ahead."),
@@ -209,7 +244,11 @@ PERSONA_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "insistent": {
         "aside": ("I've been a customer for years.", "I'd like this sorted today.", "I know exactly what I want.",
-                  "This really matters to me.", "I've asked about this before."),
+                  "This really matters to me.", "I've asked about this before.",
+                  "I expect this done properly.", "Let's not waste time.", "I'd like a straight answer.",
+                  "I want this handled now.", "I've been patient so far.", "I know how this should work.",
+                  "I don't want to be passed around.", "Please just do what I ask.", "I've done this many times before.",
+                  "This should be simple."),
         "facts": ("{facts} Now can we get on with it?", "Fine. {facts}", "Here, {facts}"),
         "yes": ("Yes, that's what I asked for. Go ahead.", "Yes. Do it now, please.", "Obviously yes, go ahead."),
         "thanks": ("Good. That's all.", "Finally. Thanks.", "Right, thank you. Bye."),
@@ -219,7 +258,15 @@ PERSONA_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
 _CONTEXTS = ("I'm on my lunch break.", "I just got home from work.", "My partner asked me to sort this out.",
              "I only noticed this today.", "I've been meaning to do this for a while.", "I'm on my phone, sorry.",
              "A friend said you could help.", "I'm travelling this week.", "I tried the website first.",
-             "It's my first time contacting you.", "I'm doing some admin this evening.", "Hope this is quick.")
+             "It's my first time contacting you.", "I'm doing some admin this evening.", "Hope this is quick.",
+             "I'm at work right now.", "I'm sorting things out before the weekend.", "My sister suggested I get in touch.",
+             "I'm on the train.", "I've just woken up.", "I'm catching up on chores.", "I'm at the kitchen table.",
+             "I've been putting this off.", "The app wasn't working for me.", "I read the help page first.",
+             "I'm writing from my laptop.", "I'm on a break.", "It's been on my list for days.",
+             "I'm helping out a neighbour with theirs as well.", "I just got back from holiday.", "I'm in a cafe.",
+             "My phone battery is low.", "I have a few minutes now.", "I'm tidying up my accounts.",
+             "I saw the email earlier.", "I'm planning ahead.", "I've just finished dinner.", "It's been a long week.",
+             "I'm at the library.")
 # how the goal's "I want ..." may begin instead (want and need are no content words of stated_goal's)
 _GOAL_LEADS = ("I want", "I'd like", "I would like", "I need", "I really want", "What I want is", "I'm hoping",
                "I'd really like", "I was hoping")
@@ -239,27 +286,40 @@ _RESTATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
       r"Can you cancel my order \g<order>? I ask because \g<why>.",
       r"I have to cancel my order \g<order> because \g<why>.",
       r"I want to cancel an order, \g<order>, because \g<why>.",
-      r"My order \g<order>: I want to cancel it, because \g<why>.")),
+      r"My order \g<order>: I want to cancel it, because \g<why>.",
+      r"Hello, order \g<order> please: cancel it, because \g<why>.",
+      r"I'd like you to cancel my order \g<order>, because \g<why>.",
+      r"About my order \g<order>: please cancel it, because \g<why>.")),
     (rf"^I am moving and want my pending order {_ORDER} shipped to my new address: (?P<to>[^:]+?)\. ",
      (r"\g<0>", r"I am moving, so please ship my pending order \g<order> to my new address: \g<to>. ",
       r"Could my pending order \g<order> be shipped to my new address instead? It is \g<to>. I am moving. ",
       r"Please send my pending order \g<order> to my new address, \g<to>, because I am moving. ",
       r"My new address is \g<to>, since I am moving. I want my pending order \g<order> shipped there. ",
-      r"I am moving house. The new address for my pending order \g<order> is \g<to>; it should be shipped there. ")),
+      r"I am moving house. The new address for my pending order \g<order> is \g<to>; it should be shipped there. ",
+      r"Since I am moving, my pending order \g<order> needs to be shipped to my new address: \g<to>. ",
+      r"Please update the address on my pending order \g<order>: I am moving, and it should be shipped to \g<to>. ",
+      r"I am moving soon. Can my pending order \g<order> be shipped to my new address, \g<to>? ")),
     (rf"^I want to pay my pending order {_ORDER} with my gift card instead of the current payment method\.",
      (r"\g<0>", r"Please switch the payment of my pending order \g<order> to my gift card instead of the current "
       r"payment method.",
       r"Can I pay for my pending order \g<order> with my gift card instead of the current payment method?",
       r"For my pending order \g<order>, I want to pay with my gift card, not the current payment method.",
       r"I'd rather pay my pending order \g<order> with my gift card instead of the current payment method.",
-      r"My gift card should pay for my pending order \g<order>, instead of the current payment method.")),
+      r"My gift card should pay for my pending order \g<order>, instead of the current payment method.",
+      r"I'd like to use my gift card to pay my pending order \g<order>, instead of the current payment method.",
+      r"Is it possible to pay my pending order \g<order> with my gift card instead of the current payment method?",
+      r"Please charge my gift card for my pending order \g<order>, instead of the current payment method.")),
     (rf"^I received order {_ORDER} but want to return the (?P<item>.+?) only; keep the rest\.",
      (r"\g<0>", r"I want to return the \g<item> from order \g<order>, which I received, and keep the rest.",
       r"Order \g<order> arrived, but I want to return the \g<item> only; keep the rest.",
       r"I received order \g<order>. Only the \g<item> should go back: I want to return it and keep the rest.",
       r"Could I return the \g<item> from order \g<order>? I received it, but I only want to return that one; "
       r"keep the rest.",
-      r"From order \g<order>, which I received, I want to return just the \g<item>; keep the rest.")),
+      r"From order \g<order>, which I received, I want to return just the \g<item>; keep the rest.",
+      r"I've received order \g<order>, and I want to return the \g<item> only; keep the rest.",
+      r"Please help me return the \g<item> from order \g<order>, which I received; keep the rest.",
+      r"The \g<item> from order \g<order> has to go back. I received the order and want to return only that; keep "
+      r"the rest.")),
     (r"\bThe refund should go back to the original payment method\.",
      (r"\g<0>", "Please put the refund on the original payment method.",
       "Refund it to the original payment method, please.", "I'd like the refund on the original payment method.",
@@ -273,7 +333,11 @@ _RESTATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
       r"Could I exchange the \g<item> from my delivered order \g<order> for the same product with \g<new>? It does "
       r"not suit me. ",
       r"My delivered order \g<order> came with the \g<item>, which does not suit me. I want to exchange it for the "
-      r"same product with \g<new>. ")),
+      r"same product with \g<new>. ",
+      r"Please exchange the \g<item> from my delivered order \g<order> for the same product with \g<new>; the one "
+      r"I have does not suit me. ",
+      r"I am not happy with the \g<item> from my delivered order \g<order>: it does not suit me. I want to exchange "
+      r"it for the same product with \g<new>. ")),
     (r"\bSettle any difference with the order's original payment method\.",
      (r"\g<0>", "Any difference goes on the order's original payment method.",
       "Use the order's original payment method for any difference.",
@@ -284,7 +348,9 @@ _RESTATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
       r"Could you change the \g<item> in my pending order \g<order> to \g<new> instead? ",
       r"My pending order \g<order> has the \g<item>, but I want it with \g<new> instead. ",
       r"I want the \g<item> I ordered in my pending order \g<order> with \g<new> instead. ",
-      r"About my pending order \g<order>: I ordered the \g<item>, but I want it with \g<new> instead. ")),
+      r"About my pending order \g<order>: I ordered the \g<item>, but I want it with \g<new> instead. ",
+      r"Please switch the \g<item> in my pending order \g<order>: I want it with \g<new> instead. ",
+      r"I made a mistake in my pending order \g<order>. I ordered the \g<item> but want it with \g<new> instead. ")),
     (r"\bAny price difference should go to the order's current payment method\.",
      (r"\g<0>", "Put any price difference on the order's current payment method.",
       "The order's current payment method can cover any price difference.",
@@ -295,14 +361,18 @@ _RESTATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
       r"I'm checking on my order \g<order>: I want to know its status and its tracking number.",
       r"Where is my order \g<order>? I want to know its status and the tracking number.",
       r"Please tell me the order status and the tracking number for my order \g<order>. I want to know where it is.",
-      r"My order \g<order>: I want to know its status, and I need its tracking number too.")),
+      r"My order \g<order>: I want to know its status, and I need its tracking number too.",
+      r"Has my order \g<order> shipped? I want to know its status and the tracking number.",
+      r"I'd like an update on my order \g<order>: I want to know the status, and its tracking number please.")),
     (r"^I want to change the email address on my account to a new one, because I no longer use the old one\.",
      (r"\g<0>", "I need a new email address on my account, because I no longer use the old one.",
       "Please change the email address on my account to a new one; I no longer use the old one.",
       "The email address on my account is out of date: I no longer use the old one, so I want to change it to a "
       "new one.",
       "Could you change the email address on my account to a new one? I no longer use the old one.",
-      "I no longer use the old email address on my account, so I want to change it to a new one.")),
+      "I no longer use the old email address on my account, so I want to change it to a new one.",
+      "My account still has the old email address, which I no longer use. I want to change it to a new one.",
+      "I want my account's email address changed to a new one, because I no longer use the old one.")),
     (rf"^I am thinking of exchanging the (?P<item>.+?) from my delivered order {_ORDER} for the same product with "
      r"(?P<new>.+?), and want to know what the price difference would be\.",
      (r"\g<0>", r"What would the price difference be if I exchanged the \g<item> from my delivered order \g<order> "
@@ -312,7 +382,11 @@ _RESTATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
       r"Before I decide anything: I am thinking of exchanging the \g<item> from my delivered order \g<order> for "
       r"the same product with \g<new>. What would the price difference be?",
       r"I want to know the price difference first: I am thinking of exchanging the \g<item> from my delivered "
-      r"order \g<order> for the same product with \g<new>.")),
+      r"order \g<order> for the same product with \g<new>.",
+      r"Just a question for now: I am thinking of exchanging the \g<item> from my delivered order \g<order> for "
+      r"the same product with \g<new>. What would the price difference be?",
+      r"How much would the price difference be if I exchanged the \g<item> from my delivered order \g<order> for "
+      r"the same product with \g<new>? I am only thinking of it.")),
 )
 # other words for common parts of a goal, each drawn per episode (the first: as the task says it). They leave
 # numbers, ids and most content words alone, so stated_goal still finds the goal in what was said.
@@ -368,6 +442,10 @@ _REWORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # other names for a fact's key (retail's; a key not named here, such as bank's "name", is said as it is)
 _FACT_KEYS = {"email": ("email", "email address", "e-mail", "account email", "email on file")}
+# ... and more ways to give that fact (after _FACT_FORMS' own, so other keys draw as they did)
+_KEY_FORMS = {"email": ("I use {value} as my {key}.", "You can find me under {value}, my {key}.",
+                        "Look me up by my {key}, {value}.", "My account is under the {key} {value}.",
+                        "I signed up with {value}.", "The account uses {value} as its {key}.")}
 _MY_FACT = re.compile(r"^My ([a-z]+(?: [a-z]+)?) is (\S.*?)\.?$")
 
 
@@ -446,8 +524,9 @@ class ScriptedUser(UserSimulator):
                 worded.append(part)
                 continue
             key = m.group(1)
+            form = rng.choice(_FACT_FORMS + _KEY_FORMS.get(key, ()))
             key = self._pick(ctx, "fact-key", _FACT_KEYS[key]) if key in _FACT_KEYS else key
-            worded.append(rng.choice(_FACT_FORMS).format(key=key, value=m.group(2)))
+            worded.append(form.format(key=key, value=m.group(2)))
         said = " ".join(worded)
         return self._pick(ctx, "facts-frame", self.phrasings(ctx, "facts")).format(facts=said)
 
