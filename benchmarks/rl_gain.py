@@ -137,10 +137,10 @@ class Experiment:
         run_id = f"sft-{seed}"
         ckpt = self.work / "runs" / run_id / "sft" / "checkpoint-final"  # a recipe's stage keeps its own folder
         if not ckpt.is_dir():
-            self.timed(f"train:sft:{seed}", ["train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
-                                              "stages=[synth,sft]", f"model={a.model}", *self.common(a.sft_user),
-                                              "synth.tasks=template:all", f"synth.n={a.sft_instances}", "synth.db=random",
-                                              f"synth.agent={a.sft_agent}", f"sft.epochs={a.sft_epochs:g}"])
+            self.timed(f"train:sft:{seed}", self.resumed_or(run_id, [
+                "train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
+                "stages=[synth,sft]", f"model={a.model}", *self.common(a.sft_user), "synth.tasks=template:all",
+                f"synth.n={a.sft_instances}", "synth.db=random", f"synth.agent={a.sft_agent}", f"sft.epochs={a.sft_epochs:g}"]))
         return ckpt
 
     def same_cold_start(self) -> None:
@@ -158,12 +158,12 @@ class Experiment:
         run_id = f"{arm.replace('+', '-')}-{seed}"
         if not (self.work / "runs" / run_id / "checkpoint-final").is_dir():
             curve = [f"grpo.eval_every={a.eval_every}", f"grpo.eval_tasks={tasks}", f"grpo.eval_n={a.curve_n}"] if a.eval_every else []
-            self.timed(f"train:{arm}:{seed}", [
+            self.timed(f"train:{arm}:{seed}", self.resumed_or(run_id, [
                 "train", "grpo", f"model={start}", f"run_id={run_id}", f"seed={seed}", *self.common(),
                 f"tasks={tasks}", "db=random", f"grpo.steps={a.grpo_steps}", f"grpo.group_size={a.group_size}",
                 f"grpo.tasks_per_step={a.tasks_per_step}", f"grpo.lr={a.grpo_lr}", f"grpo.max_turns={a.max_turns}",
                 f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={a.grpo_steps}", f"grpo.temperature={a.temperature}",
-                f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra])
+                f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra]))
         return self.work / "runs" / run_id / "checkpoint-final"
 
     def evaluate(self, key: str, model: str, user: str | None = None) -> None:
@@ -209,10 +209,18 @@ class Experiment:
         fixed = f", fixed test {mean(r['fixed'].values()):.3f}" if r["fixed"] else ""
         self.log(f"{key}: held-out pass^1 {mean(r['heldout'].values()):.3f} ({len(r['heldout'])} instances){fixed}")
 
+    def resumed_or(self, run_id: str, args: list[str]) -> list[str]:
+        """`args`, or `train --resume RUN` where an earlier part of this benchmark started that run and was stopped
+        (it goes on from its last checkpoint, with the settings it was started with)."""
+        return ["train", "--resume", run_id] if (self.work / "runs" / run_id / "config.yaml").is_file() else args
+
     def timed(self, key: str, args: list[str]) -> None:
+        """Run muactl; its cost is added to key's (a resumed part adds to the parts before it that finished)."""
         t0, c0 = time.time(), cpu_minutes()
         muactl(args, self.work, self.log)
-        self.results.setdefault("cost", {})[key] = {"cpu_min": cpu_minutes() - c0, "wall_min": (time.time() - t0) / 60}
+        cost = self.results.setdefault("cost", {}).setdefault(key, {"cpu_min": 0.0, "wall_min": 0.0})
+        cost["cpu_min"] += cpu_minutes() - c0
+        cost["wall_min"] += (time.time() - t0) / 60
         self.save()
 
     def oracle_reference(self) -> None:

@@ -338,3 +338,32 @@ def test_an_out_folder_keeps_one_cold_start(tmp_path):
     assert rl.Experiment(_args(out=str(tmp_path))).sft(0).is_dir()  # the same settings: the checkpoint is reused
     with pytest.raises(SystemExit, match=r"made with .*'oracle', .* not .*'oracle:varied'"):
         rl.Experiment(_args(out=str(tmp_path), sft_agent="oracle:varied")).sft(0)
+
+
+def test_a_stopped_training_run_is_resumed_and_its_parts_costs_add_up(tmp_path, monkeypatch):
+    """A sweep killed mid-SFT or mid-GRPO carries on from that run's checkpoints (`train --resume RUN`) instead of
+    starting the run again under the same id; the CPU and wall minutes of each finished part add up."""
+    rl = _module()
+    exp = rl.Experiment(_args(out=str(tmp_path), max_new_tokens=64, max_turns=10, temperature=1.0, band=[0.1, 0.9],
+                              eval_every=0, curve_n=40, grpo_extra=[]))
+    called = []
+    monkeypatch.setattr(rl, "muactl", lambda args, where, log: called.append(args))
+    exp.sft(0)
+    assert called[-1][:2] == ["train", str(ROOT / "examples" / "quickstart.yaml")] and "run_id=sft-0" in called[-1]
+    (tmp_path / "runs" / "sft-0").mkdir(parents=True)
+    (tmp_path / "runs" / "sft-0" / "config.yaml").write_text("{}")
+    exp.sft(0)
+    assert called[-1] == ["train", "--resume", "sft-0"]
+    exp.grpo(0, "start", "sft+grpo")
+    assert called[-1][:2] == ["train", "grpo"] and "run_id=sft-grpo-0" in called[-1]
+    (tmp_path / "runs" / "sft-grpo-0").mkdir()
+    (tmp_path / "runs" / "sft-grpo-0" / "config.yaml").write_text("{}")
+    exp.grpo(0, "start", "sft+grpo")
+    assert called[-1] == ["train", "--resume", "sft-grpo-0"]
+    cost = json.loads((tmp_path / "results.json").read_text())["cost"]
+    assert set(cost) == {"train:sft:0", "train:sft+grpo:0"} and all(c["wall_min"] >= 0 for c in cost.values())
+    monkeypatch.setattr(rl, "cpu_minutes", iter([0.0, 1.5, 0.0, 2.0]).__next__)
+    exp.results["cost"] = {}
+    exp.timed("k", ["x"])
+    exp.timed("k", ["x"])
+    assert exp.results["cost"]["k"]["cpu_min"] == 3.5
