@@ -53,12 +53,7 @@ def user_examples(spec, task, messages: list[dict[str, Any]], termination: str,
         last_user = len(messages)
     for i, text in targets:
         reply = f"{text} {ends}".strip() if ends and i == last_user else text
-        prompt = user_prompt(spec, task.task, messages[:i])
-        record = {"messages": [*prompt, {"role": "assistant", "content": reply}], "task_id": task.task.id}
-        context = [k for k, m in enumerate(prompt) if m["role"] == "assistant"]
-        if context:
-            record["not_trained"] = context
-        out.append(record)
+        out.append(example(user_prompt(spec, task.task, messages[:i]), reply, task.task.id))
     if consent_pairs:
         out += [consent_pair(spec, task, messages, i) for i in answers_to_confirm(messages)
                 if consent_in(messages[i].get("content") or "") is task.task.user.consent]
@@ -75,9 +70,13 @@ def consent_pair(spec, task, messages: list[dict[str, Any]], i: int) -> dict[str
                                                                             "instructions": None})})
     options = persona_phrasings(task.task.persona, "no" if goal.consent else "yes")
     reply = options[random.Random(f"{task.task.id}:{i}:consent-pair").randrange(len(options))]
-    prompt = user_prompt(spec, flipped, messages[:i])
-    record = {"messages": [*prompt, {"role": "assistant", "content": reply}], "task_id": task.task.id,
-              "consent_pair": True}
+    return {**example(user_prompt(spec, flipped, messages[:i]), reply, task.task.id), "consent_pair": True}
+
+
+def example(prompt: list[dict[str, str]], reply: str, task_id: str) -> dict[str, Any]:
+    """One SFT record: the user's prompt and its reply, the earlier user messages (the prompt's assistant turns)
+    marked `not_trained`."""
+    record = {"messages": [*prompt, {"role": "assistant", "content": reply}], "task_id": task_id}
     context = [k for k, m in enumerate(prompt) if m["role"] == "assistant"]
     if context:
         record["not_trained"] = context
