@@ -138,6 +138,8 @@ def test_varied_facts_keep_every_value_in_another_order_and_wording():
     assert all("Maya Novak" in t and "maya.novak34@example.com" in t for t in said)
     assert len(said) > 10
     assert any(t.index("maya.novak34") < t.index("Maya Novak") for t in said)  # the order changes too
+    starts = {m.group(1) for t in said for m in re.finditer(r"(?:^|[.?] )([a-z][\w-]*)", t)}
+    assert starts <= {"maya"}, starts  # a sentence begins in lower case only with the email itself
     assert ScriptedUser().facts(_ctx(3), known) == \
         "My name is Maya Novak. My email is maya.novak34@example.com."
 

@@ -272,7 +272,7 @@ _GOAL_LEADS = ("I want", "I'd like", "I would like", "I need", "I really want", 
                "I'd really like", "I was hoping")
 # a fact sentence "My email is x@y.z." said another way (the value verbatim, so gave_facts still finds it)
 _FACT_FORMS = ("My {key} is {value}.", "{value} is my {key}.", "My {key}: {value}.", "The {key} is {value}.",
-               "It's {value}, my {key}.", "For my {key}, {value}.", "{key}: {value}.", "You'll have my {key} as {value}.")
+               "It's {value}, my {key}.", "For my {key}, {value}.", "{Key}: {value}.", "You'll have my {key} as {value}.")
 # other ways to say a whole goal (retail's: its goals are long sentences of the template's, where swapping a few
 # words leaves most of each sentence as it was), each drawn per episode before the rewordings below, which then
 # apply to what was drawn. Each keeps the goal's numbers and most of its content words (stated_goal); the first
@@ -287,7 +287,7 @@ _RESTATEMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
       r"I have to cancel my order \g<order> because \g<why>.",
       r"I want to cancel an order, \g<order>, because \g<why>.",
       r"My order \g<order>: I want to cancel it, because \g<why>.",
-      r"Hello, order \g<order> please: cancel it, because \g<why>.",
+      r"Order \g<order>, please: cancel it, because \g<why>.",
       r"I'd like you to cancel my order \g<order>, because \g<why>.",
       r"About my order \g<order>: please cancel it, because \g<why>.")),
     (rf"^I am moving and want my pending order {_ORDER} shipped to my new address: (?P<to>[^:]+?)\. ",
@@ -526,7 +526,7 @@ class ScriptedUser(UserSimulator):
             key = m.group(1)
             form = rng.choice(_FACT_FORMS + _KEY_FORMS.get(key, ()))
             key = self._pick(ctx, "fact-key", _FACT_KEYS[key]) if key in _FACT_KEYS else key
-            worded.append(form.format(key=key, value=m.group(2)))
+            worded.append(form.format(key=key, Key=key[:1].upper() + key[1:], value=m.group(2)))
         said = " ".join(worded)
         return self._pick(ctx, "facts-frame", self.phrasings(ctx, "facts")).format(facts=said)
 
