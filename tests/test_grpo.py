@@ -174,7 +174,8 @@ def on_templates(rollouts, spec: str, window: int = 4, known: int = 2):
 
     rollouts.cfg.tasks = spec
     g = rollouts.cfg.grpo
-    rollouts.curriculum = Curriculum(prompt_names(rollouts.cfg, rollouts.opened), g.band_low, g.band_high, window, known)
+    rollouts.curriculum = Curriculum(prompt_names(rollouts.cfg, rollouts.opened), g.band_low, g.band_high, window, known,
+                                     retry=g.band_retry)
 
 
 def test_an_excluded_episode_does_not_make_an_equal_group_a_signal(tmp_path):
@@ -230,6 +231,24 @@ def test_an_all_equal_group_is_redrawn_on_a_fresh_template_and_the_curriculum_sk
     calls.clear()
     rollouts([[{"role": "user", "content": "template:move"}]] * 2, trainer)
     assert "move" not in calls[0][0]
+
+
+@pytest.mark.parametrize("retry", [0, 2])
+def test_a_template_out_of_the_band_is_drawn_again_after_band_retry_steps(tmp_path, retry):
+    """Issue 26 sweep: sampled, each writing template failed its one group (one instance) and was never drawn again,
+    so no gradient ever came from one. With grpo.band_retry=2 a template out of the band is played again two steps
+    after it last was; with 0 (the default) it is not."""
+    rollouts, lm = make_rollouts(tmp_path, draw_rounds=1, group_size=2, band_retry=retry)
+    on_templates(rollouts, "template:move,balance")
+    calls = fake_policy(rollouts, lambda job, k: fake_episode(job, job.task.task.origin.template == "balance" and k == 0))
+    trainer = FakeTrainer(lm.model)
+    played = []
+    for step in range(4):
+        trainer.state.global_step = step
+        calls.clear()
+        rollouts([[{"role": "user", "content": "template:move"}]] * 2, trainer)
+        played.append(calls[0][0].rsplit("-", 1)[0])
+    assert played == (["move", "balance", "move", "balance"] if retry else ["move", "balance", "balance", "balance"])
 
 
 def test_instance_per_rollout_plays_each_rollout_on_its_own_instance(tmp_path):

@@ -77,7 +77,8 @@ class Rollouts:
         g = cfg.grpo
         playing = playing or [Playing(Part(str(cfg.domain), 1.0, cfg), opened, make_user)]
         self.sources = [Source(p, Curriculum(prompt_names(p.part.cfg, p.opened), g.band_low, g.band_high,
-                                             window=2 * g.group_size, known=g.group_size)) for p in playing]
+                                             window=2 * g.group_size, known=g.group_size, retry=g.band_retry))
+                        for p in playing]
         self.several = several(cfg)
         # rollout calls so far in the current step: seeds derive from (step, call), so a run resumed from a
         # checkpoint draws what the uninterrupted run drew
@@ -150,7 +151,7 @@ class Rollouts:
         return {k.replace("rollout/pass_rate/", f"rollout/pass_rate/{s.label}/"): v
                 for s in self.sources for k, v in s.curriculum.figures().items()}
 
-    def _first_pick(self, name: str, used: dict[str, set], rng) -> tuple[Source, str]:
+    def _first_pick(self, name: str, used: dict[str, set], rng, step: int) -> tuple[Source, str]:
         """A group's domain and what it plays: over one domain the prompt TRL handed in (or another in the
         pass-rate band); over several a domain drawn by share, then one of its prompts, then the band's say."""
         from .mix import draw_part
@@ -160,7 +161,7 @@ class Rollouts:
         else:
             source = draw_part(rng, self.sources)
             name = rng.choice(source.curriculum.names)
-        return source, source.curriculum.choose(name, used[source.label], rng)
+        return source, source.curriculum.choose(name, used[source.label], rng, step)
 
     def _draw(self, names: list[str], step: int, agent) -> Drawing:
         """DAPO's dynamic sampling over the curriculum: one group per name (a template or a training task), the
@@ -173,12 +174,12 @@ class Rollouts:
         size = g.group_size
         rng = random.Random(self.cfg.seed * 7919 + step * 31)
         used: dict[str, set[str]] = {s.label: set() for s in self.sources}
-        picks = [self._first_pick(n, used, rng) for n in names]
+        picks = [self._first_pick(n, used, rng, step) for n in names]
         drawing = Drawing(groups=[[] for _ in picks], domains=[s.label for s, _ in picks])
         pending = list(range(len(picks)))
         for round_ in range(max(1, g.draw_rounds)):
             if round_:
-                picks = [(s, s.curriculum.other(n, used[s.label], rng)) if i in pending else (s, n)
+                picks = [(s, s.curriculum.other(n, used[s.label], rng, step)) if i in pending else (s, n)
                          for i, (s, n) in enumerate(picks)]
             rcfg = rollout_config(self.cfg, seed=self.cfg.seed * 1_000_003 + step * 1009 + self.calls)
             jobs = self._jobs([picks[i] for i in pending for _ in range(size)], step)
@@ -186,7 +187,7 @@ class Rollouts:
             for k, i in enumerate(pending):
                 drawing.groups[i] = played[k * size:(k + 1) * size]
                 source, name = picks[i]
-                source.curriculum.record(name, drawing.groups[i])
+                source.curriculum.record(name, drawing.groups[i], step)
             drawing.drawn += played
             drawing.origins += [picks[i][0].label for i in pending for _ in range(size)]
             drawing.rounds += 1
@@ -314,16 +315,22 @@ class Drawing:
 class Curriculum:
     """Pass rates per template (or training task) over its last `window` scored rollouts, and the choice of what
     to draw: names whose rate is in [low, high] or not yet known (fewer than `known` scored rollouts) first.
-    Rebuilt from the run's stored episodes on resume, so a resumed run draws what the uninterrupted one drew."""
+    With `retry` > 0 a name out of the band is drawn again once `retry` steps passed since it was last played:
+    a rate measured on one group (one instance) would otherwise keep its template out for the rest of the run,
+    however the policy changes. Rebuilt from the run's stored episodes on resume, so a resumed run draws what
+    the uninterrupted one drew."""
 
-    def __init__(self, names: list[str], low: float, high: float, window: int, known: int):
+    def __init__(self, names: list[str], low: float, high: float, window: int, known: int, retry: int = 0):
         self.names, self.low, self.high, self.window, self.known = sorted(names), low, high, max(1, window), known
+        self.retry = retry
         self.recent: dict[str, deque] = {n: deque(maxlen=self.window) for n in self.names}
+        self.played_at: dict[str, int] = {}  # the step a name was last played in
 
-    def record(self, name: str, episodes: list) -> None:
+    def record(self, name: str, episodes: list, step: int) -> None:
         for ep in episodes:
             if ep.counted:
                 self.recent.setdefault(name, deque(maxlen=self.window)).append(float(ep.outcome == "success"))
+        self.played_at[name] = step
 
     def replay(self, stored: list[dict], until_step: int) -> None:
         """Record the stored episodes of steps up to `until_step` (RunStore.episodes rows, in the order saved)."""
@@ -336,28 +343,31 @@ class Curriculum:
             name = tid if tid in self.recent else next((n for p, n in prefixes if tid.startswith(p)), None)
             if name is not None:
                 self.recent[name].append(float(row["outcome"] == "success"))
+                self.played_at[name] = row["step"]
 
     def rate(self, name: str) -> float | None:
         r = self.recent.get(name)
         return sum(r) / len(r) if r and len(r) >= self.known else None
 
-    def in_band(self, name: str) -> bool:
+    def in_band(self, name: str, step: int) -> bool:
         rate = self.rate(name)
-        return rate is None or self.low <= rate <= self.high
+        if rate is None or self.low <= rate <= self.high:
+            return True
+        return self.retry > 0 and step - self.played_at.get(name, step) >= self.retry
 
-    def choose(self, name: str, used: set[str], rng) -> str:
+    def choose(self, name: str, used: set[str], rng, step: int) -> str:
         """`name` if it is in the band, else another name in the band (one not yet drawn this step first), else `name`."""
-        if self.in_band(name):
+        if self.in_band(name, step):
             used.add(name)
             return name
-        return self.other(name, used, rng, outside_band=False)
+        return self.other(name, used, rng, step, outside_band=False)
 
-    def other(self, name: str, used: set[str], rng, outside_band: bool = True) -> str:
+    def other(self, name: str, used: set[str], rng, step: int, outside_band: bool = True) -> str:
         """A name other than `name`: in the band and not drawn this step, else in the band; with `outside_band`
         (a re-draw) then one not drawn this step, else any; `name` when there is no other."""
         pool = [n for n in self.names if n != name]
         rng.shuffle(pool)
-        tiers = [lambda n: self.in_band(n) and n not in used, self.in_band]
+        tiers = [lambda n: self.in_band(n, step) and n not in used, lambda n: self.in_band(n, step)]
         if outside_band:
             tiers += [lambda n: n not in used, lambda n: True]
         for ok in tiers:
@@ -519,6 +529,8 @@ def check_settings(cfg) -> None:
     problems = []
     if g.loss_type not in LOSS_TYPES:
         problems.append(f"grpo.loss_type must be one of {', '.join(LOSS_TYPES)}, not '{g.loss_type}'")
+    if g.band_retry < 0:
+        problems.append(f"grpo.band_retry must be 0 (never) or a number of steps, not {g.band_retry}")
     if not 0 <= g.band_low <= g.band_high <= 1:
         problems.append(f"grpo.band_low and grpo.band_high must satisfy 0 <= low <= high <= 1, not {g.band_low} and {g.band_high}")
     if g.draw_rounds < 1:

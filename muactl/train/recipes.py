@@ -77,6 +77,7 @@ class GRPOConf:
     draw_rounds: int = 3  # dynamic sampling: groups without signal are re-drawn on other templates, up to this many rounds
     band_low: float = 0.1  # curriculum: draw templates whose pass rate in recent rollouts is in [band_low, band_high]
     band_high: float = 0.9
+    band_retry: int = 0  # curriculum: a template out of the band is drawn again this many steps after it was last played (0: never)
     instance_per_rollout: bool = False  # template groups: every rollout on its own instance (baseline: the template's mean)
     lora: bool = False
     grad_accum: int = 1
