@@ -14,6 +14,11 @@ from the base model. The base model is evaluated once (greedy decoding and the s
 deterministic). Finished pieces are kept in --out, so a rerun continues where it stopped; a rerun with a
 larger --heldout grows each model's held-out eval run in place and plays only the new instances.
 
+results.json in --out is all the tables read: each evaluation's outcome and tool calls per instance and each GRPO
+run's metrics, beside the run folders. Copied into a new --out (a fresh machine, a later session), it carries a
+sweep on: the arms and seeds it holds are reported and not run again (no checkpoint needed), and the ones it lacks
+are trained and added. benchmarks/results/ keeps the sweeps the README reports, in that form.
+
 Statistics: pass^1 per arm with a 95% interval from a two-level bootstrap (seeds, then held-out
 instances, resampled with replacement); the paired difference (SFT then GRPO) - (SFT only) bootstrapped
 the same way; CPU minutes per arm and seed (training and evaluation, children's user+system time). What each
@@ -48,6 +53,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +111,24 @@ def run_config(run: Path) -> dict:
         return json.loads(db.execute("SELECT config FROM runs").fetchone()[0])
 
 
+def run_metrics(run: Path) -> dict[str, dict[str, float]]:
+    """A training run's metrics: name -> step (as text, as JSON keeps it) -> value."""
+    by: dict[str, dict[str, float]] = {}
+    with sqlite3.connect(run / "runs.sqlite") as con:
+        for step, name, value in con.execute("SELECT step, name, value FROM metrics ORDER BY step"):
+            by.setdefault(name, {})[str(step)] = value
+    return by
+
+
+def eval_record(run: Path) -> dict:
+    """What results.json keeps of an eval run: per-instance success, the tools each episode called, its size."""
+    return {"heldout": successes(run), "calls": {t: list(seq) for t, seq in tool_sequences(run).items()},
+            "heldout_run": run.name, "n": run_config(run)["n"]}
+
+
+GRPO_RUN = re.compile(r"(sft-grpo|grpo|probe)-\d+")  # the GRPO run folders this benchmark makes (arm-seed)
+
+
 class Experiment:
     def __init__(self, a):
         self.a = a
@@ -113,6 +137,21 @@ class Experiment:
         self.results_path = self.work / "results.json"
         self.results = json.loads(self.results_path.read_text()) if self.results_path.exists() else {}
         self.logf = open(self.work / "log.txt", "a")
+        self.record_run_folders()
+
+    def record_run_folders(self) -> None:
+        """results.json written before it kept the tool calls and the GRPO metrics: take them from the run folders
+        still in --out, so that the file alone carries the sweep from now on."""
+        for key, r in self.results.items():
+            if isinstance(r, dict) and r.get("heldout_run") and "calls" not in r and self.eval_run(key, r).is_dir():
+                r.update({k: v for k, v in eval_record(self.eval_run(key, r)).items() if k != "heldout"})
+        for run in sorted((self.work / "runs").glob("*/runs.sqlite")):
+            if GRPO_RUN.fullmatch(run.parent.name) and (run.parent / "checkpoint-final").is_dir():
+                self.results.setdefault("grpo_runs", {}).setdefault(run.parent.name, run_metrics(run.parent))
+        self.save()
+
+    def eval_run(self, key: str, r: dict) -> Path:
+        return self.work / (REFERENCE if key == "oracle" else ".") / "runs" / r["heldout_run"]
 
     def log(self, msg: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
@@ -136,6 +175,11 @@ class Experiment:
         self.same_cold_start()
         run_id = f"sft-{seed}"
         ckpt = self.work / "runs" / run_id / "sft" / "checkpoint-final"  # a recipe's stage keeps its own folder
+        made_from = [k for k in (f"sft:{seed}", f"sft+grpo:{seed}") if k in self.results]
+        if not ckpt.is_dir() and made_from:
+            # results.json carried into a new --out: SFT trained again is another model than the one these came from
+            raise SystemExit(f"{self.results_path}: {made_from[0]} was evaluated from an SFT checkpoint that is not in {self.work}; "
+                             f"an arm started from a new one would not be paired with it: copy runs/{run_id} here, or use a new --out")
         if not ckpt.is_dir():
             self.timed(f"train:sft:{seed}", self.resumed_or(run_id, [
                 "train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
@@ -164,25 +208,30 @@ class Experiment:
                 f"grpo.tasks_per_step={a.tasks_per_step}", f"grpo.lr={a.grpo_lr}", f"grpo.max_turns={a.max_turns}",
                 f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={a.grpo_steps}", f"grpo.temperature={a.temperature}",
                 f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra]))
-        return self.work / "runs" / run_id / "checkpoint-final"
+        done = self.work / "runs" / run_id / "checkpoint-final"
+        if done.is_dir() and run_id not in self.results.get("grpo_runs", {}):
+            self.results.setdefault("grpo_runs", {})[run_id] = run_metrics(done.parent)
+            self.save()
+        return done
 
-    def evaluate(self, key: str, model: str, user: str | None = None) -> None:
+    def evaluate(self, key: str, model, user: str | None = None) -> None:
         """Held-out instances and the fixed test tasks, greedy; per-task successes into results[key]. Against another
-        user than the trained-with one (--cross-user), the held-out instances only, into results['<key>@<user>']."""
+        user than the trained-with one (--cross-user), the held-out instances only, into results['<key>@<user>'].
+        `model()` gives the checkpoint, trained only when an evaluation needs it."""
         a = self.a
         if user is not None:
             key = f"{key}@{user}"
         if key in self.results:
             return self.grow(key)
-        agent = f"hf:{model}"
+        agent = f"hf:{model()}"
         common = ["eval", "bank", f"--agent={agent}", *self.user_flag(user), f"--max-turns={a.max_turns}",
                   f"--max-new-tokens={a.max_new_tokens}", f"--concurrency={a.concurrency}"]
         t0, c0 = time.time(), cpu_minutes()
         held = run_folder(muactl([*common, "--tasks=template:all", f"--n={a.heldout}", "--db=random", "--split=test",
                                   f"--seed={a.eval_seed}"], self.work, self.log), self.work)
         fixed = run_folder(muactl([*common, f"--split={TEST_TASKS}"], self.work, self.log), self.work) if a.fixed and user is None else None
-        self.results[key] = {"heldout": successes(held), "fixed": successes(fixed) if fixed else {}, "eval_cpu_min": cpu_minutes() - c0,
-                             "eval_wall_min": (time.time() - t0) / 60, "heldout_run": held.name}
+        self.results[key] = {**eval_record(held), "fixed": successes(fixed) if fixed else {}, "eval_cpu_min": cpu_minutes() - c0,
+                             "eval_wall_min": (time.time() - t0) / 60}
         self.save()
         self.logged(key)
 
@@ -190,19 +239,27 @@ class Experiment:
         """A finished evaluation with fewer held-out instances than --heldout gets the missing ones: its eval
         run grows in place (`muactl eval --resume RUN --n N`), so the instances it has are not played again."""
         a, r = self.a, self.results[key]
-        run = r.get("heldout_run")
-        if run is None:  # results.json from before eval runs were recorded by name
-            raise SystemExit(f"{self.results_path}: no held-out eval run recorded for {key}; use a new --out")
-        if run_config(self.work / "runs" / run)["n"] >= a.heldout:  # the run's size: excluded episodes are not scored
+        if not self.needs_growth(key, r):
             return
+        run = r["heldout_run"]
         t0, c0 = time.time(), cpu_minutes()
         muactl(["eval", "--resume", run, f"--n={a.heldout}", f"--concurrency={a.concurrency}"], self.work, self.log)
-        r["heldout"], r["heldout_run"] = successes(self.work / "runs" / run), run
+        r.update(eval_record(self.work / "runs" / run))
         # one model's evaluation, first part and growth together (results from before the probe recorded it: growth only)
         r["eval_cpu_min"] = r.get("eval_cpu_min", 0.0) + cpu_minutes() - c0
         r["eval_wall_min"] = r.get("eval_wall_min", 0.0) + (time.time() - t0) / 60
         self.save()
         self.logged(key)
+
+    def needs_growth(self, key: str, r: dict) -> bool:
+        """Whether a recorded evaluation has fewer held-out instances than --heldout (its size `n` counts the
+        excluded episodes, which are not scored); growing it plays the new instances in its run folder."""
+        if r.get("n", len(r["heldout"])) >= self.a.heldout:
+            return False
+        if not r.get("heldout_run") or not self.eval_run(key, r).is_dir():
+            raise SystemExit(f"{self.results_path}: {key} was evaluated on {r.get('n', len(r['heldout']))} held-out instances and "
+                             f"its eval run is not in {self.work}; --heldout {self.a.heldout} needs it (or a new --out)")
+        return True
 
     def logged(self, key: str) -> None:
         r = self.results[key]
@@ -233,30 +290,36 @@ class Experiment:
             run = run_folder(muactl(["eval", "bank", "--agent=oracle", *self.user_flag(), "--tasks=template:all", f"--n={a.heldout}",
                                      "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}"],
                                     where, self.log), where)
-        else:
-            run = where / "runs" / kept["heldout_run"]
-            if run_config(run)["n"] >= a.heldout:
-                return
+        elif self.needs_growth("oracle", kept):
+            run = self.eval_run("oracle", kept)
             muactl(["eval", "--resume", run.name, f"--n={a.heldout}"], where, self.log)
-        self.results["oracle"] = {"heldout": successes(run), "heldout_run": run.name, "fixed": {}}
+        else:
+            return
+        self.results["oracle"] = {**eval_record(run), "fixed": {}}
         self.save()
 
     def run(self) -> None:
         a = self.a
         self.oracle_reference()
         if "base" in a.arms:
-            self.evaluate_all("base", a.model)
-        for seed in a.seeds:
-            if "sft" in a.arms or "sft+grpo" in a.arms:
-                ckpt = self.sft(seed)
-                if "sft" in a.arms:
-                    self.evaluate_all(f"sft:{seed}", str(ckpt))
-                if "sft+grpo" in a.arms:
-                    self.evaluate_all(f"sft+grpo:{seed}", str(self.grpo(seed, str(ckpt), "sft+grpo")))
+            self.evaluate_all("base", lambda: a.model)
+        for seed in a.seeds:  # each model is trained only when one of its evaluations is missing from results.json
+            if "sft" in a.arms:
+                self.evaluate_all(f"sft:{seed}", partial(self.sft_model, seed))
+            if "sft+grpo" in a.arms:
+                self.evaluate_all(f"sft+grpo:{seed}", partial(self.grpo_model, seed, partial(self.sft_model, seed), "sft+grpo"))
             if "grpo" in a.arms:
-                self.evaluate_all(f"grpo:{seed}", str(self.grpo(seed, a.model, "grpo")))
+                self.evaluate_all(f"grpo:{seed}", partial(self.grpo_model, seed, lambda: a.model, "grpo"))
 
-    def evaluate_all(self, key: str, model: str) -> None:
+    def sft_model(self, seed: int) -> str:
+        return str(self.sft(seed))
+
+    def grpo_model(self, seed: int, start, arm: str) -> str:
+        """The GRPO checkpoint of arm and seed, trained (from `start()`) if it is not in --out yet."""
+        done = self.work / "runs" / f"{arm.replace('+', '-')}-{seed}" / "checkpoint-final"
+        return str(done if done.is_dir() else self.grpo(seed, start(), arm))
+
+    def evaluate_all(self, key: str, model) -> None:
         """Against the user it trained with, then (UserRL's check that the gain is not the user's quirks) the other one."""
         self.evaluate(key, model)
         if self.a.cross_user:
@@ -317,7 +380,7 @@ class Experiment:
         run = run_folder(muactl(["eval", "bank", f"--agent=hf:{model}", *self.user_flag(), f"--tasks={spec}", f"--n={a.heldout}",
                                  "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}",
                                  f"--max-new-tokens={a.max_new_tokens}", f"--concurrency={a.concurrency}"], self.work, self.log), self.work)
-        self.results[key] = {"heldout": successes(run), "heldout_run": run.name, "fixed": {}, "eval_cpu_min": cpu_minutes() - c0,
+        self.results[key] = {**eval_record(run), "fixed": {}, "eval_cpu_min": cpu_minutes() - c0,
                              "eval_wall_min": (time.time() - t0) / 60}
         self.save()
         self.logged(key)
@@ -352,8 +415,8 @@ def arm_table(results: dict, arms, seeds, part: str, user: str | None = None) ->
     return out
 
 
-def report(results: dict, a, work: Path | None = None) -> str:
-    """The tables; with `work` (the --out folder) also what each GRPO run's metrics say about its signal."""
+def report(results: dict, a) -> str:
+    """The tables, from results.json alone."""
     sft_user = f" (SFT data: {a.sft_user} user)" if a.sft_user and a.sft_user != a.user else ""
     grpo = (f", GRPO {a.grpo_steps} steps x {a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}"
             if {"sft+grpo", "grpo"} & set(a.arms) else "")
@@ -380,8 +443,8 @@ def report(results: dict, a, work: Path | None = None) -> str:
             lines.append(f"GRPO after SFT on the {title}: {verdict(lo, hi)}.")
         lines.append("")
     lines += by_template(results, a.arms, a.seeds)
-    lines += behaviour(results, work, ["oracle", *a.arms], a.seeds) if work else []
-    lines += signal(work, a.seeds, a.tasks_per_step) if work else []
+    lines += behaviour(results, ["oracle", *a.arms], a.seeds)
+    lines += signal(results, a.seeds, a.tasks_per_step)
     cost = results.get("cost", {})
     if cost:
         lines += ["| training stage | seeds | CPU min per seed (mean) | wall min per seed |", "|---|---|---|---|"]
@@ -418,14 +481,13 @@ def by_template(results: dict, arms, seeds) -> list[str]:
     return lines + [""]
 
 
-def behaviour(results: dict, work: Path, arms, seeds) -> list[str]:
+def behaviour(results: dict, arms, seeds) -> list[str]:
     """Per model, what it does on each template of the held-out instances: tool calls per episode, and how much
     its sequence of tool calls says about which template it was asked (mutual information over the template's
     entropy: 0 when it does the same whatever the user asked, 1 when its calls tell every template apart). A
     policy that is blind to the request can only be reweighted by GRPO, not taught to tell requests apart."""
-    runs = {k: work / (REFERENCE if k == "oracle" else ".") / "runs" / results[k]["heldout_run"]
-            for arm in arms for k in arm_keys(arm, seeds) if results.get(k, {}).get("heldout_run")}
-    seqs = {k: tool_sequences(run) for k, run in runs.items() if run.is_dir()}
+    seqs = {k: {t: tuple(calls) for t, calls in results[k]["calls"].items()}
+            for arm in arms for k in arm_keys(arm, seeds) if "calls" in results.get(k, {})}
     if not seqs:
         return []
     templates = sorted({t.rsplit("-", 1)[0] for s in seqs.values() for t in s})
@@ -454,27 +516,19 @@ def told_apart(by_template: dict[str, list[tuple[str, ...]]]) -> float:
     return (h_t + h_s - h_ts) / h_t
 
 
-def grpo_metrics(work: Path, seeds, arms=("sft-grpo", "grpo")) -> dict[tuple[str, int], dict[str, dict[int, float]]]:
-    """(GRPO run folder's arm, seed) -> metric name -> step -> value, for the GRPO runs that exist in --out."""
-    runs = {}
-    for arm in arms:
-        for s in seeds:
-            db = work / "runs" / f"{arm}-{s}" / "runs.sqlite"
-            if db.is_file():
-                by: dict[str, dict[int, float]] = {}
-                with sqlite3.connect(db) as con:
-                    for step, name, value in con.execute("SELECT step, name, value FROM metrics ORDER BY step"):
-                        by.setdefault(name, {})[step] = value
-                runs[(arm, s)] = by
-    return runs
+def grpo_metrics(results: dict, seeds, arms=("sft-grpo", "grpo")) -> dict[tuple[str, int], dict[str, dict[int, float]]]:
+    """(GRPO run folder's arm, seed) -> metric name -> step -> value, for the finished GRPO runs in results.json."""
+    kept = results.get("grpo_runs", {})
+    return {(arm, s): {name: {int(step): v for step, v in by.items()} for name, by in kept[f"{arm}-{s}"].items()}
+            for arm in arms for s in seeds if f"{arm}-{s}" in kept}
 
 
-def signal(work: Path, seeds, tasks_per_step: int) -> list[str]:
+def signal(results: dict, seeds, tasks_per_step: int) -> list[str]:
     """Per GRPO run: the steps that carried a gradient (some group not all-equal after resampling), the mean
     rollout success, and the held-out curve's first and last points. A GRPO step whose groups all got the same
     reward has zero advantage everywhere; Adam's momentum still moves the weights after an earlier step."""
     lines = []
-    for (arm, s), by in grpo_metrics(work, seeds).items():
+    for (arm, s), by in grpo_metrics(results, seeds).items():
         groups = by.get("rollout/equal_after_resample", by.get("rollout/all_equal_groups", {}))
         steps = sorted(by.get("rollout/success", {}))
         if not steps:
@@ -545,7 +599,7 @@ def mechanics(runs: dict) -> list[str]:
     return problems
 
 
-def probe_report(results: dict, a, work: Path) -> str:
+def probe_report(results: dict, a) -> str:
     lines = [f"rl_gain --probe: {a.model} on bank, user {a.user}, seeds {a.seeds}; screening {a.probe_k} sampled episodes per "
              f"template after SFT at temperature {a.temperature:g}; band [{a.band[0]:g}, {a.band[1]:g}]; GRPO {a.grpo_steps} steps x "
              f"{a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}; 95% bootstrap intervals", ""]
@@ -563,7 +617,7 @@ def probe_report(results: dict, a, work: Path) -> str:
         lines.append("")
     if not chosen:
         return "\n".join(lines + ["no template in the band: nothing was trained"])
-    runs = {k: v for k, v in grpo_metrics(work, a.seeds, arms=("probe",)).items()}
+    runs = grpo_metrics(results, a.seeds, arms=("probe",))
     first, last = {}, {}
     for (_, s), by in runs.items():
         f, la = train_windows(by)
@@ -584,7 +638,7 @@ def probe_report(results: dict, a, work: Path) -> str:
         n = len(next(iter(after.values())))
         lines.append(f"held out ({n} test-stream instances of those templates, greedy): SFT {b:.3f}, SFT then GRPO {g:.3f}; "
                      f"paired difference {d:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict(lo, hi)}")
-    lines += behaviour(results, work, ["probe-sft", "probe-grpo"], a.seeds)
+    lines += behaviour(results, ["probe-sft", "probe-grpo"], a.seeds)
     lines += probe_cost(results)
     problems = mechanics(runs)
     lines.append("mechanics: " + ("ok (a group with signal in some step, train reward logged at every step and moving)"
@@ -606,10 +660,10 @@ def probe_cost(results: dict) -> list[str]:
     return ["CPU minutes: " + ", ".join(parts)] if parts else []
 
 
-def curve(work: Path, seeds, png: Path) -> bool:
+def curve(results: dict, seeds, png: Path) -> bool:
     """Held-out success, train reward, all-equal groups and KL per GRPO step, from the GRPO runs' metrics."""
     series: dict[str, dict[str, list[tuple[int, float]]]] = {}
-    for (arm, s), by in grpo_metrics(work, seeds).items():
+    for (arm, s), by in grpo_metrics(results, seeds).items():
         for name in ("heldout/success", "reward", "rollout/all_equal_groups", "kl"):
             if name in by:
                 series.setdefault(name, {})[f"{arm} seed {s}"] = sorted(by[name].items())
@@ -683,16 +737,16 @@ def main() -> None:
     if a.probe:
         if not a.report_only:
             exp.probe()
-        text = probe_report(exp.results, a, exp.work)
+        text = probe_report(exp.results, a)
         print(text)
         (exp.work / "probe.md").write_text(text + "\n")
         return
     if not a.report_only:
         exp.run()
-    text = report(exp.results, a, exp.work)
+    text = report(exp.results, a)
     print(text)
     (exp.work / "table.md").write_text(text + "\n")
-    if curve(exp.work, a.seeds, exp.work / "curve.png"):
+    if curve(exp.results, a.seeds, exp.work / "curve.png"):
         print(f"learning curve: {exp.work / 'curve.png'}")
 
 

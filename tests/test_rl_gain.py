@@ -52,20 +52,22 @@ def test_a_seed_that_did_not_finish_is_left_out_not_guessed():
     assert "arm (fixed test tasks)" not in text  # none evaluated (--no-fixed): no empty table
 
 
-def test_per_template_view_and_grpo_signal(tmp_path):
+def _grpo_run(results: dict, run_id: str, rows) -> None:
+    """A finished GRPO run's metrics as results.json keeps them: name -> step (text) -> value."""
+    by = results.setdefault("grpo_runs", {}).setdefault(run_id, {})
+    for step, name, value in rows:
+        by.setdefault(name, {})[str(step)] = value
+
+
+def test_per_template_view_and_grpo_signal():
     rl = _module()
     # SFT solves balance and fails the refusal; GRPO after it gives the balance back and passes the refusal
     results = {"sft:0": {"heldout": {"balance-a1": 1, "balance-b2": 1, "refuse-c3": 0}, "fixed": {}},
                "sft+grpo:0": {"heldout": {"balance-a1": 0, "balance-b2": 0, "refuse-c3": 1}, "fixed": {}}}
-    run = tmp_path / "runs" / "sft-grpo-0"
-    run.mkdir(parents=True)
-    with sqlite3.connect(run / "runs.sqlite") as db:
-        db.execute("CREATE TABLE metrics (step INTEGER, name TEXT, value REAL)")
-        rows = [(1, "rollout/equal_after_resample", 2), (2, "rollout/equal_after_resample", 1), (3, "rollout/equal_after_resample", 2),
-                (1, "rollout/success", 0.0), (2, "rollout/success", 0.5), (3, "rollout/success", 1.0),
-                (0, "heldout/success", 0.4), (3, "heldout/success", 0.3)]
-        db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", rows)
-    text = rl.report(results, _args(seeds=[0], arms=["sft", "sft+grpo"], tasks_per_step=2), tmp_path)
+    _grpo_run(results, "sft-grpo-0", [(1, "rollout/equal_after_resample", 2), (2, "rollout/equal_after_resample", 1),
+                                      (3, "rollout/equal_after_resample", 2), (1, "rollout/success", 0.0), (2, "rollout/success", 0.5),
+                                      (3, "rollout/success", 1.0), (0, "heldout/success", 0.4), (3, "heldout/success", 0.3)])
+    text = rl.report(results, _args(seeds=[0], arms=["sft", "sft+grpo"], tasks_per_step=2))
     assert "| balance | 2/2 | 0/2 |" in text and "| refuse | 0/1 | 1/1 |" in text
     assert "| sft+grpo | 0 | 1/3 | 0.50 | 0.40 -> 0.30 |" in text  # only step 2 had a group that was not all-equal
 
@@ -154,14 +156,7 @@ def test_a_larger_heldout_grows_the_recorded_eval_run(tmp_path):
 # ---------------------------------------------------------------- --probe
 
 
-def _metrics_db(run: Path, rows) -> None:
-    run.mkdir(parents=True)
-    with sqlite3.connect(run / "runs.sqlite") as db:
-        db.execute("CREATE TABLE metrics (step INTEGER, name TEXT, value REAL)")
-        db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", rows)
-
-
-def test_probe_report_screens_trains_and_checks_the_mechanics(tmp_path):
+def test_probe_report_screens_trains_and_checks_the_mechanics():
     rl = _module()
     a = _args(seeds=[0, 1], band=[0.1, 0.9], probe_k=4, temperature=1.0, grpo_steps=10)
     results = {"screen:0": {"move": [0, 4], "balance": [2, 4], "refuse": [4, 4]},
@@ -171,25 +166,24 @@ def test_probe_report_screens_trains_and_checks_the_mechanics(tmp_path):
         results[f"probe-sft:{s}"] = {"heldout": {f"i{k}": int(k < 4) for k in range(10)}}
         results[f"probe-grpo:{s}"] = {"heldout": {f"i{k}": int(k < 8) for k in range(10)}}
         rising = [(st, "rollout/success", 0.2 + 0.06 * st) for st in range(1, 11)]
-        _metrics_db(tmp_path / "runs" / f"probe-{s}", rising + [(st, "rollout/groups_with_signal", 1.0) for st in range(1, 11)])
-    text = rl.probe_report(results, a, tmp_path)
+        _grpo_run(results, f"probe-{s}", rising + [(st, "rollout/groups_with_signal", 1.0) for st in range(1, 11)])
+    text = rl.probe_report(results, a)
     assert "| balance | 2/4 | 1/4 | yes |" in text and "| refuse | 4/4 | 4/4 | no |" in text
     assert "last - first +0.300" in text and "a gain: the interval excludes 0" in text
     assert "paired difference +0.400" in text
     assert "mechanics: ok" in text
     # a run whose groups never had signal and whose reward sits still: the mechanics are broken
-    (tmp_path / "runs" / "probe-1" / "runs.sqlite").unlink()
-    (tmp_path / "runs" / "probe-1").rmdir()
-    _metrics_db(tmp_path / "runs" / "probe-1", [(st, "rollout/success", 0.5) for st in range(1, 11)]
-                + [(st, "rollout/groups_with_signal", 0.0) for st in range(1, 11)])
-    text = rl.probe_report(results, a, tmp_path)
+    del results["grpo_runs"]["probe-1"]
+    _grpo_run(results, "probe-1", [(st, "rollout/success", 0.5) for st in range(1, 11)]
+              + [(st, "rollout/groups_with_signal", 0.0) for st in range(1, 11)])
+    text = rl.probe_report(results, a)
     assert "mechanics: BROKEN: probe seed 1: no group with signal in 10 steps; probe seed 1: train reward never moved" in text
 
 
-def test_probe_with_nothing_in_the_band_trains_nothing(tmp_path):
+def test_probe_with_nothing_in_the_band_trains_nothing():
     rl = _module()
     a = _args(seeds=[0], band=[0.1, 0.9], probe_k=2, temperature=1.0)
-    text = rl.probe_report({"screen:0": {"move": [0, 2], "refuse": [2, 2]}}, a, tmp_path)
+    text = rl.probe_report({"screen:0": {"move": [0, 2], "refuse": [2, 2]}}, a)
     assert "| move | 0/2 | no |" in text and "no template in the band: nothing was trained" in text
 
 
@@ -234,7 +228,7 @@ def test_probe_mechanics_hold_on_a_template_the_policy_solves_half_the_time(in_t
                                  "grpo.steps=8", "grpo.group_size=4", "grpo.tasks_per_step=1", "grpo.max_turns=8",
                                  "grpo.max_new_tokens=4", "grpo.lr=3e-3", "grpo.save_steps=100"])
     assert r.exit_code == 0, r.output
-    runs = rl.grpo_metrics(in_tmp, [0], arms=("probe",))
+    runs = rl.grpo_metrics({"grpo_runs": {"probe-0": rl.run_metrics(in_tmp / "runs" / "probe-0")}}, [0], arms=("probe",))
     by = runs[("probe", 0)]
     print({st: round(v, 2) for st, v in sorted(by["rollout/success"].items())})
     assert rl.mechanics(runs) == []
@@ -273,7 +267,7 @@ def test_probe_runs_end_to_end_on_tiny(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs_before
 
 
-def test_probe_trains_on_the_templates_named_when_given(tmp_path):
+def test_probe_trains_on_the_templates_named_when_given():
     """--templates fixes the trained set (an earlier seed's choice), and the report says what the pooled band
     would have chosen instead."""
     rl = _module()
@@ -281,7 +275,7 @@ def test_probe_trains_on_the_templates_named_when_given(tmp_path):
     results = {"screen:0": {"move": [1, 4], "balance": [2, 4], "refuse": [4, 4]},
                "screen:1": {"move": [1, 4], "balance": [1, 4], "refuse": [4, 4]}}
     assert rl.trained_templates(results, a) == ["balance", "refuse"]
-    text = rl.probe_report(results, a, tmp_path)
+    text = rl.probe_report(results, a)
     assert "trained on --templates balance,refuse (the pooled band would choose balance, move)" in text
     assert "| refuse | 4/4 | 4/4 | yes |" in text and "| move | 1/4 | 1/4 | no |" in text
 
@@ -301,28 +295,33 @@ def test_probe_refuses_finished_runs_trained_on_another_template_set(tmp_path):
 
 
 def _eval_run(folder: Path, episodes: dict[str, list[str]]) -> None:
-    """An eval run's store with the columns the behaviour table reads: each task's tool calls, in order."""
+    """An eval run's store with the columns results.json is filled from: each task's tool calls, in order, its size."""
     folder.mkdir(parents=True)
     with sqlite3.connect(folder / "runs.sqlite") as db:
-        db.execute("CREATE TABLE episodes (id INTEGER, task_id TEXT, outcome TEXT)")
+        db.execute("CREATE TABLE runs (config TEXT)")
+        db.execute("INSERT INTO runs VALUES (?)", (json.dumps({"n": len(episodes)}),))
+        db.execute("CREATE TABLE episodes (id INTEGER, task_id TEXT, outcome TEXT, success INTEGER)")
         db.execute("CREATE TABLE messages (episode_id INTEGER, idx INTEGER, role TEXT, name TEXT)")
         for eid, (task, tools) in enumerate(episodes.items()):
-            db.execute("INSERT INTO episodes VALUES (?, ?, 'failure')", (eid, task))
+            db.execute("INSERT INTO episodes VALUES (?, ?, 'failure', 0)", (eid, task))
             db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
                            [(eid, 0, "user", None)] + [(eid, i + 1, "tool", name) for i, name in enumerate(tools)])
 
 
 def test_behaviour_table_says_whether_a_model_tells_the_templates_apart(tmp_path):
-    """Issue 26: the cold start made the same calls on every template; the table measures that per model."""
+    """Issue 26: the cold start made the same calls on every template; the table measures that per model. The calls
+    come from the eval runs' stores (results.json from before it kept them is filled in from the run folders)."""
     rl = _module()
     reads, writes = ["find_customer", "list_accounts"], ["find_customer", "list_accounts", "transfer"]
     _eval_run(tmp_path / "runs" / "eval-blind", {"balance-a": writes, "balance-b": writes, "move-c": writes, "move-d": writes})
     _eval_run(tmp_path / "runs" / "eval-reads", {"balance-a": reads, "balance-b": reads, "move-c": writes, "move-d": writes})
     _eval_run(tmp_path / rl.REFERENCE / "runs" / "eval-oracle", {"balance-a": reads, "move-c": writes})  # apart from runs/
-    results = {"sft:0": {"heldout": {}, "heldout_run": "eval-blind", "fixed": {}},
-               "sft:1": {"heldout": {}, "heldout_run": "eval-reads", "fixed": {}},
-               "oracle": {"heldout": {}, "heldout_run": "eval-oracle", "fixed": {}}}
-    text = "\n".join(rl.behaviour(results, tmp_path, ["oracle", "sft"], [0, 1]))
+    (tmp_path / "results.json").write_text(json.dumps({"sft:0": {"heldout": {}, "heldout_run": "eval-blind", "fixed": {}},
+                                                       "sft:1": {"heldout": {}, "heldout_run": "eval-reads", "fixed": {}},
+                                                       "oracle": {"heldout": {}, "heldout_run": "eval-oracle", "fixed": {}}}))
+    results = rl.Experiment(_args(out=str(tmp_path))).results
+    assert results["sft:1"]["calls"]["balance-a"] == reads and results["sft:1"]["n"] == 4 and results["oracle"]["n"] == 2
+    text = "\n".join(rl.behaviour(results, ["oracle", "sft"], [0, 1]))
     assert "| oracle | 2.0 | 3.0 | 2 | 1.00 |" in text
     assert "| model | balance | move | distinct call sequences | template told apart (MI / H) |" in text
     assert "| sft:0 | 3.0 | 3.0 | 1 | 0.00 |" in text  # the same calls whatever was asked
@@ -367,3 +366,47 @@ def test_a_stopped_training_run_is_resumed_and_its_parts_costs_add_up(tmp_path, 
     exp.timed("k", ["x"])
     exp.timed("k", ["x"])
     assert exp.results["cost"]["k"]["cpu_min"] == 3.5
+
+
+def test_results_json_alone_carries_a_sweep_into_a_new_out_folder(tmp_path, monkeypatch):
+    """A later session on a fresh machine has no checkpoints or run folders, only the committed results.json: the
+    arms and seeds it holds are reported as they were and not trained or played again; a seed it lacks is trained."""
+    rl = _module()
+    first, later = tmp_path / "first", tmp_path / "later"
+    _eval_run(first / "runs" / "eval-sft", {"balance-a": ["find_customer"], "move-b": ["find_customer", "transfer"]})
+    _eval_run(first / rl.REFERENCE / "runs" / "eval-oracle", {"balance-a": ["find_customer"], "move-b": ["transfer"]})
+    (first / "runs" / "sft-grpo-0" / "checkpoint-final").mkdir(parents=True)
+    with sqlite3.connect(first / "runs" / "sft-grpo-0" / "runs.sqlite") as db:
+        db.execute("CREATE TABLE metrics (step INTEGER, name TEXT, value REAL)")
+        db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [(1, "rollout/success", 0.25), (1, "rollout/groups_with_signal", 1.0)])
+    (first / "results.json").write_text(json.dumps({
+        "oracle": {"heldout": {"balance-a": 1, "move-b": 1}, "heldout_run": "eval-oracle", "fixed": {}},
+        "sft:0": {"heldout": {"balance-a": 1, "move-b": 0}, "heldout_run": "eval-sft", "fixed": {}},
+        "sft+grpo:0": {"heldout": {"balance-a": 1, "move-b": 1}, "heldout_run": "eval-sft", "fixed": {}}}))
+    a = _args(seeds=[0], arms=["sft", "sft+grpo"], heldout=2, max_new_tokens=64, max_turns=10, temperature=1.0, band=[0.1, 0.9],
+              eval_every=0, curve_n=40, grpo_extra=[], concurrency=4)
+    table = rl.report(rl.Experiment(Namespace(**{**vars(a), "out": str(first)})).results, a)
+    assert "| sft+grpo | 0 | 1/1 | 0.25 | - |" in table and "| sft:0 | 1.0 | 2.0 | 2 |" in table
+    later.mkdir()
+    (later / "results.json").write_text((first / "results.json").read_text())  # the file alone: no runs/, no checkpoints
+    called = []
+
+    def muactl(args, where, log):  # what a run would start; none is needed for what the file holds
+        called.append(args)
+        raise RuntimeError("ran")
+
+    monkeypatch.setattr(rl, "muactl", muactl)
+    exp = rl.Experiment(Namespace(**{**vars(a), "out": str(later)}))
+    exp.run()
+    assert called == [] and rl.report(exp.results, a) == table
+    with pytest.raises(RuntimeError, match="ran"):  # a seed it lacks: its SFT is trained
+        rl.Experiment(Namespace(**{**vars(a), "out": str(later), "seeds": [0, 1]})).run()
+    assert called[-1][:2] == ["train", str(ROOT / "examples" / "quickstart.yaml")] and "run_id=sft-1" in called[-1]
+    # SFT then GRPO of seed 0 missing: it would start from seed 0's SFT trained anew, another model than sft:0's
+    results = json.loads((later / "results.json").read_text())
+    del results["sft+grpo:0"]
+    (later / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match=r"sft:0 was evaluated from an SFT checkpoint that is not in .*later; an arm started"):
+        rl.Experiment(Namespace(**{**vars(a), "out": str(later)})).run()
+    with pytest.raises(SystemExit, match=r"oracle was evaluated on 2 held-out instances and its eval run is not in .*later; --heldout 3 needs it"):
+        rl.Experiment(Namespace(**{**vars(a), "out": str(later), "heldout": 3})).run()
