@@ -237,7 +237,8 @@ def test_grpo_draws_a_fresh_instance_per_group(bank):
     from muactl.domain.task_templates import TEST_BASE
     from muactl.train.grpo import Rollouts
 
-    grpo = SimpleNamespace(group_size=4, judge=None, band_low=0.1, band_high=0.9, instance_per_rollout=False)
+    grpo = SimpleNamespace(group_size=4, judge=None, band_low=0.1, band_high=0.9, instance_per_rollout=False,
+                           band_retry=0)
     cfg = SimpleNamespace(seed=0, domain="bank", domains=None, db="random", tasks="template:all", grpo=grpo)
     r = Rollouts(cfg, bank, store=None, tokenizer=None, make_user=None)
     bank_source = r.sources[0]  # a run over one domain has one source of prompts
