@@ -142,6 +142,9 @@ def main() -> None:
         print(f"{domain:8} {r['tasks']:5} {pct(r['db_same'], r['tasks']):>9} {r['calls']:5} "
               f"{pct(r['error_same'], r['calls']):>10} {r['outputs']:7} {pct(r['output_same'], r['outputs']):>11} "
               f"{r['oracle']:6.2f} {r['yaml_lines']:10} {r['py_lines']:11}")
+        if r["user_db_aliased"]:
+            print(f"{'':8} {r['user_db_aliased']} task(s) where τ²'s set_state points the user's toolkit at the agent's "
+                  "database after initialization_data: the agent's database compared, τ² keeps no user's one")
         if r["probes"]:
             print(f"{'':8} + {r['probes']} calls off the gold paths (τ²'s tools probed after the setup): "
                   f"{pct(r['probe_same'], r['probes'])} same error/output"
