@@ -17,7 +17,9 @@ larger --heldout grows each model's held-out eval run in place and plays only th
 results.json in --out is all the tables read: each evaluation's outcome and tool calls per instance and each GRPO
 run's metrics, beside the run folders. Copied into a new --out (a fresh machine, a later session), it carries a
 sweep on: the arms and seeds it holds are reported and not run again (no checkpoint needed), and the ones it lacks
-are trained and added. benchmarks/results/ keeps the sweeps the README reports, in that form.
+are trained and added. benchmarks/results/ keeps the sweeps the README reports, in that form. It also keeps the settings
+the sweep was made with (cold_start, grpo_settings, eval_settings): a later sitting with other ones is refused, since its
+models would be reported as the same arm; so is training anew a model that a recorded evaluation was made from.
 
 Statistics: pass^1 per arm with a 95% interval from a two-level bootstrap (seeds, then held-out
 instances, resampled with replacement); the paired difference (SFT then GRPO) - (SFT only) bootstrapped
@@ -127,6 +129,24 @@ def eval_record(run: Path) -> dict:
 
 
 GRPO_RUN = re.compile(r"(sft-grpo|grpo|probe)-\d+")  # the GRPO run folders this benchmark makes (arm-seed)
+# results' keys (before ':<seed>') of the evaluations made from seed S's SFT checkpoint, directly or through GRPO
+SFT_BUILT = ("sft", "sft+grpo", "screen", "probe-sft", "probe-grpo")
+# results' key (before ':<seed>') of the evaluations of each GRPO arm's checkpoint
+GRPO_EVALUATED = {"sft+grpo": "sft+grpo", "grpo": "grpo", "probe": "probe-grpo"}
+
+
+def kept_store(run: Path) -> bool:
+    """Whether a run folder still has its store (sqlite3.connect on a missing one would create it empty)."""
+    return (run / "runs.sqlite").is_file()
+
+
+def not_paired(results_path: Path, keys: list[str], checkpoint: str, run_id: str, work: Path) -> SystemExit:
+    """The refusal to train anew a checkpoint that recorded evaluations were made from: the new one would be another
+    model, and the arms built on it would no longer be paired with those evaluations."""
+    one = len(keys) == 1
+    return SystemExit(f"{results_path}: {', '.join(keys)} {'was' if one else 'were'} made from {checkpoint} (runs/{run_id}), "
+                      f"which is not in {work}; one trained anew would be another model, not paired with {'it' if one else 'them'}: "
+                      f"copy the run folder runs/{run_id} into --out, or use a new --out")
 
 
 class Experiment:
@@ -143,7 +163,7 @@ class Experiment:
         """results.json written before it kept the tool calls and the GRPO metrics: take them from the run folders
         still in --out, so that the file alone carries the sweep from now on."""
         for key, r in self.results.items():
-            if isinstance(r, dict) and r.get("heldout_run") and "calls" not in r and self.eval_run(key, r).is_dir():
+            if isinstance(r, dict) and "calls" not in r and self.eval_run_kept(key, r):
                 r.update({k: v for k, v in eval_record(self.eval_run(key, r)).items() if k != "heldout"})
         for run in sorted((self.work / "runs").glob("*/runs.sqlite")):
             if GRPO_RUN.fullmatch(run.parent.name) and (run.parent / "checkpoint-final").is_dir():
@@ -152,6 +172,14 @@ class Experiment:
 
     def eval_run(self, key: str, r: dict) -> Path:
         return self.work / (REFERENCE if key == "oracle" else ".") / "runs" / r["heldout_run"]
+
+    def eval_run_kept(self, key: str, r: dict) -> bool:
+        """Whether a recorded evaluation's run folder is in --out with its store (a fresh machine has neither)."""
+        return bool(r.get("heldout_run")) and kept_store(self.eval_run(key, r))
+
+    def recorded_on(self, seed: int, arms) -> list[str]:
+        """The recorded evaluations of these arms (results' key before ':<seed>') and seed, against any user."""
+        return sorted(k for k in self.results for arm in arms if k == f"{arm}:{seed}" or k.startswith(f"{arm}:{seed}@"))
 
     def log(self, msg: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
@@ -175,11 +203,10 @@ class Experiment:
         self.same_cold_start()
         run_id = f"sft-{seed}"
         ckpt = self.work / "runs" / run_id / "sft" / "checkpoint-final"  # a recipe's stage keeps its own folder
-        made_from = [k for k in (f"sft:{seed}", f"sft+grpo:{seed}") if k in self.results]
+        made_from = self.recorded_on(seed, SFT_BUILT)
         if not ckpt.is_dir() and made_from:
             # results.json carried into a new --out: SFT trained again is another model than the one these came from
-            raise SystemExit(f"{self.results_path}: {made_from[0]} was evaluated from an SFT checkpoint that is not in {self.work}; "
-                             f"an arm started from a new one would not be paired with it: copy runs/{run_id} here, or use a new --out")
+            raise not_paired(self.results_path, made_from, f"seed {seed}'s SFT checkpoint", run_id, self.work)
         if not ckpt.is_dir():
             self.timed(f"train:sft:{seed}", self.resumed_or(run_id, [
                 "train", str(ROOT / "examples" / "quickstart.yaml"), f"run_id={run_id}", f"seed={seed}",
@@ -187,20 +214,63 @@ class Experiment:
                 f"synth.n={a.sft_instances}", "synth.db=random", f"synth.agent={a.sft_agent}", f"sft.epochs={a.sft_epochs:g}"]))
         return ckpt
 
-    def same_cold_start(self) -> None:
+    def same_cold_start(self, making: bool = True) -> None:
         """The SFT settings an --out's checkpoints were made with; other settings in the same --out would compare
-        models from two cold starts as one arm."""
+        models from two cold starts as one arm. `making`: an SFT checkpoint is about to be used or made (else only
+        checked, so that an --out of the base arm alone does not keep a cold start it never made)."""
         a = self.a
-        asked = {"agent": a.sft_agent, "instances": a.sft_instances, "epochs": a.sft_epochs}
-        kept = self.results.setdefault("cold_start", asked)
-        if kept != asked:
-            raise SystemExit(f"{self.results_path}: its SFT checkpoints were made with {kept}, not {asked}; use a new --out")
-        self.save()
+        made = [k for k in self.results if k.split(":")[0] in SFT_BUILT]
+        self.same_settings("cold_start", {"agent": a.sft_agent, "instances": a.sft_instances, "epochs": a.sft_epochs},
+                           "its SFT checkpoints were made", made, making)
+
+    def same_grpo_settings(self) -> None:
+        """The GRPO settings an --out's GRPO runs were trained with; a run trained with others would be reported in
+        the same arm as theirs."""
+        a = self.a
+        asked = {"steps": a.grpo_steps, "lr": a.grpo_lr, "extra": list(a.grpo_extra), "temperature": a.temperature,
+                 "band": list(a.band), "group_size": a.group_size, "tasks_per_step": a.tasks_per_step}
+        made = [k for k in self.results if k.split(":")[0] in GRPO_EVALUATED.values()] + sorted(self.results.get("grpo_runs", {}))
+        self.same_settings("grpo_settings", asked, "its GRPO runs were trained", made)
+
+    def same_eval_settings(self) -> None:
+        """The settings an --out's evaluations were played with (GRPO plays with the same user, turns and tokens);
+        an evaluation played with others would be paired with theirs as if it were comparable."""
+        a = self.a
+        asked = {"user": a.user, "eval_seed": a.eval_seed, "max_turns": a.max_turns, "max_new_tokens": a.max_new_tokens}
+        made = [k for k, v in self.results.items() if k.startswith("screen:") or isinstance(v, dict) and "heldout" in v]
+        self.same_settings("eval_settings", asked, "its evaluations were played", made)
+
+    def same_settings(self, name: str, asked: dict, made: str, recorded: list[str], making: bool = True) -> None:
+        """results[name] is the settings this --out's pieces were made with: recorded the first time one is made
+        (`making`), a later sitting asking for others is refused. `recorded`: what results.json already holds that
+        was made with them."""
+        kept = self.results.get(name)
+        if kept is None and (recorded or making):
+            if recorded:  # the file's writer did not record these settings yet; the sweep is taken to have used these
+                self.log(f"{self.results_path} has no {name} (written before they were recorded) but holds {', '.join(sorted(recorded))}: "
+                         f"taking this sitting's {asked} as the ones they were made with")
+            self.results[name] = asked
+            self.save()
+        elif kept is not None and kept != asked:
+            raise SystemExit(f"{self.results_path}: {made} with {name} {kept}, not {asked}; use a new --out")
+
+    def may_train_grpo(self, seed: int, arm: str) -> None:
+        """Refuse to train arm's GRPO run of seed when an evaluation of its checkpoint is recorded (the new run would
+        be another model) or when the settings differ from the recorded ones."""
+        made_from = self.recorded_on(seed, (GRPO_EVALUATED[arm],))
+        if made_from:
+            raise not_paired(self.results_path, made_from, f"seed {seed}'s {arm} GRPO checkpoint", f"{arm.replace('+', '-')}-{seed}",
+                             self.work)
+        self.same_grpo_settings()
+        self.same_eval_settings()
 
     def grpo(self, seed: int, start: str, arm: str, tasks: str = "template:all") -> Path:
         a = self.a
         run_id = f"{arm.replace('+', '-')}-{seed}"
-        if not (self.work / "runs" / run_id / "checkpoint-final").is_dir():
+        done = self.work / "runs" / run_id / "checkpoint-final"
+        trained = not done.is_dir()
+        if trained:
+            self.may_train_grpo(seed, arm)
             curve = [f"grpo.eval_every={a.eval_every}", f"grpo.eval_tasks={tasks}", f"grpo.eval_n={a.curve_n}"] if a.eval_every else []
             self.timed(f"train:{arm}:{seed}", self.resumed_or(run_id, [
                 "train", "grpo", f"model={start}", f"run_id={run_id}", f"seed={seed}", *self.common(),
@@ -208,8 +278,8 @@ class Experiment:
                 f"grpo.tasks_per_step={a.tasks_per_step}", f"grpo.lr={a.grpo_lr}", f"grpo.max_turns={a.max_turns}",
                 f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={a.grpo_steps}", f"grpo.temperature={a.temperature}",
                 f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra]))
-        done = self.work / "runs" / run_id / "checkpoint-final"
-        if done.is_dir() and run_id not in self.results.get("grpo_runs", {}):
+        # a run trained now replaces whatever an earlier run of that id left in results.json
+        if done.is_dir() and kept_store(done.parent) and (trained or run_id not in self.results.get("grpo_runs", {})):
             self.results.setdefault("grpo_runs", {})[run_id] = run_metrics(done.parent)
             self.save()
         return done
@@ -223,6 +293,7 @@ class Experiment:
             key = f"{key}@{user}"
         if key in self.results:
             return self.grow(key)
+        self.same_eval_settings()  # before model(): a refused evaluation trains nothing
         agent = f"hf:{model()}"
         common = ["eval", "bank", f"--agent={agent}", *self.user_flag(user), f"--max-turns={a.max_turns}",
                   f"--max-new-tokens={a.max_new_tokens}", f"--concurrency={a.concurrency}"]
@@ -241,6 +312,7 @@ class Experiment:
         a, r = self.a, self.results[key]
         if not self.needs_growth(key, r):
             return
+        self.same_eval_settings()
         run = r["heldout_run"]
         t0, c0 = time.time(), cpu_minutes()
         muactl(["eval", "--resume", run, f"--n={a.heldout}", f"--concurrency={a.concurrency}"], self.work, self.log)
@@ -256,7 +328,13 @@ class Experiment:
         excluded episodes, which are not scored); growing it plays the new instances in its run folder."""
         if r.get("n", len(r["heldout"])) >= self.a.heldout:
             return False
-        if not r.get("heldout_run") or not self.eval_run(key, r).is_dir():
+        if "n" not in r and not self.eval_run_kept(key, r):
+            # recorded before results.json kept the size: the scored instances can be fewer than it was played on
+            # (excluded episodes), so their count says nothing about a shortfall; the pass^1 tables use what is shared
+            self.log(f"{key}: recorded without the number of instances it was played on and its eval run is not in {self.work}: "
+                     f"its size is unknown, the {len(r['heldout'])} recorded instances are used")
+            return False
+        if not self.eval_run_kept(key, r):
             raise SystemExit(f"{self.results_path}: {key} was evaluated on {r.get('n', len(r['heldout']))} held-out instances and "
                              f"its eval run is not in {self.work}; --heldout {self.a.heldout} needs it (or a new --out)")
         return True
@@ -287,10 +365,12 @@ class Experiment:
         where.mkdir(exist_ok=True)
         kept = self.results.get("oracle")
         if kept is None:
+            self.same_eval_settings()
             run = run_folder(muactl(["eval", "bank", "--agent=oracle", *self.user_flag(), "--tasks=template:all", f"--n={a.heldout}",
                                      "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}"],
                                     where, self.log), where)
         elif self.needs_growth("oracle", kept):
+            self.same_eval_settings()
             run = self.eval_run("oracle", kept)
             muactl(["eval", "--resume", run.name, f"--n={a.heldout}"], where, self.log)
         else:
@@ -300,6 +380,8 @@ class Experiment:
 
     def run(self) -> None:
         a = self.a
+        # here, not only when an SFT is trained: the finished seeds' models are reported under these settings
+        self.same_cold_start(making=False)
         self.oracle_reference()
         if "base" in a.arms:
             self.evaluate_all("base", lambda: a.model)
@@ -314,10 +396,13 @@ class Experiment:
     def sft_model(self, seed: int) -> str:
         return str(self.sft(seed))
 
-    def grpo_model(self, seed: int, start, arm: str) -> str:
+    def grpo_model(self, seed: int, start, arm: str, tasks: str = "template:all") -> str:
         """The GRPO checkpoint of arm and seed, trained (from `start()`) if it is not in --out yet."""
         done = self.work / "runs" / f"{arm.replace('+', '-')}-{seed}" / "checkpoint-final"
-        return str(done if done.is_dir() else self.grpo(seed, start(), arm))
+        if done.is_dir():
+            return str(done)
+        self.may_train_grpo(seed, arm)  # before start(): a refused GRPO run trains no SFT for it
+        return str(self.grpo(seed, start(), arm, tasks))
 
     def evaluate_all(self, key: str, model) -> None:
         """Against the user it trained with, then (UserRL's check that the gain is not the user's quirks) the other one."""
@@ -331,12 +416,15 @@ class Experiment:
         """Screen each template's sampled pass rate after SFT, keep the ones in the band, GRPO on them, and
         evaluate SFT and SFT then GRPO on test-stream instances of those templates (greedy)."""
         a = self.a
-        ckpts = {seed: self.sft(seed) for seed in a.seeds}
-        for seed, ckpt in ckpts.items():
-            self.screen(seed, str(ckpt))
+        self.same_cold_start(making=False)
+        for seed in a.seeds:  # each model is trained only when one of its evaluations is missing from results.json
+            self.screen(seed, partial(self.sft_model, seed))
         chosen = trained_templates(self.results, a)
         kept = self.results.get("probe", {}).get("templates")
-        if kept is not None and kept != chosen and any(k.startswith("probe-") for k in self.results):
+        # a GRPO run's metrics are kept even when its evaluations are not (a sitting cut short after the training)
+        finished = [k for k in self.results if k.startswith("probe-")]
+        finished += [run for run in self.results.get("grpo_runs", {}) if run.startswith("probe-")]
+        if kept is not None and kept != chosen and finished:
             # more seeds' screens moved the pooled band: the finished GRPO runs trained on another template set
             raise SystemExit(f"{self.results_path}: the screens now choose {chosen}, but the finished probe runs "
                              f"trained on {kept}; use a new --out (or the seeds they were chosen with)")
@@ -346,21 +434,24 @@ class Experiment:
             self.log(f"probe: no template's sampled pass rate is in [{a.band[0]}, {a.band[1]}]: nothing to train on")
             return
         spec = "template:" + ",".join(chosen)
-        # every seed's GRPO first: the train windows are read from the runs alone, so a sitting cut short during
-        # the evaluations still has them; then the held-out evaluations, which a later --heldout N grows
-        runs = {seed: self.grpo(seed, str(ckpt), "probe", tasks=spec) for seed, ckpt in ckpts.items()}
-        for seed, ckpt in ckpts.items():
-            self.probe_eval(f"probe-sft:{seed}", str(ckpt), spec)
-            self.probe_eval(f"probe-grpo:{seed}", str(runs[seed]), spec)
+        # every missing GRPO run first: the train windows are read from the runs' metrics alone, so a sitting cut short
+        # during the evaluations still has them; then the held-out evaluations, which a later --heldout N grows
+        for seed in a.seeds:
+            if f"probe-grpo:{seed}" not in self.results:
+                self.grpo_model(seed, partial(self.sft_model, seed), "probe", spec)
+        for seed in a.seeds:
+            self.probe_eval(f"probe-sft:{seed}", partial(self.sft_model, seed), spec)
+            self.probe_eval(f"probe-grpo:{seed}", partial(self.grpo_model, seed, partial(self.sft_model, seed), "probe", spec), spec)
 
-    def screen(self, seed: int, model: str) -> None:
+    def screen(self, seed: int, model) -> None:
         """--probe-k sampled episodes per template (train stream, at GRPO's temperature): results['screen:<seed>']
-        is template -> [successes, episodes]."""
+        is template -> [successes, episodes]. `model()` gives the SFT checkpoint, trained only when the screen is missing."""
         a, key = self.a, f"screen:{seed}"
         if key in self.results:
             return
+        self.same_eval_settings()
         templates = template_ids()
-        run = run_folder(muactl(["eval", "bank", f"--agent=hf:{model}", *self.user_flag(), "--tasks=template:all",
+        run = run_folder(muactl(["eval", "bank", f"--agent=hf:{model()}", *self.user_flag(), "--tasks=template:all",
                                  f"--n={a.probe_k * len(templates)}", "--db=random", "--split=train", f"--seed={a.eval_seed + seed}",
                                  f"--temperature={a.temperature}", f"--max-turns={a.max_turns}", f"--max-new-tokens={a.max_new_tokens}",
                                  f"--concurrency={a.concurrency}"], self.work, self.log), self.work)
@@ -372,12 +463,15 @@ class Experiment:
         self.save()
         self.log(f"screen (seed {seed}): " + ", ".join(f"{t} {k}/{n}" for t, (k, n) in sorted(counts.items())))
 
-    def probe_eval(self, key: str, model: str, spec: str) -> None:
+    def probe_eval(self, key: str, model, spec: str) -> None:
+        """Held-out test-stream instances of the trained templates, greedy; `model()` gives the checkpoint."""
         a = self.a
         if key in self.results:
             return self.grow(key)
+        self.same_eval_settings()
+        agent = f"hf:{model()}"
         t0, c0 = time.time(), cpu_minutes()
-        run = run_folder(muactl(["eval", "bank", f"--agent=hf:{model}", *self.user_flag(), f"--tasks={spec}", f"--n={a.heldout}",
+        run = run_folder(muactl(["eval", "bank", f"--agent={agent}", *self.user_flag(), f"--tasks={spec}", f"--n={a.heldout}",
                                  "--db=random", "--split=test", f"--seed={a.eval_seed}", f"--max-turns={a.max_turns}",
                                  f"--max-new-tokens={a.max_new_tokens}", f"--concurrency={a.concurrency}"], self.work, self.log), self.work)
         self.results[key] = {**eval_record(run), "fixed": {}, "eval_cpu_min": cpu_minutes() - c0,
@@ -415,15 +509,42 @@ def arm_table(results: dict, arms, seeds, part: str, user: str | None = None) ->
     return out
 
 
+def shared(per: dict[str, dict]) -> set[str]:
+    """The instances every one of these evaluations (one arm's seeds) has: what its pass^1 is computed on."""
+    return set.intersection(*(set(v) for v in per.values())) if per else set()
+
+
+def sizes(records: list[dict]) -> str:
+    """The held-out size these evaluations were played on, as recorded (`n`, or the scored instances where a record
+    predates it): a record can be smaller than --heldout asks (one that could not grow)."""
+    ns = sorted({r.get("n", len(r["heldout"])) for r in records})
+    return f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+
+
+def heldout_size(records: list[dict]) -> str:
+    """sizes() in words, and how many instances every one of the evaluations scored where fewer (excluded episodes)."""
+    common = len(shared({str(i): r["heldout"] for i, r in enumerate(records)}))
+    least = min(r.get("n", len(r["heldout"])) for r in records)
+    return f"{sizes(records)} template instances" + (f" ({common} scored by every model)" if common < least else "")
+
+
 def report(results: dict, a) -> str:
-    """The tables, from results.json alone."""
-    sft_user = f" (SFT data: {a.sft_user} user)" if a.sft_user and a.sft_user != a.user else ""
-    grpo = (f", GRPO {a.grpo_steps} steps x {a.tasks_per_step} tasks x {a.group_size} rollouts at lr {a.grpo_lr:g}"
+    """The tables, from results.json alone. The header gives the settings results.json recorded (the models were
+    made with those, whatever this sitting's options), and falls back to the options where it has none."""
+    cs = results.get("cold_start", {"agent": a.sft_agent, "instances": a.sft_instances, "epochs": a.sft_epochs})
+    gs = results.get("grpo_settings", {"steps": a.grpo_steps, "tasks_per_step": a.tasks_per_step, "group_size": a.group_size,
+                                       "lr": a.grpo_lr})
+    es = results.get("eval_settings", {"user": a.user, "eval_seed": a.eval_seed})
+    sft_user = f" (SFT data: {a.sft_user} user)" if a.sft_user and a.sft_user != es["user"] else ""
+    grpo = (f", GRPO {gs['steps']} steps x {gs['tasks_per_step']} tasks x {gs['group_size']} rollouts at lr {gs['lr']:g}"
             if {"sft+grpo", "grpo"} & set(a.arms) else "")
-    cold = (f", SFT on {a.sft_instances} {a.sft_agent} conversations x {a.sft_epochs:g} epochs"
+    cold = (f", SFT on {cs['instances']} {cs['agent']} conversations x {cs['epochs']:g} epochs"
             if {"sft", "sft+grpo"} & set(a.arms) else "")
-    lines = [f"rl_gain: {a.model} on bank, user {a.user}{sft_user}, seeds {a.seeds}{cold}{grpo}, held-out {a.heldout} template instances on random "
-             f"databases (test stream, eval seed {a.eval_seed}){' + the 20 fixed test tasks' if a.fixed else ''}; 95% bootstrap intervals", ""]
+    evaluated = [results[k] for arm in a.arms for k in arm_keys(arm, a.seeds) if k in results]
+    held = heldout_size(evaluated) if evaluated else f"{a.heldout} template instances"
+    lines = [f"rl_gain: {a.model} on bank, user {es['user']}{sft_user}, seeds {a.seeds}{cold}{grpo}, held-out {held} on "
+             f"random databases (test stream, eval seed {es['eval_seed']}){' + the 20 fixed test tasks' if a.fixed else ''}; "
+             "95% bootstrap intervals", ""]
     tables = [("heldout", "held-out instances", None), ("fixed", "fixed test tasks", None)]
     if a.cross_user:
         tables.append(("heldout", f"held-out instances, {a.cross_user} user", a.cross_user))
@@ -454,26 +575,28 @@ def report(results: dict, a) -> str:
                 lines.append(f"| {stage} | {len(rows)} | {mean(r['cpu_min'] for r in rows):.1f} | {mean(r['wall_min'] for r in rows):.1f} |")
         evals = [v for k, v in results.items() if isinstance(v, dict) and "eval_cpu_min" in v and "@" not in k]
         if evals:
-            lines.append(f"| evaluation of one model ({a.heldout}{' + 20' if a.fixed else ''} episodes) | {len(evals)} | "
+            lines.append(f"| evaluation of one model ({sizes(evals)}{' + 20' if a.fixed else ''} episodes) | {len(evals)} | "
                          f"{mean(e['eval_cpu_min'] for e in evals):.1f} | {mean(e['eval_wall_min'] for e in evals):.1f} |")
         cross = [v for k, v in results.items() if isinstance(v, dict) and "eval_cpu_min" in v and "@" in k]
         if cross:
-            lines.append(f"| evaluation of one model against the {a.cross_user} user ({a.heldout} episodes) | {len(cross)} | "
+            lines.append(f"| evaluation of one model against the {a.cross_user} user ({sizes(cross)} episodes) | {len(cross)} | "
                          f"{mean(e['eval_cpu_min'] for e in cross):.1f} | {mean(e['eval_wall_min'] for e in cross):.1f} |")
     return "\n".join(lines)
 
 
 def by_template(results: dict, arms, seeds) -> list[str]:
     """Held-out successes per task template (an instance id is `<template>-<hash>`), summed over seeds: where
-    an arm gains or loses, which pass^1 alone hides (e.g. a policy that stops acting still passes the refusals)."""
+    an arm gains or loses, which pass^1 alone hides (e.g. a policy that stops acting still passes the refusals).
+    Each arm on the instances all its seeds have, as its pass^1."""
     table = arm_table(results, arms, seeds, "heldout")
     if not table:
         return []
     counts: dict[str, dict[str, list[float]]] = {}
     for arm, per in table.items():
+        common = shared(per)
         for instances in per.values():
-            for inst, ok in instances.items():
-                counts.setdefault(inst.rsplit("-", 1)[0], {}).setdefault(arm, []).append(ok)
+            for inst in sorted(common):
+                counts.setdefault(inst.rsplit("-", 1)[0], {}).setdefault(arm, []).append(instances[inst])
     lines = ["| template (held out, all seeds) | " + " | ".join(table) + " |", "|---|" + "---|" * len(table)]
     for template, per_arm in sorted(counts.items()):
         cells = [f"{int(sum(per_arm[arm]))}/{len(per_arm[arm])}" if arm in per_arm else "-" for arm in table]
@@ -485,9 +608,13 @@ def behaviour(results: dict, arms, seeds) -> list[str]:
     """Per model, what it does on each template of the held-out instances: tool calls per episode, and how much
     its sequence of tool calls says about which template it was asked (mutual information over the template's
     entropy: 0 when it does the same whatever the user asked, 1 when its calls tell every template apart). A
-    policy that is blind to the request can only be reweighted by GRPO, not taught to tell requests apart."""
-    seqs = {k: {t: tuple(calls) for t, calls in results[k]["calls"].items()}
-            for arm in arms for k in arm_keys(arm, seeds) if "calls" in results.get(k, {})}
+    policy that is blind to the request can only be reweighted by GRPO, not taught to tell requests apart.
+    Each model on the instances all its arm's seeds have, as the arm's pass^1."""
+    seqs = {}
+    for arm in arms:
+        per = {k: results[k]["calls"] for k in arm_keys(arm, seeds) if "calls" in results.get(k, {})}
+        common = shared(per)
+        seqs.update({k: {t: tuple(calls) for t, calls in v.items() if t in common} for k, v in per.items()})
     if not seqs:
         return []
     templates = sorted({t.rsplit("-", 1)[0] for s in seqs.values() for t in s})
@@ -635,7 +762,7 @@ def probe_report(results: dict, a) -> str:
         b, _, _ = bootstrap({str(k): v for k, v in before.items()})
         g, _, _ = bootstrap({str(k): v for k, v in after.items()})
         d, lo, hi = paired({str(k): v for k, v in after.items()}, {str(k): v for k, v in before.items()})
-        n = len(next(iter(after.values())))
+        n = len(shared({f"{part}{s}": v for part, per in (("sft", before), ("grpo", after)) for s, v in per.items()}))
         lines.append(f"held out ({n} test-stream instances of those templates, greedy): SFT {b:.3f}, SFT then GRPO {g:.3f}; "
                      f"paired difference {d:+.3f} [{lo:+.3f}, {hi:+.3f}]: {verdict(lo, hi)}")
     lines += behaviour(results, ["probe-sft", "probe-grpo"], a.seeds)

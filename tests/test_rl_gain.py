@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 from argparse import Namespace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,8 @@ def test_the_cross_user_evaluations_get_their_own_paired_table():
     mine, cross = text.split("held-out instances, scripted user", 1)
     assert "| sft | 2 | 0.100 |" in mine and "| (SFT then GRPO) - (SFT only), paired | 2 | +0.100 |" in mine
     assert "| sft | 2 | 0.500 |" in cross and "| (SFT then GRPO) - (SFT only), paired | 2 | -0.100 |" in cross
-    assert "| evaluation of one model against the scripted user (40 episodes) | 2 | 1.0 | 0.5 |" in text
+    # the 20 instances recorded, not --heldout's 40
+    assert "| evaluation of one model against the scripted user (20 episodes) | 2 | 1.0 | 0.5 |" in text
 
 
 @pytest.mark.slow
@@ -406,7 +408,179 @@ def test_results_json_alone_carries_a_sweep_into_a_new_out_folder(tmp_path, monk
     results = json.loads((later / "results.json").read_text())
     del results["sft+grpo:0"]
     (later / "results.json").write_text(json.dumps(results))
-    with pytest.raises(SystemExit, match=r"sft:0 was evaluated from an SFT checkpoint that is not in .*later; an arm started"):
+    with pytest.raises(SystemExit, match=r"sft:0 was made from seed 0's SFT checkpoint \(runs/sft-0\), which is not in .*later; "
+                                          r"one trained anew would be another model, not paired with it: copy the run folder runs/sft-0"):
         rl.Experiment(Namespace(**{**vars(a), "out": str(later)})).run()
     with pytest.raises(SystemExit, match=r"oracle was evaluated on 2 held-out instances and its eval run is not in .*later; --heldout 3 needs it"):
         rl.Experiment(Namespace(**{**vars(a), "out": str(later), "heldout": 3})).run()
+
+
+# ---------------------------------------------------------------- what a later sitting may add to results.json
+
+
+def _sweep_args(out: Path, **kw):
+    """The options a sitting that trains and evaluates reads (the stub replaces muactl)."""
+    return _args(**{"out": str(out), "max_new_tokens": 64, "max_turns": 10, "temperature": 1.0, "band": [0.1, 0.9], "eval_every": 0,
+                    "curve_n": 40, "grpo_extra": [], "concurrency": 4, "probe_k": 4, **kw})
+
+
+class _NoRun:
+    """A muactl stub for a sitting that must start nothing: it records the call and stops the sitting."""
+
+    def __init__(self):
+        self.called = []
+
+    def __call__(self, args, where, log):
+        self.called.append(args)
+        raise RuntimeError("ran")
+
+
+def _finished_grpo_run(folder: Path, rows) -> None:
+    """What a finished GRPO run leaves in its folder: the final checkpoint and the metrics in its store."""
+    (folder / "checkpoint-final").mkdir(parents=True)
+    with sqlite3.connect(folder / "runs.sqlite") as db:
+        db.execute("CREATE TABLE metrics (step INTEGER, name TEXT, value REAL)")
+        db.executemany("INSERT INTO metrics VALUES (?, ?, ?)", rows)
+
+
+def _held(outcomes: dict[str, int], **kw) -> dict:
+    """An evaluation as results.json keeps it (no run folder: a fresh machine)."""
+    return {"heldout": outcomes, "calls": {t: [] for t in outcomes}, "heldout_run": "gone", "n": len(outcomes), "fixed": {}, **kw}
+
+
+def test_probe_is_lazy_and_no_key_built_on_an_sft_is_left_unpaired(tmp_path, monkeypatch):
+    """A probe whose evaluations are all recorded trains nothing; one whose GRPO evaluation is missing would need
+    seed 0's SFT trained anew, which would unpair the screen and the SFT evaluation recorded from the old one."""
+    rl = _module()
+    stub = _NoRun()
+    monkeypatch.setattr(rl, "muactl", stub)
+    results = {"screen:0": {"balance": [2, 4], "move": [0, 4]}, "probe": {"templates": ["balance"]},
+               "probe-sft:0": _held({"balance-a": 0}), "probe-grpo:0": _held({"balance-a": 1})}
+    _grpo_run(results, "probe-0", [(1, "rollout/success", 0.5)])
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    rl.Experiment(_sweep_args(tmp_path, seeds=[0], heldout=1)).probe()
+    assert stub.called == []
+    del results["probe-grpo:0"]
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match=r"probe-sft:0, screen:0 were made from seed 0's SFT checkpoint \(runs/sft-0\), which is not in "
+                                         r".*; one trained anew would be another model, not paired with them: copy the run folder "
+                                         r"runs/sft-0 into --out, or use a new --out"):
+        rl.Experiment(_sweep_args(tmp_path, seeds=[0], heldout=1)).probe()
+    assert stub.called == []
+    # an evaluation against the --cross-user alone is built on the SFT as well
+    (tmp_path / "results.json").write_text(json.dumps({"sft+grpo:1@scripted": _held({"balance-a": 1})}))
+    with pytest.raises(SystemExit, match=r"sft\+grpo:1@scripted was made from seed 1's SFT checkpoint"):
+        rl.Experiment(_sweep_args(tmp_path)).sft(1)
+
+
+def test_a_recorded_grpo_evaluation_refuses_its_retraining_and_a_retrained_run_replaces_its_metrics(tmp_path, monkeypatch):
+    """Seed 0's GRPO run is gone but its evaluation against the --cross-user is recorded: a new run would be another
+    model than the one measured. Seed 1's run left metrics and no evaluation: trained again, its new metrics count."""
+    rl = _module()
+    stub = _NoRun()
+    monkeypatch.setattr(rl, "muactl", stub)
+    (tmp_path / "runs" / "sft-0" / "sft" / "checkpoint-final").mkdir(parents=True)
+    results = {"sft+grpo:0@scripted": _held({"balance-a": 1})}
+    _grpo_run(results, "sft-grpo-1", [(1, "rollout/success", 0.0)])  # a run of seed 1 whose evaluation never came
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    exp = rl.Experiment(_sweep_args(tmp_path, cross_user="scripted", user="hf:u", arms=["sft+grpo"], seeds=[0]))
+    with pytest.raises(SystemExit, match=r"sft\+grpo:0@scripted was made from seed 0's sft\+grpo GRPO checkpoint \(runs/sft-grpo-0\), "
+                                         r"which is not in .*: copy the run folder runs/sft-grpo-0 into --out"):
+        exp.evaluate_all("sft+grpo:0", partial(exp.grpo_model, 0, exp.sft_model, "sft+grpo"))
+    assert stub.called == []
+    monkeypatch.setattr(rl, "muactl", lambda args, where, log: _finished_grpo_run(tmp_path / "runs" / "sft-grpo-1",
+                                                                                  [(1, "rollout/success", 0.75)]))
+    exp.grpo(1, "start", "sft+grpo")
+    assert exp.results["grpo_runs"]["sft-grpo-1"] == {"rollout/success": {"1": 0.75}}
+
+
+def test_a_sitting_with_another_cold_start_is_refused_though_it_trains_nothing(tmp_path, monkeypatch):
+    """Every evaluation is recorded, so no SFT is trained; the report must still not put the recorded models under
+    another cold start's name: the sitting is refused, and the header prints the recorded cold start."""
+    rl = _module()
+    stub = _NoRun()
+    monkeypatch.setattr(rl, "muactl", stub)
+    results = {"cold_start": {"agent": "oracle", "instances": 48, "epochs": 1.0}, "oracle": _held({"balance-a": 1}),
+               "sft:0": _held({"balance-a": 0})}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    varied = _sweep_args(tmp_path, seeds=[0], arms=["sft"], heldout=1, sft_agent="oracle:varied", sft_instances=96, sft_epochs=3.0)
+    rl.Experiment(_sweep_args(tmp_path, seeds=[0], arms=["sft"], heldout=1)).run()
+    with pytest.raises(SystemExit, match=r"its SFT checkpoints were made with cold_start .*'oracle', .* not .*'oracle:varied'"):
+        rl.Experiment(varied).run()
+    assert stub.called == []
+    text = rl.report(results, varied)
+    assert "SFT on 48 oracle conversations x 1 epochs" in text and "oracle:varied" not in text
+
+
+def test_grpo_and_evaluation_settings_are_recorded_and_another_sittings_are_refused(tmp_path, monkeypatch):
+    rl = _module()
+    called = []
+    monkeypatch.setattr(rl, "muactl", lambda args, where, log: called.append(args))
+    # results.json written before the settings were recorded: it adopts this sitting's, and says so
+    (tmp_path / "results.json").write_text(json.dumps({"sft+grpo:0": _held({"balance-a": 1}), "oracle": _held({"balance-a": 1})}))
+    exp = rl.Experiment(_sweep_args(tmp_path, arms=["sft+grpo"], heldout=1))
+    exp.grpo(1, "start", "sft+grpo")
+    assert exp.results["grpo_settings"] == {"steps": 2, "lr": 5e-6, "extra": [], "temperature": 1.0, "band": [0.1, 0.9],
+                                            "group_size": 4, "tasks_per_step": 2}
+    assert exp.results["eval_settings"] == {"user": "scripted", "eval_seed": 7, "max_turns": 10, "max_new_tokens": 64}
+    log = (tmp_path / "log.txt").read_text()
+    assert "has no grpo_settings (written before they were recorded) but holds sft+grpo:0" in log
+    assert "has no eval_settings (written before they were recorded) but holds oracle, sft+grpo:0" in log
+    n = len(called)
+    with pytest.raises(SystemExit, match=r"its GRPO runs were trained with grpo_settings .*'lr': 5e-06.*, not .*'lr': 1e-05"):
+        rl.Experiment(_sweep_args(tmp_path, arms=["sft+grpo"], heldout=1, grpo_lr=1e-5)).grpo(2, "start", "sft+grpo")
+    # an evaluation played with fewer turns is refused before anything new is trained or played
+    (tmp_path / "runs" / "sft-1" / "sft" / "checkpoint-final").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"its evaluations were played with eval_settings .*'max_turns': 10.*, not .*'max_turns': 5"):
+        rl.Experiment(_sweep_args(tmp_path, arms=["sft"], seeds=[1], heldout=1, max_turns=5)).run()
+    assert len(called) == n
+
+
+def test_a_record_without_its_size_and_without_its_run_is_used_as_recorded(tmp_path, monkeypatch):
+    """Written before results.json kept `n`: 3 instances were played, one episode was excluded, 2 are scored. It
+    cannot be grown (no run folder) and it is not short of the --heldout it was played with: it is used as it is."""
+    rl = _module()
+    stub = _NoRun()
+    monkeypatch.setattr(rl, "muactl", stub)
+    old = {"heldout": {"balance-a": 1, "move-b": 0}, "heldout_run": "eval-old", "fixed": {}}
+    (tmp_path / "results.json").write_text(json.dumps({"oracle": old, "sft:0": old}))
+    exp = rl.Experiment(_sweep_args(tmp_path, arms=["sft"], seeds=[0], heldout=3))
+    exp.run()
+    assert stub.called == [] and exp.results["sft:0"]["heldout"] == old["heldout"]
+    assert "sft:0: recorded without the number of instances it was played on" in (tmp_path / "log.txt").read_text()
+
+
+def test_the_report_reads_the_recorded_size_and_the_instances_every_seed_shares():
+    """Seed 1's evaluation scored 3 of its 4 instances (one excluded): its pass^1 is on the 3 both seeds have, and so
+    are the per-template and behaviour tables; the header and the cost row give the recorded size, not --heldout."""
+    rl = _module()
+    results = {"sft:0": _held({"balance-a": 1, "balance-b": 0, "move-c": 1, "move-d": 1}, eval_cpu_min=1.0, eval_wall_min=0.5),
+               "sft:1": _held({"balance-a": 1, "balance-b": 1, "move-c": 0}, n=4, eval_cpu_min=1.0, eval_wall_min=0.5),
+               "cost": {"train:sft:0": {"cpu_min": 2.0, "wall_min": 1.0}}}
+    results["sft:0"]["calls"] = {"balance-a": ["x"], "balance-b": ["x"], "move-c": ["y"], "move-d": ["y", "y", "y"]}
+    text = rl.report(results, _args(arms=["sft"], heldout=40, fixed=False))
+    assert "held-out 4 template instances (3 scored by every model) on random databases" in text
+    assert "| balance | 3/4 |" in text and "| move | 1/2 |" in text
+    assert "| sft:0 | 1.0 | 1.0 | 2 | 1.00 |" in text  # move-d, which seed 1 lacks, left out
+    assert "| evaluation of one model (4 episodes) | 2 |" in text
+
+
+def test_probe_template_check_reads_the_kept_grpo_runs_too(tmp_path, monkeypatch):
+    """A sitting cut short after a probe GRPO run and before its evaluations leaves only the run's metrics: a later
+    sitting whose screens move the band must still be refused."""
+    rl = _module()
+    monkeypatch.setattr(rl, "muactl", _NoRun())
+    results = {"screen:0": {"move": [0, 4], "balance": [2, 4]}, "probe": {"templates": ["balance", "move"]}}
+    _grpo_run(results, "probe-0", [(1, "rollout/success", 0.5)])
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match=r"now choose \['balance'\], but the finished probe runs trained on \['balance', 'move'\]"):
+        rl.Experiment(_sweep_args(tmp_path, seeds=[0], heldout=1)).probe()
+
+
+def test_a_run_folder_without_its_store_is_not_read(tmp_path):
+    """A folder left without runs.sqlite (a copy cut short) is no source: reading it would create an empty store."""
+    rl = _module()
+    (tmp_path / "runs" / "eval-x").mkdir(parents=True)
+    (tmp_path / "results.json").write_text(json.dumps({"sft:0": {"heldout": {"a-1": 1}, "heldout_run": "eval-x", "fixed": {}}}))
+    results = rl.Experiment(_args(out=str(tmp_path))).results
+    assert "calls" not in results["sft:0"] and not (tmp_path / "runs" / "eval-x" / "runs.sqlite").exists()
