@@ -135,6 +135,12 @@ SFT_BUILT = ("sft", "sft+grpo", "screen", "probe-sft", "probe-grpo")
 GRPO_EVALUATED = {"sft+grpo": "sft+grpo", "grpo": "grpo", "probe": "probe-grpo"}
 
 
+def played_on(r: dict) -> int:
+    """How many held-out instances an evaluation was played on: its recorded `n`, or, in a record written before `n`
+    was kept, the instances it scored (fewer where episodes were excluded)."""
+    return r.get("n", len(r["heldout"]))
+
+
 def kept_store(run: Path) -> bool:
     """Whether a run folder still has its store (sqlite3.connect on a missing one would create it empty)."""
     return (run / "runs.sqlite").is_file()
@@ -326,7 +332,7 @@ class Experiment:
     def needs_growth(self, key: str, r: dict) -> bool:
         """Whether a recorded evaluation has fewer held-out instances than --heldout (its size `n` counts the
         excluded episodes, which are not scored); growing it plays the new instances in its run folder."""
-        if r.get("n", len(r["heldout"])) >= self.a.heldout:
+        if played_on(r) >= self.a.heldout:
             return False
         if "n" not in r and not self.eval_run_kept(key, r):
             # recorded before results.json kept the size: the scored instances can be fewer than it was played on
@@ -335,7 +341,7 @@ class Experiment:
                      f"its size is unknown, the {len(r['heldout'])} recorded instances are used")
             return False
         if not self.eval_run_kept(key, r):
-            raise SystemExit(f"{self.results_path}: {key} was evaluated on {r.get('n', len(r['heldout']))} held-out instances and "
+            raise SystemExit(f"{self.results_path}: {key} was evaluated on {played_on(r)} held-out instances and "
                              f"its eval run is not in {self.work}; --heldout {self.a.heldout} needs it (or a new --out)")
         return True
 
@@ -517,14 +523,14 @@ def shared(per: dict[str, dict]) -> set[str]:
 def sizes(records: list[dict]) -> str:
     """The held-out size these evaluations were played on, as recorded (`n`, or the scored instances where a record
     predates it): a record can be smaller than --heldout asks (one that could not grow)."""
-    ns = sorted({r.get("n", len(r["heldout"])) for r in records})
+    ns = sorted({played_on(r) for r in records})
     return f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
 
 
 def heldout_size(records: list[dict]) -> str:
     """sizes() in words, and how many instances every one of the evaluations scored where fewer (excluded episodes)."""
     common = len(shared({str(i): r["heldout"] for i, r in enumerate(records)}))
-    least = min(r.get("n", len(r["heldout"])) for r in records)
+    least = min(played_on(r) for r in records)
     return f"{sizes(records)} template instances" + (f" ({common} scored by every model)" if common < least else "")
 
 
