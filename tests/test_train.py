@@ -268,7 +268,7 @@ def test_resume_skips_a_checkpoint_cut_off_mid_save(tmp_path):
 
 
 def test_training_precision(monkeypatch):
-    """float32 weights with bf16 autocast on CPUs with native bf16; an explicit dtype is taken as given."""
+    """float32 weights with bf16 autocast on GPUs and on CPUs with native bf16; an explicit dtype is taken as given."""
     import torch
 
     from muactl.models.precision import cpu_has_bf16, training_precision
@@ -279,6 +279,11 @@ def test_training_precision(monkeypatch):
         assert training_precision(None) == (torch.float32, cpu_has_bf16())
         monkeypatch.setenv("MUACTL_CPU_BF16", "0")
         assert training_precision(None) == (torch.float32, False)
+    # on a GPU the weights stay float32 too (bf16 autocast): bf16 weights round small updates away
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert training_precision(None) == (torch.float32, True)
+    weight = torch.tensor(0.05, dtype=torch.bfloat16)
+    assert weight + 2e-5 == weight  # why: a typical RL step is lost on a bf16 weight
 
 
 def test_example_configs_compose():

@@ -111,7 +111,7 @@ class Rollouts:
         t0 = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
         lm = LocalLM.from_model(model, self.tokenizer)
-        lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # sample as the update computes: bf16 matmuls
+        lm.autocast = bool(trainer.args.bf16)  # sample as the update computes: bf16 matmuls on float32 weights
         step = trainer.state.global_step
         if step != self.step:
             if self.step is None:  # a fresh or resumed run: the pass rates are those of the episodes stored so far

@@ -40,7 +40,7 @@ class HeldOut:
         cfg = self.cfg
         model = trainer.accelerator.unwrap_model(trainer.model)
         lm = LocalLM.from_model(model, self.tokenizer)
-        lm.autocast = bool(trainer.args.bf16) and lm.device == "cpu"  # as the rollouts generate
+        lm.autocast = bool(trainer.args.bf16)  # as the rollouts generate
         agent = HFAgent("policy", lm=lm, temperature=0.0, max_new_tokens=cfg.model.max_new_tokens,
                         max_batch=cfg.eval.concurrency, thinking=cfg.model.thinking)
         lim = cfg.episode
