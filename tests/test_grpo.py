@@ -102,6 +102,18 @@ def test_rollout_func_returns_token_exact_episodes_with_env_mask(tmp_path):
     assert sorted(e["task_id"] for e in saved) == sorted(ids)
 
 
+def test_a_redone_step_forgets_what_the_crashed_run_logged_at_it(tmp_path):
+    """After a kill the step after the last checkpoint is played again; a figure the killed run logged there
+    (the held-out curve, a domain's pass rate) must not stay beside the redone step's figures."""
+    from muactl.runs.store import RunStore
+
+    store = RunStore.create("grpo", "bank", {}, path=tmp_path / "run")
+    store.log_metrics(1, {"reward": 0.5})
+    store.log_metrics(2, {"reward": 0.25, "heldout/success": 0.1})
+    store.forget_step(2)
+    assert {(r["step"], r["name"]) for r in store.db["metrics"].rows} == {(1, "reward")}
+
+
 @pytest.mark.parametrize("failure", ["infra", "user"])
 def test_excluded_episodes_are_dropped_not_scored_zero(tmp_path, failure):
     from muactl.errors import InfraError
