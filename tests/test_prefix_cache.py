@@ -65,6 +65,22 @@ def test_cached_generation_equals_uncached(base, bank, temperature, size):
     assert off.prefix_stats["misses"] == off.prefix_stats["hits"] == 0 and not off._prefixes
 
 
+def test_autocast_generates_in_bf16_on_the_models_device(base, bank):
+    """GRPO samples under bf16 autocast wherever it trains so (GPUs, bf16 CPUs): the autocast region is opened for
+    the model's own device type and the generation runs inside it."""
+    import torch
+
+    lm = fresh(base, False)
+    lm.autocast = True
+    seen = []
+    hook = lm.model.lm_head.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+    try:
+        [(ids, lps)] = lm.generate([prompt(base, bank, USERS[0])], 4, 0.0, seed=7)
+    finally:
+        hook.remove()
+    assert ids and len(lps) == len(ids) and seen and set(seen) == {torch.bfloat16}
+
+
 @pytest.mark.slow  # about 20-40 s quiet: the default run stays under 10 minutes
 def test_batch_then_one_at_a_time_reuse_the_system_prompt(base, bank):
     """A one-prompt batch caches all but its last token; a later prompt that extends it (the episode's

@@ -127,7 +127,7 @@ class LocalLM:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.no_grad())
         if self.autocast:
-            stack.enter_context(torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16))
+            stack.enter_context(torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16))
         return stack
 
     def invalidate_cache(self) -> None:

@@ -208,9 +208,7 @@ class RunStore:
         """Drop a training step's episodes and metrics: after a crash the step is redone from the last
         checkpoint, and a figure the crashed run logged (one the redone step may not log) must not outlive it."""
         self._delete_episodes("run_id = ? AND step = ?", [self.id, step])
-        if "metrics" in self.db.table_names():
-            with self.db.conn:
-                self.db.conn.execute("DELETE FROM metrics WHERE step = ?", [step])
+        self.db["metrics"].delete_where("step = ?", [step])
 
     def _delete_episodes(self, where: str, args: list) -> int:
         with self.db.conn:
