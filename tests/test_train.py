@@ -286,6 +286,20 @@ def test_training_precision(monkeypatch):
     assert weight + 2e-5 == weight  # why: a typical RL step is lost on a bf16 weight
 
 
+def test_native_bf16_means_the_cpu_flags_not_onednn_emulation():
+    """cpu_has_bf16 agrees with the kernel's CPU flags: AVX512-BF16 or AMX. On an AVX512 core without them oneDNN
+    still says bf16 is "supported" (emulated, 2.9x slower than float32 here), which once made training choose it."""
+    from pathlib import Path
+
+    from muactl.models.precision import cpu_has_bf16
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        pytest.skip("no /proc/cpuinfo to read the CPU flags from")
+    flags = {f for line in cpuinfo.read_text().splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+    assert cpu_has_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})
+
+
 def test_example_configs_compose():
     """The recipes in examples/ compose against the config schema (what `muactl train FILE --cfg` does)."""
     from pathlib import Path

@@ -25,10 +25,12 @@ def import_torch():
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): there, bf16 autocast trains
-    2.6x faster than float32 (smollm2-135m on 2 EPYC cores, benchmarks/precision.py)."""
+    2.6x faster than float32 (smollm2-135m on 2 EPYC cores, benchmarks/precision.py). Not oneDNN's
+    `_is_mkldnn_bf16_supported`: it also says yes on AVX512 cores without either, where bf16 is emulated and a
+    matmul took 2.9x float32's time (a Xeon with avx512bw but no avx512_bf16: SFT at 36 instead of ~58 tokens/s)."""
     torch = import_torch()
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     except (AttributeError, RuntimeError):
         return False
 
