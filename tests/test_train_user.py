@@ -206,34 +206,11 @@ def test_consent_pairs_teach_each_answer_to_a_confirmation_both_ways():
         pair = paired[-1]
         assert pair["consent_pair"] and consent_in(pair["messages"][-1]["content"]) is (not task.task.user.consent)
         original = next(x for x in plain if x["messages"][-1]["content"] == messages[i]["content"])
-        assert pair["messages"][1:-2] == original["messages"][1:-2]  # the same conversation ...
+        assert pair["messages"][1:-1] == original["messages"][1:-1]  # the same conversation ...
         before, after = original["messages"][0]["content"], pair["messages"][0]["content"]
         said = "'No, please do not make that change.'" if task.task.user.consent else "'Yes, please go ahead.'"
         assert said in after and said not in before  # ... under the other instruction
         assert "Also:" not in after
-        declining = [x["messages"][-2]["content"] for x in (original, pair) if "say no." in x["messages"][-2]["content"]]
-        assert len(declining) == 1  # the reminder after the agent's question repeats a no, in whichever says no
-
-
-def test_only_a_declining_users_reminder_repeats_the_decision():
-    """A user told to decline (retail's decline-exchange) is reminded of it beside the agent's last words; every
-    consenting task's prompt has no such sentence, so it is what the earlier trained users were given."""
-    from muactl.domain.open import open_domain
-    from muactl.episode.user import user_prompt
-    from muactl.train.user_sft import run_tasks, stored_messages
-
-    for tasks, consent in ((["template:decline-exchange"], False), (["template:exchange-one-item"], True)):
-        retail = open_domain("retail")
-        store, _ = run_eval(EvalConfig(domain="retail", tasks=tasks, n=1, user="scripted", agent="oracle"))
-        [e] = store.episodes()
-        task = run_tasks(store, retail)[e["task_id"]]
-        assert task.task.user.consent is consent
-        messages = stored_messages(store, e["id"])
-        for i in [k for k, m in enumerate(messages) if m["role"] == "user"]:
-            prompt = user_prompt(retail.spec, task.task, messages[:i])
-            reminded = "If the agent asks you to confirm a change, say no. Reply to the agent" in prompt[-1]["content"]
-            assert reminded is (not consent)
-            assert all("say no." not in m["content"] for m in prompt[1:-1])  # only the last turn carries it
 
 
 def _agent_playing_user(body):

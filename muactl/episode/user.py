@@ -668,12 +668,8 @@ def user_prompt(spec, task, messages: list[dict[str, Any]]) -> list[dict[str, st
     lines.append(f"When the agent says your request is complete, or you have nothing left to ask, write only {STOP}.")
     history = [dict(m, content=f"Support agent: {m['content']}") if m["role"] == "user" else m
                for m in flipped(messages)]
-    # A user who declines says so again next to the agent's words: a 135M user trained with the decision in the
-    # system prompt alone answered as most of its data did (always yes, or with balanced data always no). Only
-    # declining tasks get the sentence, so every consenting task's prompt is what earlier trained users saw.
-    decline = "" if goal.consent else " If the agent asks you to confirm a change, say no."
-    reminder = (f"(You are the customer. Your request: {first_person(goal.reason)}{decline} Reply to the agent in "
-                f"one or two sentences; write {STOP} if your request is complete.)")
+    reminder = (f"(You are the customer. Your request: {first_person(goal.reason)} Reply to the agent in one or "
+                f"two sentences; write {STOP} if your request is complete.)")
     if not history or history[-1]["role"] != "user":
         history.append({"role": "user", "content": "Support agent: Hello, how can I help you today?"})
     history[-1] = dict(history[-1], content=f"{history[-1]['content']}\n\n{reminder}")
