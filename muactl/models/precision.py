@@ -27,7 +27,7 @@ def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): there, bf16 autocast trains
     2.6x faster than float32 (smollm2-135m on 2 EPYC cores, benchmarks/precision.py). Not oneDNN's
     `_is_mkldnn_bf16_supported`: it also says yes on AVX512 cores without either, where bf16 is emulated and a
-    matmul took 2.9x float32's time (a Xeon with avx512bw but no avx512_bf16: SFT at 36 instead of ~58 tokens/s)."""
+    matmul took 2.9x float32's time (a Xeon with avx512bw but no avx512_bf16: SFT at 36 tokens/s, 99 in float32)."""
     torch = import_torch()
     try:
         return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
