@@ -24,7 +24,9 @@ def measure(domain: str, user: str, episodes: int, agent: str, temperature: floa
                      user_temperature=temperature, max_turns=16)
     store, summary = run_eval(cfg)
     conversations = [[m for m in store.messages(e["id"])] for e in store.episodes()]
-    return {**variation(conversations), "faithful": summary["user_fidelity"]["faithful"], "pass^1": summary["pass^1"]}
+    redrawn = sum(e["usage"].get("user_redrawn", 0) for e in store.episodes())  # a trained user's card's draws
+    return {**variation(conversations), "faithful": summary["user_fidelity"]["faithful"], "pass^1": summary["pass^1"],
+            "redrawn": redrawn, "fidelity": summary["user_fidelity"]}
 
 
 def main() -> None:
@@ -35,16 +37,21 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--user-temperature", type=float, default=0.0)
     args = ap.parse_args()
+    from muactl.episode.fidelity import CHECKS
+
     users = args.user or ["scripted", "scripted:varied"]
     os.environ.setdefault("MUACTL_RUNS", tempfile.mkdtemp(prefix="user-variation-"))
     os.environ["MUACTL_NO_PROGRESS"] = "1"
     print(f"{'domain':8} {'user':40} {'episodes':>8} {'messages':>8} {'distinct-1':>10} {'distinct-2':>10} "
-          f"{'openings/100':>12} {'faithful':>8} {'pass^1':>6}")
+          f"{'openings/100':>12} {'faithful':>8} {'pass^1':>6} {'redrawn':>7}")
     for domain in args.domains.split(","):
         for user in users:
             r = measure(domain, user, args.episodes, args.agent, args.user_temperature)
             print(f"{domain:8} {user[:40]:40} {r['episodes']:8.0f} {r['user_messages']:8.0f} {r['distinct_1']:10.3f} "
-                  f"{r['distinct_2']:10.3f} {r['openings_per_100']:12.0f} {r['faithful']:8.2f} {r['pass^1']:6.2f}")
+                  f"{r['distinct_2']:10.3f} {r['openings_per_100']:12.0f} {r['faithful']:8.2f} {r['pass^1']:6.2f} "
+                  f"{r['redrawn']:7.0f}")
+            checks = {k: v for k, v in r["fidelity"].items() if k in CHECKS and v is not None}
+            print("         " + ", ".join(f"{k} {v:.2f} ({r['fidelity'][k + '_n']})" for k, v in checks.items()))
 
 
 if __name__ == "__main__":

@@ -185,6 +185,39 @@ def test_small_local_users_get_a_role_reminding_prompt():
     assert first.content == "I want to move 10 from my checking account to my holiday account." and not first.stop
 
 
+def test_a_reply_is_held_to_the_checks_one_message_decides():
+    """reply_breaks: the opening must carry the goal, an answer to "shall I proceed?" the task's consent, and no
+    message may read like the agent's; anything else is left to the whole episode's checks."""
+    import dataclasses
+
+    from muactl.domain.open import open_domain
+    from muactl.episode.fidelity import reply_breaks
+
+    task = open_domain("bank").task("move-quin")  # consents; the goal: move 10 from checking to holiday
+    start = [{"role": "system", "content": "x"}]
+    goal = "I want to move 10 from my checking account to my holiday account."
+    assert reply_breaks(task, start, goal) is None
+    assert reply_breaks(task, start, "Hi, I need some help with my accounts.") == "stated_goal"
+    assert reply_breaks(task, start, "I want to move 20 from my checking account to my holiday account.") == "stated_goal"
+    asked = [*start, {"role": "user", "content": goal}, {"role": "assistant", "content": "Could you give me your name?"}]
+    assert reply_breaks(task, asked, "My name is Quin.") is None  # past the opening, the goal need not be said again
+    assert reply_breaks(task, asked, "My name is Qiun.") == "gave_facts"  # asked, and the fact garbled
+    assert reply_breaks(task, asked, "Sure, happy to.") == "gave_facts"
+    again = [*asked, {"role": "user", "content": "I am Quin."}, {"role": "assistant", "content": "Which account?"}]
+    assert reply_breaks(task, again, "The checking one.") is None  # every known fact said already
+    assert reply_breaks(task, again, "How can I help you today?") == "never_played_agent"
+    assert reply_breaks(task, again, "Sure, could you give me your name?") == "never_played_agent"  # parroting
+    confirm = [*asked, {"role": "user", "content": "Quin."},
+               {"role": "assistant", "content": "Shall I move 10 from a726 to a827? (yes/no)"}]
+    assert reply_breaks(task, confirm, "Yes, please go ahead.") is None
+    assert reply_breaks(task, confirm, "No, not now.") == "consented"
+    assert reply_breaks(task, confirm, "Hmm, what was the amount again") == "consented"  # no answer is no consent
+    declining = dataclasses.replace(task, task=task.task.model_copy(update={
+        "user": task.task.user.model_copy(update={"consent": False})}))
+    assert reply_breaks(declining, confirm, "No, please do not make that change.") is None
+    assert reply_breaks(declining, confirm, "Yes, please go ahead.") == "refused"
+
+
 def test_local_llm_users_of_concurrent_episodes_share_generate_calls():
     """Every episode makes its own user object, yet their turns on one local model go out in one batch (tiny:
     six user turns at once, one generate call), as a local agent's do."""

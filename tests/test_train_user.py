@@ -237,6 +237,7 @@ def test_only_faithful_episodes_become_training_data():
     (["user_sft.runs=[no-such-run]"], "no-such-run"),
     (["user_sft.eval_tasks=[no-such-task]"], "user_sft.eval_tasks: no task 'no-such-task'"),
     (["user_sft.user=hf:runs/none/checkpoint-final"], "user_sft.user hf:runs/none/checkpoint-final"),
+    (["user_sft.draws=0"], "user_sft.draws: 0 is not between 1 and 16"),
 ])
 def test_bad_train_user_input_fails_before_a_run_folder_exists(in_tmp, args, message):
     r = runner.invoke(app, ["train", "user", *args, "run_id=bad"])
@@ -296,6 +297,54 @@ def test_a_card_marked_as_user_writes_its_own_opening(tmp_path, tiny_folder):
     assert trained.content != goal  # the model wrote it (random weights: not the goal)
 
 
+def test_a_sampled_trained_user_draws_again_a_reply_that_breaks_its_instructions(tmp_path, tiny_folder):
+    """The card's `draws`: a sampled reply that breaks reply_breaks is drawn again with another seed; when every
+    draw broke one, the greedy reply is said; greedy users and cards without draws take one draw. Only the model's
+    words are faked (the real tiny folder and batcher)."""
+    import shutil
+
+    from muactl.domain.open import open_domain
+    from muactl.episode.user import HFUser
+    from muactl.models.folder import mark_card
+    from muactl.models.generation import load_model
+
+    bank = open_domain("bank")
+    folder = tmp_path / "user-model"
+    shutil.copytree(tiny_folder, folder)
+    mark_card(folder, plays="user", draws=3)
+    lm = load_model(str(folder), bank.compiled)
+    goal = "I want to move 10 from my checking account to my holiday account."
+    calls: list[tuple[float, int]] = []
+
+    def play(said: list[str], user: HFUser):
+        words = iter(said)
+
+        def fake_generate(prompts, max_new_tokens, temperature=0.0, seed=None):
+            calls.append((temperature, seed))
+            return [(lm.encode(next(words)), [0.0]) for _ in prompts]
+
+        calls.clear()
+        lm.generate = fake_generate  # the episode's event loop makes the queue, which then calls this
+        try:
+            ctx = SimpleNamespace(task=bank.task("move-quin"), domain=bank.compiled, seed=5, state={},
+                                  messages=[{"role": "system", "content": "x"}])
+            return asyncio.run(user.respond(ctx))
+        finally:
+            del lm.generate
+
+    sampled = HFUser(str(folder), temperature=0.7, max_new_tokens=8)
+    reply = play(["How can I help you today?", "Hello there.", goal], sampled)
+    assert reply.content == goal and reply.usage == {"redrawn": 2.0}
+    assert [t for t, _ in calls] == [0.7, 0.7, 0.7] and len(set(calls)) == 3  # each draw its own seed
+    reply = play(["Hello there."] * 3 + ["Hi."], sampled)
+    assert reply.content == "Hi." and reply.usage == {"redrawn": 3.0}  # every draw broke one: greedy
+    assert [t for t, _ in calls] == [0.7, 0.7, 0.7, 0.0]
+    greedy = play(["Hello there."], HFUser(str(folder), temperature=0.0, max_new_tokens=8))
+    assert greedy.content == "Hello there." and not greedy.usage and len(calls) == 1
+    mark_card(folder, draws=1)
+    assert play(["Hello there."], sampled).content == "Hello there." and len(calls) == 1
+
+
 @pytest.mark.slow
 def test_eval_reports_whether_a_user_model_is_faithful(tiny_folder):
     r = runner.invoke(app, ["eval", "bank", "--task", "move-quin", "--user", f"hf:{tiny_folder}", "--max-turns", "4"],
@@ -328,7 +377,8 @@ def test_train_a_tiny_user_end_to_end(in_tmp):
     assert scripted["pass^1_interval"] == [1.0, 1.0] and state["eval"]["pass^1_gap"]["tasks"] == 1
     assert "trained user - scripted user, paired over 1 instances" in r.output
     final = state["sft"]["checkpoint"]
-    assert json.loads((in_tmp / final / "muactl.json").read_text())["plays"] == "user"
+    card = json.loads((in_tmp / final / "muactl.json").read_text())
+    assert card["plays"] == "user" and card["draws"] == 4  # user_sft.draws: a sampled reply may be drawn 4 times
     assert not list((in_tmp / "runs" / "u" / "sft").glob("checkpoint-*"))  # the finished stage keeps checkpoint-final only
     r = runner.invoke(app, ["eval", "bank", "--task", "move-quin", "--user", f"hf:{final}", "--max-turns", "6"], env=WIDE)
     assert r.exit_code == 0 and "user model" in r.output, r.output

@@ -107,12 +107,9 @@ def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
     first_write = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"
                         and any(writes(c["name"]) for c in m.get("tool_calls") or [])), len(msgs))
     before = " ".join(m.get("content") or "" for m in msgs[:first_write] if m["role"] == "user")
-    words = set(_words(goal.reason))
-    said = set(_words(before))
-    stated = _numbers(goal.reason) <= _numbers(before) and (not words or len(words & said) * 2 >= len(words))
 
     out: dict[str, bool | None] = dict.fromkeys(CHECKS)
-    out["stated_goal"] = bool(user_texts) and stated
+    out["stated_goal"] = bool(user_texts) and states_goal(goal.reason, before)
     facts = known_facts(goal.known)
     asked = any(role == "agent" and _ASK.search(t) and not _CONFIRM.search(t) for role, t, _ in turns)
     if facts and asked:
@@ -125,7 +122,7 @@ def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
         key = "consented" if goal.consent else "refused"
         out[key] = all(consent_in(a) is goal.consent for a in answers)
     agent_grams = {g for role, t, _ in turns if role == "agent" for g in _grams(t)}
-    out["never_played_agent"] = not any(_AGENT_TALK.search(t) or agent_grams & _grams(t) for t in user_texts)
+    out["never_played_agent"] = not any(plays_agent(t, agent_grams) for t in user_texts)
     term = episode.termination
     if term in ("agent_error", "infra_error", "too_many_errors"):  # the agent or an API ended it first
         return out
@@ -134,6 +131,43 @@ def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
     out["right_stop"] = ended_as_expected(task, domain, episode)
     out["within_budget"] = term not in ("max_turns", "timeout")
     return out
+
+
+def states_goal(reason: str, text: str) -> bool:
+    """Whether `text` carries the goal `reason`: every number of it and at least half of its content words."""
+    words = set(_words(reason))
+    return _numbers(reason) <= _numbers(text) and (not words or len(words & set(_words(text))) * 2 >= len(words))
+
+
+def plays_agent(text: str, agent_grams: set[tuple[str, ...]]) -> bool:
+    """Whether a user message reads like the agent, or repeats five words running of the agent's (`agent_grams`)."""
+    return bool(_AGENT_TALK.search(text) or agent_grams & _grams(text))
+
+
+def reply_breaks(task, messages: list[dict[str, Any]], reply: str) -> str | None:
+    """The check that the user's next message `reply`, after `messages`, breaks by itself, or None: an opening
+    that does not carry the goal (stated_goal); an answer to a request for details, while a known fact is still
+    unsaid, that gives none of the unsaid ones word for word (gave_facts: a garbled email is not the email); an
+    answer to a request to confirm that goes against the task's consent (consented or refused); words that read
+    like the agent's (never_played_agent). The checks of a whole episode that one message can decide as it is
+    written; a sampled trained user draws again when its reply breaks one (user.py's HFUser)."""
+    from .agents.oracle import consent_in
+
+    goal = task.task.user
+    turns = list(_turns(messages))
+    said = [t for role, t, _ in turns if role == "user"]
+    if not said and not states_goal(goal.reason, reply):
+        return "stated_goal"
+    last = turns[-1][1] if turns and turns[-1][0] == "agent" else None
+    if last is not None and _ASK.search(last) and not _CONFIRM.search(last):
+        unsaid = [f for f in known_facts(goal.known) if _norm(f) not in _norm(" ".join(said))]
+        if unsaid and not any(_norm(f) in _norm(reply) for f in unsaid):
+            return "gave_facts"
+    if last is not None and _CONFIRM.search(last) and consent_in(reply) is not goal.consent:
+        return "consented" if goal.consent else "refused"
+    if plays_agent(reply, {g for role, t, _ in turns if role == "agent" for g in _grams(t)}):
+        return "never_played_agent"
+    return None
 
 
 def answers_to_confirm(messages: list[dict[str, Any]]) -> list[int]:

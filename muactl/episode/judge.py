@@ -27,7 +27,7 @@ ATTEMPTS = 2  # a second chance after an answer that is not the verdicts asked f
 
 
 def transcript(messages: list[dict[str, Any]]) -> str:
-    from .user import shown_to_user
+    from .transcript import shown_to_user
 
     lines = []
     for m in messages:

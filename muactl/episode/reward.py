@@ -65,7 +65,7 @@ def output_said(required: str, shown: list[str]) -> bool:
 def shown_texts(messages: list[dict[str, Any]]) -> list[str]:
     """The agent's words the user saw: its text turns, not the domain's fixed greeting (see
     `shown_to_user`)."""
-    from .user import shown_to_user
+    from .transcript import shown_to_user
 
     return [m["content"] for m in messages if shown_to_user(m) and not m.get("fixed")]
 
@@ -104,7 +104,7 @@ def call_turn(required, made: list[tuple[int, str, dict[str, Any]]]) -> int | No
 
 def output_turn(required: str, messages: list[dict[str, Any]]) -> int | None:
     """The first turn by whose end the required output had been shown to the user, or None."""
-    from .user import shown_to_user
+    from .transcript import shown_to_user
 
     shown: list[str] = []
     for turn, m in _agent_turns(messages):
@@ -133,7 +133,7 @@ def ended_as_expected(task, domain, episode) -> bool:
     """The expected ending; a transfer task's is also the user's ###TRANSFER### once the agent handed them over with
     a `hands_over` tool (which ends nothing: τ² banking_knowledge's transfer, after which its user says so). The user's
     ###TRANSFER### in any other case, and a hand-over in a task that expects none, end otherwise than expected."""
-    from .user import handed_over
+    from .transcript import handed_over
 
     want = expected_ending(task)
     return episode.termination == want or (want == "transfer" and episode.termination == "user_transfer"

@@ -17,7 +17,8 @@ from typing import Any
 from .agents.base import Agent, AgentReply
 from .rollout import RolloutConfig, run_episode, visible_tools
 from .types import Episode
-from .user import UserReply, UserSimulator, shown_to_user, split_stop
+from .transcript import shown_to_user
+from .user import UserReply, UserSimulator, split_stop
 from ..env.sandbox import new_env
 from ..errors import UsageError
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import random
 import re
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..compile.prompt import user_system_prompt as user_prompt_of
+from .fidelity import reply_breaks
+from .transcript import handed_over, shown_to_user
 
 if TYPE_CHECKING:
     from .types import EpisodeContext
@@ -25,20 +28,6 @@ STOP_TOKENS = {STOP: "user_stop", TRANSFER: "user_transfer", OUT_OF_SCOPE: "out_
 
 def user_system_prompt(ctx: EpisodeContext) -> str:
     return user_prompt_of(ctx.domain.spec, ctx.task.task)
-
-
-def handed_over(domain, messages: list[dict[str, Any]]) -> bool:
-    """Whether the agent handed the user over to a human with a call of a `hands_over` tool (which ends nothing by
-    itself) that ran without an error: what ends a transfer task by the user's ###TRANSFER### (reward.py)."""
-    return domain is not None and any(m["role"] == "tool" and not m.get("error") and domain.hands_over(m.get("name"))
-                                      for m in messages)
-
-
-def shown_to_user(m: dict[str, Any]) -> bool:
-    """Whether an agent message reaches the user: text turns only. A turn that carries tool calls, or
-    that failed to parse as one, goes to the tools, and its text with it. The reward reads the same."""
-    return (m["role"] == "assistant" and bool((m.get("content") or "").strip()) and not m.get("tool_calls")
-            and not m.get("malformed"))
 
 
 def flipped_history(ctx: EpisodeContext) -> list[dict[str, str]]:
@@ -683,13 +672,28 @@ def plays_user(path) -> bool:
     return read_card(path).get("plays") == "user"
 
 
+def user_draws(path) -> int:
+    """How many times a sampled reply of this model may be drawn: its card's `draws` (`muactl train user` writes
+    user_sft.draws), 1 for any other model."""
+    from ..models.folder import read_card
+
+    draws = read_card(path).get("draws", 1)
+    return draws if isinstance(draws, int) and not isinstance(draws, bool) and draws >= 1 else 1
+
+
 class HFUser(UserSimulator):
     """A local transformers model plays the user. Concurrent episodes' user turns share generate calls
     (models/batcher.py), as a local agent's turns do: one at a time, an LLM user made a 100-episode
     evaluation on a CPU take hours. As with local agents, a sampled (temperature > 0) reply's randomness
     comes from its batch (the seed derives from the batch's contents), not from the episode alone.
     `prompt`: "small" (default: the opening message is the goal in the first person, then
-    small_model_messages) or "full" (the same prompt as LLM users, every message from the model)."""
+    small_model_messages) or "full" (the same prompt as LLM users, every message from the model).
+
+    Sampled, a trained user's reply that breaks the user's own instructions (fidelity.py's reply_breaks: an
+    opening without the goal, an answer to "shall I proceed?" against the task's consent, the agent's words) is
+    drawn again with another seed, up to the card's `draws` in all (user_draws); when every draw broke one, the
+    greedy reply is said. Sampling gives the variation and the draws keep it to what the task says; the episode's
+    usage counts the redrawn replies (`user_redrawn`)."""
 
     def __init__(self, model_ref: str, temperature: float = 0.0, max_new_tokens: int = 128, prompt: str = "small",
                  max_batch: int = 64):
@@ -709,13 +713,32 @@ class HFUser(UserSimulator):
         else:
             history = flipped_history(ctx) or [{"role": "user", "content": "(The support chat has opened. Write your first message.)"}]
             messages = [{"role": "system", "content": user_system_prompt(ctx)}, *history]
-        ids, _ = await self.queue(lm).submit(lm.prompt_ids(messages), self.max_new_tokens, self.temperature, ctx.seed)
-        return split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
+        prompt = lm.prompt_ids(messages)
+        draws = user_draws(lm.path) if self.temperature > 0 else 1
+        redrawn = 0
+        for k in range(draws):
+            ids, _ = await self.queue(lm).submit(prompt, self.max_new_tokens, self.temperature, redraw_seed(ctx.seed, k))
+            reply = split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
+            if draws == 1 or reply_breaks(ctx.task, ctx.messages, reply.content) is None:
+                break
+            redrawn += 1
+        else:  # every draw broke one of the user's instructions: the greedy reply
+            ids, _ = await lm.batcher(f"user {self.max_new_tokens} 0.0", self.max_batch).submit(
+                prompt, self.max_new_tokens, 0.0, ctx.seed)
+            reply = split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
+        if redrawn:
+            reply.usage = {"redrawn": float(redrawn)}
+        return reply
 
     def queue(self, lm):
         """This user's queue on `lm` in the running event loop, shared by the users with its settings (a batch
         is generated with one max_new_tokens and one temperature)."""
         return lm.batcher(f"user {self.max_new_tokens} {self.temperature}", self.max_batch)
+
+
+def redraw_seed(seed: int, k: int) -> int:
+    """The sampling seed of an episode's k-th draw of one reply (the first keeps the episode's)."""
+    return seed if k == 0 else zlib.crc32(f"{seed}:draw:{k}".encode())
 
 
 def make_user(spec: str, api_base: str | None = None, temperature: float = 0.0, timeout_s: float = 60.0,

@@ -122,3 +122,5 @@ def check_user_sft(cfg, opened) -> None:
         check_backend(str(u.user), None, "user_sft.user")
         check_tasks(opened, u.tasks, "user_sft.tasks")
     check_tasks(opened, u.eval_tasks, "user_sft.eval_tasks")
+    if not 1 <= u.draws <= 16:
+        raise UsageError(f"user_sft.draws: {u.draws} is not between 1 and 16 (1: a sampled reply is never drawn again)")

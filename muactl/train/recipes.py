@@ -103,6 +103,7 @@ class UserSFTConf:
     eval_trials: int = 1
     max_turns: int = 16
     temperature: float = 0.0  # the trained user's sampling temperature in its evaluation
+    draws: int = 4  # written on the card: a sampled reply that breaks the user's instructions is drawn again, up to this in all
     consent_pairs: bool = False  # each answer to "shall I proceed?" also taught with the task's consent the other way
 
 

@@ -14,7 +14,8 @@ where it ended the episode. The loss is on that reply only: earlier user message
 With user_sft.consent_pairs, each answer to a request to confirm a change also comes the other way (consent_pair):
 the same conversation with the task's consent flipped and the opposite answer, so that the answer follows the
 prompt's instruction, not how often the data's users said yes.
-The checkpoint's card says it plays the user (so it writes its opening message too) and it loads as
+The checkpoint's card says it plays the user (so it writes its opening message too) and how many times a sampled
+reply that breaks the user's instructions is drawn (user_sft.draws; user.py's HFUser), and it loads as
 `--user hf:PATH` wherever a user is accepted. Then the oracle agent plays the held-out tasks against it, and
 against the scripted user for reference: the fidelity checks per check and overall with intervals, whether the
 trained user is faithful (FAITHFUL_AT), pass^1 against both users, and how varied the trained user's messages are.
@@ -184,7 +185,8 @@ def run_train_user(cfg, store: RunStore, log: Callable[[str], None] = print) -> 
         from ..models.folder import mark_card
 
         final, stats = run_sft(cfg, store, Path(state["data"]["path"]), log=log)
-        mark_card(final, plays="user")  # a trained user writes its opening message too (HFUser)
+        # a trained user writes its opening message too, and draws a sampled reply again as the card says (HFUser)
+        mark_card(final, plays="user", draws=cfg.user_sft.draws)
         state["sft"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
     drop_resumable(store.path / "sft", cfg.keep_checkpoints, log, "sft")  # once recorded: until then a crash resumes from them
@@ -237,11 +239,13 @@ def evaluate_user(cfg, store: RunStore, checkpoint: str, log) -> dict[str, Any]:
         row = {"user": user, "pass^1": summary.get("pass^1"), "pass^1_interval": list(bootstrap({"0": per_task})[1:]),
                "per_task": per_task, "episodes": summary.get("episodes"),
                "fidelity": summary["user_fidelity"], "verdict": user_model_verdict(episodes),
-               "variation": variation(conversations), "run": str(estore.path)}
+               "variation": variation(conversations), "run": str(estore.path),
+               "redrawn": int(sum(e["usage"].get("user_redrawn", 0) for e in episodes))}
         out[label] = row
         lo, hi = row["pass^1_interval"]
+        drawn = f", {row['redrawn']} sampled replies drawn again" if row["redrawn"] else ""
         log(f"eval {label} user: pass^1 {figure(row['pass^1'])} [{figure(lo)}, {figure(hi)}], faithful {figure(row['fidelity'].get('faithful'))} over "
-            f"{row['episodes']} episodes, distinct-2 {figure(row['variation']['distinct_2'])} ({took(t0)})")
+            f"{row['episodes']} episodes, distinct-2 {figure(row['variation']['distinct_2'])}{drawn} ({took(t0)})")
     out["pass^1_gap"] = pass_gap(out["trained"]["per_task"], out["scripted"]["per_task"])
     log(verdict_line(out["trained"]["verdict"], out["trained"]["fidelity"]))
     log(gap_line(out["pass^1_gap"]))
