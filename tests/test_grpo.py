@@ -406,10 +406,11 @@ def _steps_and_tasks(run_id):
 
 
 def test_resume_after_kill_9_continues_with_the_same_data_order(in_tmp):
-    env = dict(os.environ, MUACTL_RUNS=str(in_tmp / "runs"), MUACTL_NO_PROGRESS="1")
+    env = dict(os.environ, MUACTL_RUNS=str(in_tmp / "runs"), MUACTL_NO_PROGRESS="1", MUACTL_THREADS="1")
     base = [sys.executable, "-m", "muactl", "train", "grpo", *FAST, "grpo.steps=4", "grpo.save_steps=1"]
-    # an uninterrupted run for reference
-    subprocess.run(base + ["run_id=ref"], env=env, check=True, capture_output=True, cwd=in_tmp)
+    # an uninterrupted run for reference, beside the one to kill: two processes, so a 2-core machine runs both
+    ref_err = (in_tmp / "ref.err").open("w")
+    ref = subprocess.Popen(base + ["run_id=ref"], env=env, cwd=in_tmp, stdout=subprocess.DEVNULL, stderr=ref_err)
     proc = subprocess.Popen(base + ["run_id=killed"], env=env, cwd=in_tmp, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     ck = in_tmp / "runs" / "killed" / "grpo" / "checkpoint-2"
@@ -420,6 +421,9 @@ def test_resume_after_kill_9_continues_with_the_same_data_order(in_tmp):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert ck.exists(), "the run never reached its second checkpoint"
+    ref.wait(timeout=600)
+    ref_err.close()
+    assert ref.returncode == 0, (in_tmp / "ref.err").read_text()[-3000:]
     assert not (in_tmp / "runs" / "killed" / "checkpoint-final").exists()
     out = subprocess.run([sys.executable, "-m", "muactl", "train", "grpo", "--resume", "killed"], env=env, cwd=in_tmp,
                          capture_output=True, text=True)
