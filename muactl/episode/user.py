@@ -689,8 +689,9 @@ class HFUser(UserSimulator):
     `prompt`: "small" (default: the opening message is the goal in the first person, then
     small_model_messages) or "full" (the same prompt as LLM users, every message from the model).
 
-    Sampled, a trained user's reply that breaks the user's own instructions (fidelity.py's reply_breaks: an
-    opening without the goal, an answer to "shall I proceed?" against the task's consent, the agent's words) is
+    Sampled, a trained user's reply that breaks the user's own instructions (fidelity.py's reply_breaks: the goal
+    left out of the opening, no unsaid fact when asked for details, an answer to "shall I proceed?" against the
+    task's consent, the agent's words) is
     drawn again with another seed, up to the card's `draws` in all (user_draws); when every draw broke one, the
     greedy reply is said. Sampling gives the variation and the draws keep it to what the task says; the episode's
     usage counts the redrawn replies (`user_redrawn`)."""
@@ -723,17 +724,17 @@ class HFUser(UserSimulator):
                 break
             redrawn += 1
         else:  # every draw broke one of the user's instructions: the greedy reply
-            ids, _ = await lm.batcher(f"user {self.max_new_tokens} 0.0", self.max_batch).submit(
-                prompt, self.max_new_tokens, 0.0, ctx.seed)
+            ids, _ = await self.queue(lm, temperature=0.0).submit(prompt, self.max_new_tokens, 0.0, ctx.seed)
             reply = split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
         if redrawn:
             reply.usage = {"redrawn": float(redrawn)}
         return reply
 
-    def queue(self, lm):
+    def queue(self, lm, temperature: float | None = None):
         """This user's queue on `lm` in the running event loop, shared by the users with its settings (a batch
-        is generated with one max_new_tokens and one temperature)."""
-        return lm.batcher(f"user {self.max_new_tokens} {self.temperature}", self.max_batch)
+        is generated with one max_new_tokens and one temperature: this user's, or `temperature`)."""
+        t = self.temperature if temperature is None else temperature
+        return lm.batcher(f"user {self.max_new_tokens} {t}", self.max_batch)
 
 
 def redraw_seed(seed: int, k: int) -> int:
