@@ -23,8 +23,9 @@ def measure(domain: str, user: str, episodes: int, agent: str, temperature: floa
     cfg = EvalConfig(domain=domain, agent=agent, user=user, tasks=["template:all"], n=episodes, split="test",
                      user_temperature=temperature, max_turns=16)
     store, summary = run_eval(cfg)
-    conversations = [[m for m in store.messages(e["id"])] for e in store.episodes()]
-    redrawn = sum(e["usage"].get("user_redrawn", 0) for e in store.episodes())  # a trained user's card's draws
+    episodes = store.episodes()
+    conversations = [[m for m in store.messages(e["id"])] for e in episodes]
+    redrawn = sum(e["usage"].get("user_redrawn", 0) for e in episodes)  # a trained user's card's draws
     return {**variation(conversations), "faithful": summary["user_fidelity"]["faithful"], "pass^1": summary["pass^1"],
             "redrawn": redrawn, "fidelity": summary["user_fidelity"]}
 
