@@ -1,7 +1,8 @@
 """How varied the scripted user is, plain against `scripted:varied` (and any other --user): the oracle agent plays
 100 episodes per user on a domain, and the figures of muactl/episode/fidelity.py's `variation` are printed beside
-the share of faithful episodes and pass^1. Prints a table; asserts nothing. The agent is `oracle` (one phrasing
-per situation) unless --agent says otherwise, so only the user's variation is measured.
+the share of faithful episodes, pass^1, the replies a trained user drew again (its card's draws) and each check's
+share. Prints a table; asserts nothing. The agent is `oracle` (one phrasing per situation) unless --agent says
+otherwise, so only the user's variation is measured.
 
     .venv/bin/python benchmarks/user_variation.py                       # bank and retail, ~1 min
     .venv/bin/python benchmarks/user_variation.py --domains bank --user hf:runs/<id>/checkpoint-final --user-temperature 0.7
