@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +27,7 @@ from muactl.runs.store import RunStore
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 WIDE = {"COLUMNS": "250"}
 
 
@@ -54,6 +58,21 @@ def test_varied_scripted_user_stays_faithful_and_says_things_more_ways(domain):
     assert b["distinct_2"] > a["distinct_2"] * 1.1 and b["openings_per_100"] > a["openings_per_100"]
     again, _ = run_eval(EvalConfig(**draw, user="scripted:varied"))  # drawn from the episode's seed: replayed alike
     assert said_by_task(again) == said_by_task(varied)
+
+
+def test_the_variation_benchmark_prints_each_users_row_and_its_checks(tmp_path):
+    """benchmarks/user_variation.py is where the README's variation figures come from: one row per user with
+    distinct-2, faithful, pass^1 and redraws, then that user's share per check (with the episodes it applied to)."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "user_variation.py"), "--domains", "bank",
+                          "--episodes", "20"], env={**os.environ, "MUACTL_RUNS": str(tmp_path)},
+                         capture_output=True, text=True, timeout=300, check=True).stdout.splitlines()
+    rows = {line.split()[1]: (line.split(), out[k + 1]) for k, line in enumerate(out) if line.startswith("bank ")}
+    assert set(rows) == {"scripted", "scripted:varied"}
+    for user, (row, checks) in rows.items():
+        episodes, faithful, pass1, redrawn = row[2], row[7], row[8], row[9]
+        assert (episodes, faithful, pass1, redrawn) == ("20", "1.00", "1.00", "0"), user
+        assert "stated_goal 1.00 (20)" in checks and "gave_facts 1.00 (20)" in checks, checks
+    assert float(rows["scripted:varied"][0][5]) > 1.5 * float(rows["scripted"][0][5])  # distinct-2
 
 
 def test_every_goal_rewording_fires_on_some_built_in_goal():
