@@ -103,6 +103,22 @@ def declining_bank(tmp_path):
     return tmp_path
 
 
+def test_a_user_that_agrees_and_leaves_in_one_message_fails_right_stop(runs_root):
+    """The trained bank user's failure: "Yep, that's right. Goodbye." to "Shall I proceed?" ends the chat with the
+    stop the task calls for, before the write. right_stop holds only when the stop did not come as the answer."""
+    def agrees_and_leaves(body):
+        reply = _polite_user(body)
+        return Reply(content="Yes, go ahead. Goodbye. ###STOP###") if reply.content.startswith("Yes") else reply
+
+    with FakeOpenAI(agrees_and_leaves) as server:
+        _, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/leaves", user_api_base=server.base))
+    f = summary["user_fidelity"]
+    assert summary["pass^1"] == 0.0 and (f["consented"], f["right_stop"], f["faithful"]) == (1.0, 0.0, 0.0)
+    with FakeOpenAI(_polite_user) as server:  # the same user waiting for the change: every check holds
+        _, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/polite", user_api_base=server.base))
+    assert summary["pass^1"] == 1.0 and summary["user_fidelity"]["right_stop"] == 1.0
+
+
 def test_a_task_whose_user_declines(declining_bank):
     r = runner.invoke(app, ["validate", "./domains/bank"])
     assert r.exit_code == 0, r.output  # the right end state is the one before the declined write
@@ -212,10 +228,13 @@ def test_a_reply_is_held_to_the_checks_one_message_decides():
     assert reply_breaks(task, confirm, "Yes, please go ahead.") is None
     assert reply_breaks(task, confirm, "No, not now.") == "consented"
     assert reply_breaks(task, confirm, "Hmm, what was the amount again") == "consented"  # no answer is no consent
+    assert reply_breaks(task, confirm, "Yes, go ahead. Goodbye.", ends=True) == "right_stop"  # gone before the change
+    assert reply_breaks(task, again, "The checking one. Bye.", ends=True) is None  # not an answer to a request to confirm
     declining = dataclasses.replace(task, task=task.task.model_copy(update={
         "user": task.task.user.model_copy(update={"consent": False})}))
     assert reply_breaks(declining, confirm, "No, please do not make that change.") is None
     assert reply_breaks(declining, confirm, "Yes, please go ahead.") == "refused"
+    assert reply_breaks(declining, confirm, "No, leave it. Goodbye.", ends=True) is None  # a refusal may end the chat
 
 
 def test_local_llm_users_of_concurrent_episodes_share_generate_calls():

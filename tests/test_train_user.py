@@ -335,7 +335,7 @@ def test_a_sampled_trained_user_draws_again_a_reply_that_breaks_its_instructions
     goal = "I want to move 10 from my checking account to my holiday account."
     calls: list[tuple[float, int]] = []
 
-    def play(said: list[str], user: HFUser):
+    def play(said: list[str], user: HFUser, messages=({"role": "system", "content": "x"},)):
         words = iter(said)
 
         def fake_generate(prompts, max_new_tokens, temperature=0.0, seed=None):
@@ -345,8 +345,7 @@ def test_a_sampled_trained_user_draws_again_a_reply_that_breaks_its_instructions
         calls.clear()
         lm.generate = fake_generate  # the episode's event loop makes the queue, which then calls this
         try:
-            ctx = SimpleNamespace(task=bank.task("move-quin"), domain=bank.compiled, seed=5, state={},
-                                  messages=[{"role": "system", "content": "x"}])
+            ctx = SimpleNamespace(task=bank.task("move-quin"), domain=bank.compiled, seed=5, state={}, messages=list(messages))
             return asyncio.run(user.respond(ctx))
         finally:
             del lm.generate
@@ -360,6 +359,11 @@ def test_a_sampled_trained_user_draws_again_a_reply_that_breaks_its_instructions
     assert [t for t, _ in calls] == [0.7, 0.7, 0.7, 0.0]
     greedy = play(["Hello there."], HFUser(str(folder), temperature=0.0, max_new_tokens=8))
     assert greedy.content == "Hello there." and not greedy.usage and len(calls) == 1
+    confirm = [{"role": "system", "content": "x"}, {"role": "user", "content": goal},
+               {"role": "assistant", "content": "Could you give me your name?"}, {"role": "user", "content": "Quin."},
+               {"role": "assistant", "content": "Shall I move 10 from a726 to a827? (yes/no)"}]
+    reply = play(["Yep, that's right. Goodbye. ###STOP###", "Yes, please go ahead."], sampled, confirm)
+    assert (reply.content, reply.stop, reply.usage) == ("Yes, please go ahead.", None, {"redrawn": 1.0})  # a yes that left
     mark_card(folder, draws=1)
     assert play(["Hello there."], sampled).content == "Hello there." and len(calls) == 1
 

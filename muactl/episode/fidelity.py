@@ -12,7 +12,8 @@ before every write) against it, and check each episode's user against its task:
     never_played_agent  no user message reads like the agent (offers help, asks to proceed, calls itself the
                       agent, tool-call syntax) or repeats five words running of an agent message
     right_stop        the user ended the conversation with the stop its task calls for (###STOP###, or the
-                      transfer where the task expects one)
+                      transfer where the task expects one), and not in the message that agreed to a change
+                      (a yes and a goodbye at once end the chat before the agent can make it)
     within_budget     the conversation ended before the turn limit and the timeout
 
 Each check is True, False, or None where it does not apply (no facts to give, nothing asked, an agent
@@ -38,6 +39,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from .types import USER_ENDINGS
 
 FAITHFUL_AT = 0.90  # a user model is faithful when every check held in at least this share of its episodes
 PASS_GAP_AT = 0.05  # ... and the oracle's pass^1 against it may differ from that against the scripted user by this
@@ -128,7 +131,7 @@ def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
         return out
     from .reward import ended_as_expected
 
-    out["right_stop"] = ended_as_expected(task, domain, episode)
+    out["right_stop"] = ended_as_expected(task, domain, episode) and not stopped_on_consent(goal, msgs, term)
     out["within_budget"] = term not in ("max_turns", "timeout")
     return out
 
@@ -144,13 +147,14 @@ def plays_agent(text: str, agent_grams: set[tuple[str, ...]]) -> bool:
     return bool(_AGENT_TALK.search(text) or agent_grams & _grams(text))
 
 
-def reply_breaks(task, messages: list[dict[str, Any]], reply: str) -> str | None:
+def reply_breaks(task, messages: list[dict[str, Any]], reply: str, ends: bool = False) -> str | None:
     """The check that the user's next message `reply`, after `messages`, breaks by itself, or None: an opening
     that does not carry the goal (stated_goal); an answer to a request for details, while a known fact is still
     unsaid, that gives none of the unsaid ones word for word (gave_facts: a garbled email is not the email); an
-    answer to a request to confirm that goes against the task's consent (consented or refused); words that read
-    like the agent's (never_played_agent). The checks of a whole episode that one message can decide as it is
-    written; a sampled trained user draws again when its reply breaks one (user.py's HFUser)."""
+    answer to a request to confirm that goes against the task's consent (consented or refused), or that agrees and
+    ends the chat (`ends`: it carried a stop) before the change is made (right_stop); words that read like the
+    agent's (never_played_agent). The checks of a whole episode that one message can decide as it is written; a
+    sampled trained user draws again when its reply breaks one (user.py's HFUser)."""
     from .agents.oracle import consent_in
 
     goal = task.task.user
@@ -163,11 +167,24 @@ def reply_breaks(task, messages: list[dict[str, Any]], reply: str) -> str | None
         unsaid = [f for f in known_facts(goal.known) if _norm(f) not in _norm(" ".join(said))]
         if unsaid and not any(_norm(f) in _norm(reply) for f in unsaid):
             return "gave_facts"
-    if last is not None and _CONFIRM.search(last) and consent_in(reply) is not goal.consent:
-        return "consented" if goal.consent else "refused"
+    if last is not None and _CONFIRM.search(last):
+        if consent_in(reply) is not goal.consent:
+            return "consented" if goal.consent else "refused"
+        if ends and goal.consent:
+            return "right_stop"
     if plays_agent(reply, {g for role, t, _ in turns if role == "agent" for g in _grams(t)}):
         return "never_played_agent"
     return None
+
+
+def stopped_on_consent(goal, messages: list[dict[str, Any]], termination: str) -> bool:
+    """Whether the user ended the chat (`termination`) in reply to a request to confirm a change its task wants
+    (`goal.consent`): a yes and a goodbye in one message, or a bare stop, leave the agent no turn to make the
+    change. A refusal may end the chat."""
+    if not goal.consent or termination not in USER_ENDINGS:
+        return False
+    last_agent = next((t for role, t, _ in reversed(list(_turns(messages))) if role == "agent"), None)
+    return last_agent is not None and bool(_CONFIRM.search(last_agent))
 
 
 def answers_to_confirm(messages: list[dict[str, Any]]) -> list[int]:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 TERMINATIONS = ("user_stop", "agent_done", "transfer", "user_transfer", "out_of_scope", "max_turns", "too_many_errors", "timeout",
                 "agent_error", "user_error", "infra_error")
+USER_ENDINGS = ("user_stop", "user_transfer", "out_of_scope")  # what a user's message ends an episode with (user.py)
 
 
 # Outcome classes. success and failure are the agent's (scored: its own API errors, context overflow and

@@ -691,7 +691,7 @@ class HFUser(UserSimulator):
 
     Sampled, a trained user's reply that breaks the user's own instructions (fidelity.py's reply_breaks: the goal
     left out of the opening, no unsaid fact when asked for details, an answer to "shall I proceed?" against the
-    task's consent, the agent's words) is
+    task's consent or a yes that also ends the chat, the agent's words) is
     drawn again with another seed, up to the card's `draws` in all (user_draws); when every draw broke one, the
     greedy reply is said. Sampling gives the variation and the draws keep it to what the task says; the episode's
     usage counts the redrawn replies (`user_redrawn`)."""
@@ -720,7 +720,7 @@ class HFUser(UserSimulator):
         for k in range(draws):
             ids, _ = await self.queue(lm).submit(prompt, self.max_new_tokens, self.temperature, redraw_seed(ctx.seed, k))
             reply = split_stop(lm.reply_text(ids), ctx.domain.spec.domain.user_stop)
-            if draws == 1 or reply_breaks(ctx.task, ctx.messages, reply.content) is None:
+            if draws == 1 or reply_breaks(ctx.task, ctx.messages, reply.content, ends=reply.stop is not None) is None:
                 break
             redrawn += 1
         else:  # every draw broke one of the user's instructions: the greedy reply
