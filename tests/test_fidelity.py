@@ -103,17 +103,24 @@ def declining_bank(tmp_path):
     return tmp_path
 
 
-def test_a_user_that_agrees_and_leaves_in_one_message_fails_right_stop(runs_root):
-    """The trained bank user's failure: "Yep, that's right. Goodbye." to "Shall I proceed?" ends the chat with the
-    stop the task calls for, before the write. right_stop holds only when the stop did not come as the answer."""
+def test_a_user_that_leaves_before_the_agent_can_act_fails_right_stop(runs_root):
+    """The trained bank user's failures: "Yep, that's right. Goodbye." to "Shall I proceed?", or a goodbye in the
+    opening message, ends the chat with the stop the task calls for, before the agent could act. right_stop holds
+    only when the stop came later."""
     def agrees_and_leaves(body):
         reply = _polite_user(body)
         return Reply(content="Yes, go ahead. Goodbye. ###STOP###") if reply.content.startswith("Yes") else reply
 
-    with FakeOpenAI(agrees_and_leaves) as server:
-        _, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/leaves", user_api_base=server.base))
-    f = summary["user_fidelity"]
-    assert summary["pass^1"] == 0.0 and (f["consented"], f["right_stop"], f["faithful"]) == (1.0, 0.0, 0.0)
+    def asks_and_leaves(body):
+        reply = _polite_user(body)
+        opening = not any(m["role"] == "assistant" for m in body["messages"][1:])
+        return Reply(content=reply.content + " Thanks, bye! ###STOP###") if opening else reply
+
+    for user in (agrees_and_leaves, asks_and_leaves):
+        with FakeOpenAI(user) as server:
+            _, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/leaves", user_api_base=server.base))
+        f = summary["user_fidelity"]
+        assert summary["pass^1"] == 0.0 and (f["stated_goal"], f["right_stop"], f["faithful"]) == (1.0, 0.0, 0.0), user
     with FakeOpenAI(_polite_user) as server:  # the same user waiting for the change: every check holds
         _, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/polite", user_api_base=server.base))
     assert summary["pass^1"] == 1.0 and summary["user_fidelity"]["right_stop"] == 1.0
@@ -215,6 +222,7 @@ def test_a_reply_is_held_to_the_checks_one_message_decides():
     assert reply_breaks(task, start, goal) is None
     assert reply_breaks(task, start, "Hi, I need some help with my accounts.") == "stated_goal"
     assert reply_breaks(task, start, "I want to move 20 from my checking account to my holiday account.") == "stated_goal"
+    assert reply_breaks(task, start, goal + " Thanks, goodbye!", ends=True) == "right_stop"  # asks, and leaves at once
     asked = [*start, {"role": "user", "content": goal}, {"role": "assistant", "content": "Could you give me your name?"}]
     assert reply_breaks(task, asked, "My name is Quin.") is None  # past the opening, the goal need not be said again
     assert reply_breaks(task, asked, "My name is Qiun.") == "gave_facts"  # asked, and the fact garbled

@@ -12,8 +12,8 @@ before every write) against it, and check each episode's user against its task:
     never_played_agent  no user message reads like the agent (offers help, asks to proceed, calls itself the
                       agent, tool-call syntax) or repeats five words running of an agent message
     right_stop        the user ended the conversation with the stop its task calls for (###STOP###, or the
-                      transfer where the task expects one), and not in the message that agreed to a change
-                      (a yes and a goodbye at once end the chat before the agent can make it)
+                      transfer where the task expects one), and not in its opening message or in the one that
+                      agreed to a change (a yes and a goodbye at once end the chat before the agent can make it)
     within_budget     the conversation ended before the turn limit and the timeout
 
 Each check is True, False, or None where it does not apply (no facts to give, nothing asked, an agent
@@ -131,7 +131,7 @@ def user_fidelity(task, episode, domain=None) -> dict[str, bool | None]:
         return out
     from .reward import ended_as_expected
 
-    out["right_stop"] = ended_as_expected(task, domain, episode) and not stopped_on_consent(goal, msgs, term)
+    out["right_stop"] = ended_as_expected(task, domain, episode) and not left_early(goal, msgs, term)
     out["within_budget"] = term not in ("max_turns", "timeout")
     return out
 
@@ -149,7 +149,7 @@ def plays_agent(text: str, agent_grams: set[tuple[str, ...]]) -> bool:
 
 def reply_breaks(task, messages: list[dict[str, Any]], reply: str, ends: bool = False) -> str | None:
     """The check that the user's next message `reply`, after `messages`, breaks by itself, or None: an opening
-    that does not carry the goal (stated_goal); an answer to a request for details, while a known fact is still
+    that does not carry the goal (stated_goal) or ends the chat (`ends`: it carried a stop; right_stop); an answer to a request for details, while a known fact is still
     unsaid, that gives none of the unsaid ones word for word (gave_facts: a garbled email is not the email); an
     answer to a request to confirm that goes against the task's consent (consented or refused), or that agrees and
     ends the chat (`ends`: it carried a stop) before the change is made (right_stop); words that read like the
@@ -162,6 +162,8 @@ def reply_breaks(task, messages: list[dict[str, Any]], reply: str, ends: bool = 
     said = [t for role, t, _ in turns if role == "user"]
     if not said and not states_goal(goal.reason, reply):
         return "stated_goal"
+    if not said and ends:
+        return "right_stop"
     last = turns[-1][1] if turns and turns[-1][0] == "agent" else None
     if last is not None and _ASK.search(last) and not _CONFIRM.search(last):
         unsaid = [f for f in known_facts(goal.known) if _norm(f) not in _norm(" ".join(said))]
@@ -177,14 +179,18 @@ def reply_breaks(task, messages: list[dict[str, Any]], reply: str, ends: bool = 
     return None
 
 
-def stopped_on_consent(goal, messages: list[dict[str, Any]], termination: str) -> bool:
-    """Whether the user ended the chat (`termination`) in reply to a request to confirm a change its task wants
-    (`goal.consent`): a yes and a goodbye in one message, or a bare stop, leave the agent no turn to make the
-    change. A refusal may end the chat."""
-    if not goal.consent or termination not in USER_ENDINGS:
+def left_early(goal, messages: list[dict[str, Any]], termination: str) -> bool:
+    """Whether the user ended the chat (`termination`) before the agent could do anything: in its opening message,
+    or in reply to a request to confirm a change its task wants (`goal.consent`; a yes and a goodbye in one
+    message, or a bare stop). A refusal may end the chat."""
+    if termination not in USER_ENDINGS:
         return False
-    last_agent = next((t for role, t, _ in reversed(list(_turns(messages))) if role == "agent"), None)
-    return last_agent is not None and bool(_CONFIRM.search(last_agent))
+    turns = list(_turns(messages))
+    first_user = next((i for i, (role, _, _) in enumerate(turns) if role == "user"), len(turns))
+    if not any(role == "agent" for role, _, _ in turns[first_user:]):
+        return True
+    last_agent = next(t for role, t, _ in reversed(turns) if role == "agent")
+    return bool(goal.consent and _CONFIRM.search(last_agent))
 
 
 def answers_to_confirm(messages: list[dict[str, Any]]) -> list[int]:

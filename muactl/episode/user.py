@@ -691,7 +691,7 @@ class HFUser(UserSimulator):
 
     Sampled, a trained user's reply that breaks the user's own instructions (fidelity.py's reply_breaks: the goal
     left out of the opening, no unsaid fact when asked for details, an answer to "shall I proceed?" against the
-    task's consent or a yes that also ends the chat, the agent's words) is
+    task's consent or a yes that also ends the chat, an opening that ends it, the agent's words) is
     drawn again with another seed, up to the card's `draws` in all (user_draws); when every draw broke one, the
     greedy reply is said. Sampling gives the variation and the draws keep it to what the task says; the episode's
     usage counts the redrawn replies (`user_redrawn`)."""
