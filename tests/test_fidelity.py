@@ -121,6 +121,29 @@ def test_a_user_that_leaves_before_the_agent_can_act_fails_right_stop(runs_root)
             _, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/leaves", user_api_base=server.base))
         f = summary["user_fidelity"]
         assert summary["pass^1"] == 0.0 and (f["stated_goal"], f["right_stop"], f["faithful"]) == (1.0, 0.0, 0.0), user
+
+
+def test_leaving_early_is_read_from_the_agents_last_message():
+    """left_early: the user's stop right after the opening, or after a request to confirm that made no call and
+    whose answer the task wants to be yes; not after a request that came with a call, a refusal's, or a stop that
+    was not the user's."""
+    from types import SimpleNamespace
+
+    from muactl.episode.fidelity import left_early
+
+    yes, no = SimpleNamespace(consent=True), SimpleNamespace(consent=False)
+    greeting = [{"role": "assistant", "content": "Hi! How can I help you today?"}]
+    opened = [*greeting, {"role": "user", "content": "I want to move 10. Bye."}]
+    asked = [*opened, {"role": "assistant", "content": "Shall I move 10 from a726 to a827? (yes/no)"},
+             {"role": "user", "content": "Yes. Bye."}]
+    handed = [*opened, {"role": "assistant", "content": "Can you confirm you got through?",
+                        "tool_calls": [{"name": "transfer_to_human_agents", "arguments": {}}]},
+              {"role": "user", "content": "Yes."}]
+    assert left_early(yes, opened, "user_stop") and left_early(no, opened, "user_stop")
+    assert left_early(yes, asked, "user_stop") and not left_early(no, asked, "user_stop")
+    assert not left_early(yes, handed, "user_transfer") and not left_early(yes, asked, "max_turns")
+    assert not left_early(yes, [*asked[:-1], {"role": "user", "content": "Yes."}, {"role": "assistant", "content": "Done."}],
+                          "user_stop")
     with FakeOpenAI(_polite_user) as server:  # the same user waiting for the change: every check holds
         _, summary = run_eval(EvalConfig(domain="bank", tasks=["move-quin"], user="openai/polite", user_api_base=server.base))
     assert summary["pass^1"] == 1.0 and summary["user_fidelity"]["right_stop"] == 1.0

@@ -189,8 +189,9 @@ def left_early(goal, messages: list[dict[str, Any]], termination: str) -> bool:
     first_user = next((i for i, (role, _, _) in enumerate(turns) if role == "user"), len(turns))
     if not any(role == "agent" for role, _, _ in turns[first_user:]):
         return True
-    last_agent = next(t for role, t, _ in reversed(turns) if role == "agent")
-    return bool(goal.consent and _CONFIRM.search(last_agent))
+    text, message = next((t, m) for role, t, m in reversed(turns) if role == "agent")
+    # a message that asks and calls a tool at once (a hand-over, then "can you confirm you got through?") acted
+    return bool(goal.consent and _CONFIRM.search(text) and not message.get("tool_calls"))
 
 
 def answers_to_confirm(messages: list[dict[str, Any]]) -> list[int]:
