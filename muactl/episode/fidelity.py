@@ -149,12 +149,13 @@ def plays_agent(text: str, agent_grams: set[tuple[str, ...]]) -> bool:
 
 def reply_breaks(task, messages: list[dict[str, Any]], reply: str, ends: bool = False) -> str | None:
     """The check that the user's next message `reply`, after `messages`, breaks by itself, or None: an opening
-    that does not carry the goal (stated_goal) or ends the chat (`ends`: it carried a stop; right_stop); an answer to a request for details, while a known fact is still
-    unsaid, that gives none of the unsaid ones word for word (gave_facts: a garbled email is not the email); an
-    answer to a request to confirm that goes against the task's consent (consented or refused), or that agrees and
-    ends the chat (`ends`: it carried a stop) before the change is made (right_stop); words that read like the
-    agent's (never_played_agent). The checks of a whole episode that one message can decide as it is written; a
-    sampled trained user draws again when its reply breaks one (user.py's HFUser)."""
+    that does not carry the goal (stated_goal) or that ends the chat (`ends`: the reply carried a stop;
+    right_stop); an answer to a request for details, while a known fact is still unsaid, that gives none of the
+    unsaid ones word for word (gave_facts: a garbled email is not the email); an answer to a request to confirm
+    that goes against the task's consent (consented or refused), or that agrees and ends the chat before the
+    change is made (right_stop); words that read like the agent's (never_played_agent). The checks of a whole
+    episode that one message can decide as it is written; a sampled trained user draws again when its reply breaks
+    one (user.py's HFUser)."""
     from .agents.oracle import consent_in
 
     goal = task.task.user
