@@ -65,6 +65,8 @@ from muactl.runs.stats import bootstrap, paired, verdict  # noqa: E402  (the sam
 ARMS = ("base", "sft", "sft+grpo", "grpo")
 TEST_TASKS = "test"  # the domain's fixed test split, reported beside the held-out instances
 REFERENCE = "reference"  # --out's folder for the oracle's eval runs, apart from the models' runs/
+# a GRPO run cut off (a sitting's end) resumes from its last checkpoint, not from step 1; two kept (save_total_limit)
+GRPO_SAVE_EVERY = 2
 
 
 def cpu_minutes() -> float:
@@ -282,7 +284,7 @@ class Experiment:
                 "train", "grpo", f"model={start}", f"run_id={run_id}", f"seed={seed}", *self.common(),
                 f"tasks={tasks}", "db=random", f"grpo.steps={a.grpo_steps}", f"grpo.group_size={a.group_size}",
                 f"grpo.tasks_per_step={a.tasks_per_step}", f"grpo.lr={a.grpo_lr}", f"grpo.max_turns={a.max_turns}",
-                f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={a.grpo_steps}", f"grpo.temperature={a.temperature}",
+                f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={GRPO_SAVE_EVERY}", f"grpo.temperature={a.temperature}",
                 f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra]))
         # a run trained now replaces whatever an earlier run of that id left in results.json
         if done.is_dir() and kept_store(done.parent) and (trained or run_id not in self.results.get("grpo_runs", {})):

@@ -346,7 +346,7 @@ def test_a_stopped_training_run_is_resumed_and_its_parts_costs_add_up(tmp_path, 
     starting the run again under the same id; the CPU and wall minutes of each finished part add up."""
     rl = _module()
     exp = rl.Experiment(_args(out=str(tmp_path), max_new_tokens=64, max_turns=10, temperature=1.0, band=[0.1, 0.9],
-                              eval_every=0, curve_n=40, grpo_extra=[]))
+                              eval_every=0, curve_n=40, grpo_extra=[], grpo_steps=8))
     called = []
     monkeypatch.setattr(rl, "muactl", lambda args, where, log: called.append(args))
     exp.sft(0)
@@ -357,6 +357,9 @@ def test_a_stopped_training_run_is_resumed_and_its_parts_costs_add_up(tmp_path, 
     assert called[-1] == ["train", "--resume", "sft-0"]
     exp.grpo(0, "start", "sft+grpo")
     assert called[-1][:2] == ["train", "grpo"] and "run_id=sft-grpo-0" in called[-1]
+    # GRPO keeps checkpoints before its last step, so a cut run goes on from one of them, not from step 1
+    save_every = int(next(x for x in called[-1] if x.startswith("grpo.save_steps=")).split("=")[1])
+    assert save_every < exp.a.grpo_steps
     (tmp_path / "runs" / "sft-grpo-0").mkdir()
     (tmp_path / "runs" / "sft-grpo-0" / "config.yaml").write_text("{}")
     exp.grpo(0, "start", "sft+grpo")
