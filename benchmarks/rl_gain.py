@@ -137,6 +137,13 @@ SFT_BUILT = ("sft", "sft+grpo", "screen", "probe-sft", "probe-grpo")
 GRPO_EVALUATED = {"sft+grpo": "sft+grpo", "grpo": "grpo", "probe": "probe-grpo"}
 
 
+def checkpoint(work: Path, arm: str, seed: int) -> Path:
+    """Where an arm's model of a seed lives in --out: SFT inside its recipe's stage folder, a GRPO arm in its run's."""
+    if arm == "sft":
+        return work / "runs" / f"sft-{seed}" / "sft" / "checkpoint-final"
+    return work / "runs" / f"{arm.replace('+', '-')}-{seed}" / "checkpoint-final"
+
+
 def played_on(r: dict) -> int:
     """How many held-out instances an evaluation was played on: its recorded `n`, or, in a record written before `n`
     was kept, the instances it scored (fewer where episodes were excluded)."""
@@ -210,7 +217,7 @@ class Experiment:
         a = self.a
         self.same_cold_start()
         run_id = f"sft-{seed}"
-        ckpt = self.work / "runs" / run_id / "sft" / "checkpoint-final"  # a recipe's stage keeps its own folder
+        ckpt = checkpoint(self.work, "sft", seed)
         made_from = self.recorded_on(seed, SFT_BUILT)
         if not ckpt.is_dir() and made_from:
             # results.json carried into a new --out: SFT trained again is another model than the one these came from
@@ -274,8 +281,8 @@ class Experiment:
 
     def grpo(self, seed: int, start: str, arm: str, tasks: str = "template:all") -> Path:
         a = self.a
-        run_id = f"{arm.replace('+', '-')}-{seed}"
-        done = self.work / "runs" / run_id / "checkpoint-final"
+        done = checkpoint(self.work, arm, seed)
+        run_id = done.parent.name
         trained = not done.is_dir()
         if trained:
             self.may_train_grpo(seed, arm)
@@ -406,7 +413,7 @@ class Experiment:
 
     def grpo_model(self, seed: int, start, arm: str, tasks: str = "template:all") -> str:
         """The GRPO checkpoint of arm and seed, trained (from `start()`) if it is not in --out yet."""
-        done = self.work / "runs" / f"{arm.replace('+', '-')}-{seed}" / "checkpoint-final"
+        done = checkpoint(self.work, arm, seed)
         if done.is_dir():
             return str(done)
         self.may_train_grpo(seed, arm)  # before start(): a refused GRPO run trains no SFT for it
