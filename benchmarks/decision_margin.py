@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from muactl.models.folder import load_tokenizer  # noqa: E402
 from muactl.runs.stats import bootstrap  # noqa: E402  (the intervals every other table uses)
-from rl_gain import checkpoint  # noqa: E402  (where rl_gain keeps each arm's model)
+from rl_gain import checkpoint, template_of  # noqa: E402  (where rl_gain keeps each arm's model, how it names instances)
 
 Trace = tuple[list[int], list[int]]  # the token ids of an episode and its mask (1: the policy wrote the token)
 
@@ -52,6 +52,7 @@ def traces(run: Path) -> dict[str, Trace]:
 
 
 SAME = "the same actions"  # why an instance is not scored
+OUTCOME = {1: "pass", 0: "fail", None: "not recorded"}
 
 
 def turns(mask: list[int]) -> list[tuple[int, int]]:
@@ -100,10 +101,6 @@ def action(tokenizer, turn: list[int]) -> str:
     return "+".join(c["name"] for c in parsed.tool_calls) or ("malformed" if parsed.error else "reply")
 
 
-def template_of(task_id: str) -> str:
-    return task_id.rsplit("-", 1)[0]  # template instances are named <template>-<hash>
-
-
 def decisions(out: Path, seed: int, arms: tuple[str, str], templates: set[str] | None, tokenizer) -> tuple[list[dict], Counter]:
     """The instances of one seed where the two arms' greedy conversations act differently at some turn (see
     `decision`), with whether each arm passed; and how many of the others were not scored, by reason."""
@@ -114,6 +111,8 @@ def decisions(out: Path, seed: int, arms: tuple[str, str], templates: set[str] |
         raise SystemExit(f"{out / 'results.json'}: no evaluation run recorded for {', '.join(missing)}")
     a, b = (traces(out / "runs" / results[k]["heldout_run"]) for k in keys)
     found, skipped = [], Counter()
+    if set(a) ^ set(b):
+        skipped["scored in one arm only"] = len(set(a) ^ set(b))
     for task in sorted(set(a) & set(b)):
         if templates and template_of(task) not in templates:
             continue
@@ -161,7 +160,7 @@ def report(by_seed: dict[int, list[dict]], skipped: dict[int, Counter], arms: tu
                     lines.append(row(f"{seed}, {label}", model, group))
     lines.append("")
     for seed, found in by_seed.items():
-        moves = Counter((d["template"], *d["acts"], *("pass" if p else "fail" for p in d["passed"])) for d in found)
+        moves = Counter((d["template"], *d["acts"], *(OUTCOME[p] for p in d["passed"])) for d in found)
         lines.append(f"seed {seed}, what the turns did ({a} -> {b}; {a} passed, {b} passed): " +
                      "; ".join(f"{t}: {x} -> {y} ({pa}, {pb}) x{n}" for (t, x, y, pa, pb), n in sorted(moves.items())))
         if skipped[seed]:
@@ -173,7 +172,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="an rl_gain.py --out folder")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--arms", nargs=2, default=["sft", "sft+grpo"], metavar=("A", "B"), help="the two arms compared")
+    ap.add_argument("--arms", nargs=2, default=["sft", "sft+grpo"], choices=["sft", "sft+grpo", "grpo"], metavar=("A", "B"),
+                    help="the two arms compared: sft, sft+grpo or grpo (default: sft sft+grpo)")
     ap.add_argument("--score", action="append", default=[], metavar="NAME=PATH",
                     help="another checkpoint to score on the same decisions (a {seed} in PATH is replaced by the seed)")
     ap.add_argument("--templates", help="comma-separated templates to score (default: every one where the arms act differently)")
@@ -183,6 +183,8 @@ def main() -> None:
     if any("=" not in spec for spec in args.score):
         ap.error("--score takes NAME=PATH")
     extra = dict(spec.split("=", 1) for spec in args.score)
+    if set(extra) & set(arms):
+        ap.error(f"--score names a checkpoint like an arm ({', '.join(sorted(set(extra) & set(arms)))}); give it another name")
     by_seed, skipped = {}, {}
     for seed in args.seeds:
         models = {**{arm: checkpoint(out, arm, seed) for arm in arms},

@@ -137,11 +137,19 @@ SFT_BUILT = ("sft", "sft+grpo", "screen", "probe-sft", "probe-grpo")
 GRPO_EVALUATED = {"sft+grpo": "sft+grpo", "grpo": "grpo", "probe": "probe-grpo"}
 
 
+def run_name(arm: str, seed: int) -> str:
+    """The training run that makes an arm's model of a seed (sft, sft+grpo, grpo, probe)."""
+    return f"{arm.replace('+', '-')}-{seed}"
+
+
 def checkpoint(work: Path, arm: str, seed: int) -> Path:
     """Where an arm's model of a seed lives in --out: SFT inside its recipe's stage folder, a GRPO arm in its run's."""
-    if arm == "sft":
-        return work / "runs" / f"sft-{seed}" / "sft" / "checkpoint-final"
-    return work / "runs" / f"{arm.replace('+', '-')}-{seed}" / "checkpoint-final"
+    run = work / "runs" / run_name(arm, seed)
+    return (run / "sft" if arm == "sft" else run) / "checkpoint-final"
+
+
+def template_of(instance: str) -> str:
+    return instance.rsplit("-", 1)[0]  # template instances are named <template>-<hash>
 
 
 def played_on(r: dict) -> int:
@@ -216,8 +224,7 @@ class Experiment:
     def sft(self, seed: int) -> Path:
         a = self.a
         self.same_cold_start()
-        run_id = f"sft-{seed}"
-        ckpt = checkpoint(self.work, "sft", seed)
+        run_id, ckpt = run_name("sft", seed), checkpoint(self.work, "sft", seed)
         made_from = self.recorded_on(seed, SFT_BUILT)
         if not ckpt.is_dir() and made_from:
             # results.json carried into a new --out: SFT trained again is another model than the one these came from
@@ -274,15 +281,14 @@ class Experiment:
         be another model) or when the settings differ from the recorded ones."""
         made_from = self.recorded_on(seed, (GRPO_EVALUATED[arm],))
         if made_from:
-            raise not_paired(self.results_path, made_from, f"seed {seed}'s {arm} GRPO checkpoint", f"{arm.replace('+', '-')}-{seed}",
+            raise not_paired(self.results_path, made_from, f"seed {seed}'s {arm} GRPO checkpoint", run_name(arm, seed),
                              self.work)
         self.same_grpo_settings()
         self.same_eval_settings()
 
     def grpo(self, seed: int, start: str, arm: str, tasks: str = "template:all") -> Path:
         a = self.a
-        done = checkpoint(self.work, arm, seed)
-        run_id = done.parent.name
+        run_id, done = run_name(arm, seed), checkpoint(self.work, arm, seed)
         trained = not done.is_dir()
         if trained:
             self.may_train_grpo(seed, arm)
@@ -472,7 +478,7 @@ class Experiment:
                                  f"--concurrency={a.concurrency}"], self.work, self.log), self.work)
         counts: dict[str, list[int]] = {}
         for inst, ok in successes(run).items():
-            c = counts.setdefault(inst.rsplit("-", 1)[0], [0, 0])
+            c = counts.setdefault(template_of(inst), [0, 0])
             c[0], c[1] = c[0] + ok, c[1] + 1
         self.results[key] = counts
         self.save()
@@ -611,7 +617,7 @@ def by_template(results: dict, arms, seeds) -> list[str]:
         common = shared(per)
         for instances in per.values():
             for inst in sorted(common):
-                counts.setdefault(inst.rsplit("-", 1)[0], {}).setdefault(arm, []).append(instances[inst])
+                counts.setdefault(template_of(inst), {}).setdefault(arm, []).append(instances[inst])
     lines = ["| template (held out, all seeds) | " + " | ".join(table) + " |", "|---|" + "---|" * len(table)]
     for template, per_arm in sorted(counts.items()):
         cells = [f"{int(sum(per_arm[arm]))}/{len(per_arm[arm])}" if arm in per_arm else "-" for arm in table]
@@ -632,13 +638,13 @@ def behaviour(results: dict, arms, seeds) -> list[str]:
         seqs.update({k: {t: tuple(calls) for t, calls in v.items() if t in common} for k, v in per.items()})
     if not seqs:
         return []
-    templates = sorted({t.rsplit("-", 1)[0] for s in seqs.values() for t in s})
+    templates = sorted({template_of(t) for s in seqs.values() for t in s})
     lines = ["| model | " + " | ".join(templates) + " | distinct call sequences | template told apart (MI / H) |",
              "|---|" + "---|" * (len(templates) + 2)]
     for k, per_task in seqs.items():
         by: dict[str, list[tuple[str, ...]]] = {}
         for task, seq in per_task.items():
-            by.setdefault(task.rsplit("-", 1)[0], []).append(seq)
+            by.setdefault(template_of(task), []).append(seq)
         cells = [f"{mean(len(x) for x in by[t]):.1f}" if t in by else "-" for t in templates]
         lines.append(f"| {k} | " + " | ".join(cells) + f" | {len(set(per_task.values()))} | {told_apart(by):.2f} |")
     return ["tool calls per held-out episode, per template:", ""] + lines + [""]

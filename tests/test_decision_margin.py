@@ -54,8 +54,8 @@ def test_turn_logprob_is_what_greedy_decoding_maximizes_and_adds_up_over_a_turn(
     import torch
 
     prefix = tiny_lm.tokenizer.encode("<|im_start|>user\nI want to close my savings account.<|im_end|>\n<|im_start|>assistant\n")
-    with torch.no_grad():
-        greedy = int(tiny_lm.model(torch.tensor([prefix])).logits[0, -1].argmax())
+    with tiny_lm._no_grad():  # as decoding and turn_logprob compute (bf16 autocast where the CPU has it)
+        greedy = int(tiny_lm.model(torch.tensor([prefix], device=tiny_lm.device)).logits[0, -1].argmax())
     scores = {t: dm.turn_logprob(tiny_lm, prefix, [t]) for t in {*range(200), greedy}}
     assert max(scores, key=scores.get) == greedy  # the next token's distribution, not the one before or after it
     assert sum(torch.tensor(list(scores.values())).exp().tolist()) < 1.0 + 1e-4  # log-probabilities, not logits
@@ -75,9 +75,25 @@ def _eval_run(folder: Path, traces: dict[str, tuple[list[int], list[int]]]) -> N
             db.execute("INSERT INTO traces VALUES (?, ?, ?)", (eid, json.dumps(ids), json.dumps(mask)))
 
 
+def _perturbed(tiny_lm, out: Path) -> Path:
+    """Another checkpoint: tiny with noise on its weights, so each arm's row must come from its own model."""
+    import torch
+
+    from muactl.models.folder import save_atomically
+    from muactl.models.generation import LocalLM
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    other = LocalLM(tiny_lm.path, prefix_cache=False)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for w in other.model.parameters():
+            w.add_(0.5 * torch.randn_like(w) * w.std())
+    return save_atomically(other.model, other.tokenizer, out)
+
+
 def test_an_out_folder_is_scored_per_seed_and_template(dm, tiny_lm, tmp_path, capsys, monkeypatch):
     """Two arms that act differently on one refusal (a reply against a close_account call) and alike on a balance
-    question: one decision scored, under both checkpoints (here the same tiny model, so both margins are the same number)."""
+    question: one decision scored, under each arm's own checkpoint and a third one named with --score."""
     tok = tiny_lm.tokenizer
     prefix = tok.encode("<|im_start|>user\nPlease close my savings account.<|im_end|>\n<|im_start|>assistant\n")
     refuse = tok.encode("I cannot, it still holds 445.<|im_end|>")
@@ -92,18 +108,23 @@ def test_an_out_folder_is_scored_per_seed_and_template(dm, tiny_lm, tmp_path, ca
     (tmp_path / "results.json").write_text(json.dumps({
         "sft:3": {"heldout": {"refuse-close-nonempty-1": 1, "balance-2": 1}, "heldout_run": "eval-a"},
         "sft+grpo:3": {"heldout": {"refuse-close-nonempty-1": 0, "balance-2": 1}, "heldout_run": "eval-b"}}))
-    for arm in ("sft", "sft+grpo"):
-        where = dm.checkpoint(tmp_path, arm, 3)
-        where.parent.mkdir(parents=True)
-        where.symlink_to(tiny_lm.path)
+    (tmp_path / "runs" / "sft-3" / "sft").mkdir(parents=True)
+    (tmp_path / "runs" / "sft-3" / "sft" / "checkpoint-final").symlink_to(tiny_lm.path)
+    grpo = _perturbed(tiny_lm, tmp_path / "runs" / "sft-grpo-3" / "checkpoint-final")
     monkeypatch.setattr(sys, "argv", ["decision_margin.py", "--out", str(tmp_path), "--seeds", "3",
                                       "--score", f"other={tiny_lm.path}"])  # a third model on the same decisions
     dm.main()
     text = capsys.readouterr().out
-    margin = dm.turn_logprob(tiny_lm, prefix, refuse) - dm.turn_logprob(tiny_lm, prefix, close)
-    assert f"| 3, refuse-close-nonempty | sft | 1 | 1 | {margin:+.2f} |" in text  # 1: the same conversation before it
-    assert f"| 3, refuse-close-nonempty | sft+grpo | 1 | 1 | {margin:+.2f} |" in text
-    assert f"| 3, refuse-close-nonempty | other | 1 | 1 | {margin:+.2f} |" in text
+    from muactl.models.generation import LocalLM
+
+    margins = {}
+    for name, lm in (("sft", tiny_lm), ("sft+grpo", LocalLM(grpo, prefix_cache=False))):
+        margins[name] = m = dm.turn_logprob(lm, prefix, refuse) - dm.turn_logprob(lm, prefix, close)
+        # 1 instance, 1 with the same conversation before it; median, mean [interval of one], smallest, prefers sft
+        assert (f"| 3, refuse-close-nonempty | {name} | 1 | 1 | {m:+.2f} | {m:+.2f} [{m:+.2f}, {m:+.2f}] | {m:+.2f} "
+                f"| {int(m > 0)}/1 |") in text
+    assert abs(margins["sft"] - margins["sft+grpo"]) > 0.01  # the rows come from two different models
+    assert f"| 3, refuse-close-nonempty | other | 1 | 1 | {margins['sft']:+.2f} |" in text
     assert "| 3, balance |" not in text  # the arms agree there: nothing to score
     assert "refuse-close-nonempty: reply (last) -> close_account (last) (pass, fail) x1" in text
     assert "not scored: the same actions 1" in text
@@ -118,4 +139,8 @@ def test_a_missing_checkpoint_or_evaluation_is_named(dm, tiny_lm, tmp_path, monk
         dm.checkpoint(tmp_path, arm, 0).parent.mkdir(parents=True)
         dm.checkpoint(tmp_path, arm, 0).symlink_to(tiny_lm.path)
     with pytest.raises(SystemExit, match=r"no evaluation run recorded for sft\+grpo:0"):
+        dm.main()
+    assert dm.checkpoint(tmp_path, "sft+grpo", 0) == tmp_path / "runs" / "sft-grpo-0" / "checkpoint-final"
+    monkeypatch.setattr(sys, "argv", ["decision_margin.py", "--out", str(tmp_path), "--score", f"sft={tiny_lm.path}"])
+    with pytest.raises(SystemExit):  # a --score named like an arm would replace that arm's model in its rows
         dm.main()
