@@ -179,6 +179,8 @@ def main() -> None:
     ap.add_argument("--templates", help="comma-separated templates to score (default: every one where the arms act differently)")
     args = ap.parse_args()
     out, arms = Path(args.out), tuple(args.arms)
+    if not (out / "results.json").is_file():
+        ap.error(f"{out}: no results.json here; --out takes a folder benchmarks/rl_gain.py wrote")
     templates = set(args.templates.split(",")) if args.templates else None
     if any("=" not in spec for spec in args.score):
         ap.error("--score takes NAME=PATH")

@@ -131,6 +131,9 @@ def test_an_out_folder_is_scored_per_seed_and_template(dm, tiny_lm, tmp_path, ca
 
 
 def test_a_missing_checkpoint_or_evaluation_is_named(dm, tiny_lm, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["decision_margin.py", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):  # argparse's error: not an rl_gain --out folder
+        dm.main()
     (tmp_path / "results.json").write_text(json.dumps({"sft:0": {"heldout": {}, "heldout_run": "eval-a"}}))
     monkeypatch.setattr(sys, "argv", ["decision_margin.py", "--out", str(tmp_path), "--seeds", "0"])
     with pytest.raises(SystemExit, match=r"seed 0: no checkpoint at .*sft-0/sft/checkpoint-final"):
