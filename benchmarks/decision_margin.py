@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from muactl.models.folder import load_tokenizer  # noqa: E402
 from muactl.runs.stats import bootstrap  # noqa: E402  (the intervals every other table uses)
-from rl_gain import checkpoint, template_of  # noqa: E402  (where rl_gain keeps each arm's model, how it names instances)
+from rl_gain import SCORED, checkpoint, template_of  # noqa: E402  (rl_gain's own definitions of these)
 
 Trace = tuple[list[int], list[int]]  # the token ids of an episode and its mask (1: the policy wrote the token)
 
@@ -47,7 +47,7 @@ def traces(run: Path) -> dict[str, Trace]:
     """task id -> the token trace of its scored episode (infra and user errors are not scored)."""
     with sqlite3.connect(run / "runs.sqlite") as db:
         rows = db.execute("SELECT e.task_id, t.ids, t.mask FROM episodes e JOIN traces t ON t.episode_id = e.id "
-                          "WHERE e.outcome IN ('success', 'failure') OR e.outcome IS NULL").fetchall()
+                          f"WHERE {SCORED}").fetchall()
     return {task: (json.loads(ids), json.loads(mask)) for task, ids, mask in rows}
 
 

@@ -90,18 +90,22 @@ def run_folder(stdout: str, work: Path) -> Path:
     return work / m.group(1)
 
 
+# the episodes an eval run scored: infra and user errors are excluded (NULL: a store from before outcomes were kept)
+SCORED = "(e.outcome IN ('success', 'failure') OR e.outcome IS NULL)"
+
+
 def successes(run: Path) -> dict[str, int]:
     """task id -> 1/0 for every scored episode of an eval run (infra and user errors are not scored)."""
     with sqlite3.connect(run / "runs.sqlite") as db:
-        rows = db.execute("SELECT task_id, success, outcome FROM episodes").fetchall()
-    return {t: int(s) for t, s, o in rows if o in ("success", "failure", None)}
+        rows = db.execute(f"SELECT e.task_id, e.success FROM episodes e WHERE {SCORED}").fetchall()
+    return {t: int(s) for t, s in rows}
 
 
 def tool_sequences(run: Path) -> dict[str, tuple[str, ...]]:
     """task id -> the tools its scored episode called, in order: what a model does, beside whether it passed."""
     with sqlite3.connect(run / "runs.sqlite") as db:
         rows = db.execute("SELECT e.task_id, m.name FROM episodes e LEFT JOIN messages m ON m.episode_id = e.id AND m.role = 'tool' "
-                          "WHERE e.outcome IN ('success', 'failure') OR e.outcome IS NULL ORDER BY e.id, m.idx").fetchall()
+                          f"WHERE {SCORED} ORDER BY e.id, m.idx").fetchall()
     seqs: dict[str, list[str]] = {}
     for task, name in rows:
         seqs.setdefault(task, [])
