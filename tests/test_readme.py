@@ -151,6 +151,8 @@ def test_readme_tour(scratch):
 
 
 DYNAMIC = {
+    "muactl synth bank --tasks template:refuse-overdraft,refuse-close-nonempty --contrast --n 20 --db random --trials 1 -o "
+    "data/bank-pairs.jsonl": (0, "kept 20 of 20"),
     "muactl tasks generate retail --template cancel-pending --n 100 --seed 1 -o tasks/retail/gen-train.yaml":
         (0, "wrote 100 tasks to tasks/retail/gen-train.yaml"),
     "muactl tasks generate bank --all-templates --n 200 --seed 9000 --db-seed 9000 --split test -o tasks/bank/gen-test.yaml":

@@ -87,6 +87,61 @@ def test_a_template_named_twice_is_drawn_twice_as_often(bank):
     assert len({instance_key(t.task) for t in drawn}) == 30  # distinct instances, not copies
 
 
+def _pairs(drawn):
+    tasks = [t.task for t in drawn.tasks]
+    return list(zip(tasks[::2], tasks[1::2]))
+
+
+def test_contrast_pairs_differ_only_where_the_decision_does(bank):
+    from collections import Counter
+
+    spec = "template:refuse-overdraft,refuse-close-nonempty,refuse-close-nonempty"
+    drawn = draw_stream(bank, spec, 40, seed=1, db="random", split="train", contrast=True)
+    assert len(drawn.tasks) == 40 and len({instance_key(t.task) for t in drawn.tasks}) == 40
+    assert any("contrast: no sample row" in why for _, _, _, why in drawn.dropped)  # pairs not made are dropped whole
+    kinds = Counter((a.origin.template, b.origin.template) for a, b in _pairs(drawn))
+    assert set(kinds) == {("refuse-overdraft", "move"), ("refuse-close-nonempty", "close")}, kinds
+    for refuse, write in _pairs(drawn):
+        r, w = refuse.origin.bindings, write.origin.bindings
+        assert refuse.origin.db_seed == write.origin.db_seed and r["customer_id"] == w["customer_id"]
+        if refuse.origin.template == "refuse-overdraft":  # the same two accounts: one amount fits, one does not
+            assert (r["from_id"], r["to_id"]) == (w["from_id"], w["to_id"])
+            assert w["amount"] <= r["from_balance"] < r["amount"]
+        else:  # the same customer: this account is empty, that one is not
+            assert r["balance"] > 0 and write.expect.actions[-1] == {"close_account": {"account_id": w["account_id"]}}
+    # each pair's first half is the stream's own instance; without --contrast the stream is what it always was
+    plain = draw_stream(bank, spec, 90, seed=1, db="random", split="train")
+    assert {instance_key(a) for a, _ in _pairs(drawn)} <= {instance_key(t.task) for t in plain.tasks}
+    assert all(t.task.origin.template != "move" for t in plain.tasks)
+
+
+def test_a_contrast_on_a_column_the_template_lacks_drops_the_pair(bank):
+    from muactl.domain.task_templates import TaskTemplateSpec, draw
+    from muactl.spec.task_templates import Contrast
+
+    ts = next(t for t in bank.templates if t.id == "refuse-overdraft")
+    odd = TaskTemplateSpec(ts.template.model_copy(update={"contrast": Contrast(template="move", same=["nope"])}),
+                           ts.file, ts.index, ts.doc, ts.data)
+    drawn = draw(bank, [odd], 2, lambda k: (k, None), contrast=True, max_tries=3)
+    assert not drawn.tasks and drawn.dropped[0][3] == "contrast: nope is not a binding of template 'refuse-overdraft'"
+
+
+def test_synth_contrast_cli_writes_pairs_the_oracle_solves(in_tmp):
+    import json
+
+    res = runner.invoke(app, ["synth", "bank", "--tasks", "template:refuse-overdraft", "--contrast", "--n", "6",
+                              "--db", "random", "--trials", "1", "-o", "pairs.jsonl"])
+    assert res.exit_code == 0, res.output
+    assert "kept 6 of 6" in res.output
+    ids = [json.loads(line)["task_id"] for line in (in_tmp / "pairs.jsonl").read_text().splitlines()]
+    assert sorted(i.rsplit("-", 1)[0] for i in ids) == ["move"] * 3 + ["refuse-overdraft"] * 3  # in the order they end
+    for args, message in ((["--n", "2"], "give --tasks template:"),
+                          (["--tasks", "template:move", "--n", "2"], "none of the templates move declares a contrast")):
+        res = runner.invoke(app, ["synth", "bank", "--contrast", *args, "-o", "no.jsonl"])
+        assert res.exit_code == 2 and message in res.output, res.output
+    assert not (in_tmp / "no.jsonl").exists()
+
+
 def test_oracle_solves_every_instance_on_random_databases(in_tmp, bank):
     cfg = EvalConfig(domain="bank", tasks=["template:all"], n=28, db="random", seed=3, concurrency=8)
     store, summary = run_eval(cfg, opened=bank)
@@ -184,6 +239,9 @@ def test_a_sound_template_validates(project):
     ("equals: cancelled", "equals: canceled", "    assert:", "does not hold"),
     ("  user:", "  derive:\n    when: SELECT :nope\n  user:", "when:", ":nope is not bound"),
     ("  sample: >-", "  sampel: x\n  sample: >-", "sampel", "did you mean 'sample'"),
+    ("  user:", "  contrast: {template: nope, same: [phone]}\n  user:", "contrast:", "no template 'nope' in this file"),
+    ("  user:", "  contrast: {template: cancel, same: [phone]}\n  user:", "contrast:", "cannot be its own contrast"),
+    ("  user:", "  contrast: {template: cancel, same: []}\n  user:", "contrast:", "at least 1"),
 ])
 def test_template_problems_name_file_and_line(project, old, new, snippet, fragment):
     assert TEMPLATE.count(old) == 1
@@ -193,6 +251,25 @@ def test_template_problems_name_file_and_line(project, old, new, snippet, fragme
     hits = [p for p in e.value.problems if fragment in p.message]
     assert hits, [p.message for p in e.value.problems]
     assert hits[0].file == str(path) and hits[0].line == _line(path, snippet), hits[0]
+
+
+@pytest.mark.parametrize("same, fragment", [
+    ("[nope]", "contrast: nope is not a binding of template 'refuse-close-nonempty'"),
+    ("[balance]", "contrast: the sample query has no column balance"),  # close's sample has none
+    ("[account_id]", "no pair could be drawn"),  # an empty account is never the non-empty one
+])
+def test_contrast_problems_name_file_and_line(in_tmp, same, fragment):
+    shutil.copytree(ROOT / "domains/bank", in_tmp / "domains/bank")
+    shutil.copytree(ROOT / "tasks/bank", in_tmp / "tasks/bank")
+    path = in_tmp / "tasks/bank/templates.yaml"
+    old = "contrast: {template: close, same: [customer_id]}"
+    assert path.read_text().count(old) == 1
+    path.write_text(path.read_text().replace(old, f"contrast: {{template: close, same: {same}}}"))
+    with pytest.raises(SpecError) as e:
+        validate_domain("bank")
+    hits = [p for p in e.value.problems if fragment in p.message]
+    assert hits, [p.message for p in e.value.problems]
+    assert hits[0].file == str(path) and hits[0].line == _line(path, f"same: {same}"), hits[0]
 
 
 def test_validate_cli_reports_template_problems(project):

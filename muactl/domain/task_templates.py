@@ -87,9 +87,24 @@ def load_templates(tasks_dir: Path | None) -> list[TaskTemplateSpec]:
                                        f"{doc.pos(prefix + (seen[tpl.id], 'id'))[0]})"))
         seen[tpl.id] = i
         out.append(ts)
+    problems += [ts.problem(("contrast", "template"), why) for ts, why in _contrast_problems(out)]
     if problems:
         raise SpecError(problems)
     return out
+
+
+def _contrast_problems(templates: list[TaskTemplateSpec]) -> list[tuple[TaskTemplateSpec, str]]:
+    ids = [ts.id for ts in templates]
+    found = []
+    for ts in templates:
+        partner = ts.template.contrast.template if ts.template.contrast else None
+        if partner is None:
+            continue
+        if partner == ts.id:
+            found.append((ts, f"a template cannot be its own contrast ('{partner}')"))
+        elif partner not in ids:
+            found.append((ts, f"no template '{partner}' in this file; templates: {', '.join(ids)}"))
+    return found
 
 
 def placeholders(text: str) -> list[str]:
@@ -146,8 +161,9 @@ def instance_id(template: str, bindings: dict, db_seed: int | None) -> str:
 
 
 def instantiate(ts: TaskTemplateSpec, opened, seed: int, db_seed: int | None = None,
-                split: str | None = None) -> tuple[TaskSpec | None, str]:
-    """One task from a template, its gold path replayed; (None, why) when it cannot be made."""
+                split: str | None = None, only: dict[str, Any] | None = None) -> tuple[TaskSpec | None, str]:
+    """One task from a template, its gold path replayed; (None, why) when it cannot be made. `only`: the
+    binding row is drawn among the sample rows with these values (a contrast's partner)."""
     t = ts.template
     domain = instance(opened.compiled, db_seed)
     env = new_env(domain)
@@ -159,6 +175,13 @@ def instantiate(ts: TaskTemplateSpec, opened, seed: int, db_seed: int | None = N
         rows = [dict(zip(names, (decode_json_text(v) for v in r))) for r in raw]
         if not rows:
             return None, "the sample query returned no rows"
+        if only:
+            missing = sorted(set(only) - set(names))
+            if missing:
+                return None, f"contrast: the sample query has no column {', '.join(missing)}"
+            rows = [r for r in rows if all(r[k] == v for k, v in only.items())]
+            if not rows:
+                return None, "contrast: no sample row has the same " + ", ".join(f"{k}={v!r}" for k, v in only.items())
         rows.sort(key=lambda r: json.dumps(r, sort_keys=True, default=str))  # independent of the query plan
         rng = random.Random(f"{t.id}:{seed}")
         b = dict(rng.choice(rows))
@@ -272,9 +295,23 @@ class Drawn:
     duplicates: int = 0
 
 
+def contrast_partner(ts: TaskTemplateSpec, task: TaskSpec, opened, seed: int, db_seed: int | None,
+                     split: str | None) -> tuple[TaskSpec | None, str]:
+    """The instance of ts's contrast template on task's database, sharing its `same` bindings; (None, why)."""
+    c = ts.template.contrast
+    bindings = task.task.origin.bindings
+    missing = [k for k in c.same if k not in bindings]
+    if missing:
+        return None, f"contrast: {', '.join(missing)} is not a binding of template '{ts.id}'"
+    partner = next(p for p in opened.templates if p.id == c.template)
+    return instantiate(partner, opened, seed, db_seed, split, only={k: bindings[k] for k in c.same})
+
+
 def draw(opened, templates: list[TaskTemplateSpec], n: int, seed_of, split: str | None = None,
-         max_tries: int | None = None) -> Drawn:
-    """n distinct instances, templates taken in turn; seed_of(k) -> (seed, db_seed) for the k-th try."""
+         max_tries: int | None = None, contrast: bool = False) -> Drawn:
+    """n distinct instances, templates taken in turn; seed_of(k) -> (seed, db_seed) for the k-th try. With
+    `contrast`, an instance of a template that declares one is followed by its partner (contrast_partner); a
+    pair is kept whole or dropped whole, except that the n-th instance may be a pair's first half."""
     if n > MAX_INSTANCES:  # a recipe's eval.n, a run grown by --n: each instance replays its gold path
         raise UsageError(f"{n:,} task instances asked for; one draw makes at most {MAX_INSTANCES:,} "
                          "(MAX_INSTANCES in muactl/limits.py)")
@@ -295,17 +332,29 @@ def draw(opened, templates: list[TaskTemplateSpec], n: int, seed_of, split: str 
             if isinstance(why, LimitStop):
                 given_up.add(ts.id)
             continue
-        key = instance_key(task.task)
-        if key in keys:
+        made = [task]
+        if contrast and ts.template.contrast is not None:
+            partner, why = contrast_partner(ts, task, opened, seed, db_seed, split)
+            if partner is None:
+                out.dropped.append((ts.template.contrast.template, seed, db_seed, why))
+                if isinstance(why, LimitStop):  # every later pair would spend the partner's budget again
+                    given_up.add(ts.id)
+                continue
+            made.append(partner)
+        made = made[:n - len(out.tasks)]
+        made_keys = [instance_key(t.task) for t in made]
+        if keys.intersection(made_keys) or len(set(made_keys)) < len(made_keys):
             out.duplicates += 1
             continue
-        keys.add(key)
-        out.tasks.append(task)
+        keys.update(made_keys)
+        out.tasks += made
     return out
 
 
-def draw_stream(opened, spec, n: int, seed: int, db: str = "random", split: str | None = "train") -> Drawn:
-    """On-the-fly instances for eval, synth and training (see the module docstring for the streams)."""
+def draw_stream(opened, spec, n: int, seed: int, db: str = "random", split: str | None = "train",
+                contrast: bool = False) -> Drawn:
+    """On-the-fly instances for eval, synth and training (see the module docstring for the streams); `contrast`:
+    see draw."""
     if db not in ("fixed", "random"):
         raise UsageError(f"db must be 'fixed' or 'random', not '{db}'")
     templates = select_templates(opened, spec)
@@ -314,7 +363,7 @@ def draw_stream(opened, spec, n: int, seed: int, db: str = "random", split: str 
         s = stream_seed(split, seed, k)
         return s, (s if db == "random" else None)
 
-    drawn = draw(opened, templates, n, seed_of, split)
+    drawn = draw(opened, templates, n, seed_of, split, contrast=contrast)
     if not drawn.tasks:
         why = drawn.dropped[0][3] if drawn.dropped else "nothing drawn"
         raise UsageError(f"no task instance could be drawn from {', '.join(t.id for t in templates)}: {why}")

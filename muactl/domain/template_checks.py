@@ -12,7 +12,7 @@ from ..env.budget import SqlBudget
 from ..errors import Problem
 from ..spec import models as m
 from ..spec.task_templates import placeholder_fields
-from .task_templates import PLACEHOLDER, TaskTemplateSpec, instantiate, placeholders, stream_seed
+from .task_templates import PLACEHOLDER, TaskTemplateSpec, contrast_partner, instantiate, placeholders, stream_seed
 
 
 def _strings(node: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
@@ -40,6 +40,8 @@ def check_templates(opened, sample_seeds: int = 3) -> list[Problem]:
         problems += found
         if not found:
             problems += _check_instances(ts, opened, sample_seeds)
+        if not found and ts.template.contrast is not None:
+            problems += _check_contrast(ts, opened, sample_seeds)
     conn.close()
     return problems
 
@@ -95,12 +97,14 @@ def _check_static(ts: TaskTemplateSpec, opened, conn, guard) -> list[Problem]:
     return out
 
 
+def _checked_databases(opened, n: int) -> list[int | None]:
+    """The seed database (None) and, where the domain draws random ones, the first n of the test stream."""
+    return [None] + ([stream_seed("test", 0, k) for k in range(n)] if opened.spec.domain.database.generate else [])
+
+
 def _check_instances(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
     out: list[Problem] = []
-    dbs: list[int | None] = [None]
-    if opened.spec.domain.database.generate:
-        dbs += [stream_seed("test", 0, k) for k in range(n)]
-    for db_seed in dbs:
+    for db_seed in _checked_databases(opened, n):
         reasons = set()
         for k in range(n):
             task, why = instantiate(ts, opened, k, db_seed)
@@ -112,3 +116,24 @@ def _check_instances(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
                     else ("expect", "assert") if why.startswith("assertion") else ("expect", "actions"))
             out.append(ts.problem(path, f"on {where}: {why}"))
     return out
+
+
+def _check_contrast(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
+    """A contrast names columns both templates have, and at least one pair is drawn on the databases the
+    instance checks use; a single instance without a partner is normal (that pair is dropped)."""
+    reasons, made = [], 0
+    for db_seed in _checked_databases(opened, n):
+        for k in range(n):
+            task, _ = instantiate(ts, opened, k, db_seed)
+            if task is None:
+                continue
+            partner, why = contrast_partner(ts, task, opened, k, db_seed, None)
+            made += partner is not None
+            if partner is None:
+                reasons.append(why)
+    broken = sorted({why for why in reasons if "no sample row has" not in why})
+    if broken:
+        return [ts.problem(("contrast",), why) for why in broken]
+    if not made and reasons:
+        return [ts.problem(("contrast",), f"no pair could be drawn in {len(reasons)} tries: {reasons[0]}")]
+    return []

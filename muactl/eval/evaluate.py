@@ -58,7 +58,8 @@ def tasks_of(cfg, opened):
     from ..domain.task_templates import draw_stream, is_template_spec
 
     if is_template_spec(cfg.tasks):
-        return draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db, "test" if cfg.split == "test" else "train").tasks
+        return draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db, "test" if cfg.split == "test" else "train",
+                           contrast=getattr(cfg, "contrast", False)).tasks
     return select_tasks(opened, cfg.split, cfg.tasks)
 
 

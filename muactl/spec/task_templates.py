@@ -16,6 +16,12 @@ from .generators import GenOrValue
 from .models import Expect, Strict, ToolCall, UserGoal
 
 
+class Contrast(Strict):
+    template: str = Field(description="Another template of the file: its instance is drawn beside each of this one's.")
+    same: list[str] = Field(min_length=1, description="Bindings the two instances share: the partner's sample row "
+                            "is drawn among those with this instance's values in these columns.")
+
+
 class TaskTemplate(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Unique id among the domain's templates.")
     description: str | None = Field(None, description="What kind of task this makes; for humans.")
@@ -33,9 +39,13 @@ class TaskTemplate(Strict):
     setup: list[ToolCall] = Field(default_factory=list, description="Setup calls, with {placeholders}.")
     expect: Expect = Field(default_factory=Expect, description="Gold actions, outputs and assertions, with {placeholders}.")
     tags: list[str] = Field(default_factory=list, description="Copied to every generated task.")
+    contrast: Contrast | None = Field(
+        None, description="With synth --contrast, each instance comes with one of `template` on the same database "
+        "and the same `same` bindings: a pair that differs only where the right action differs (an amount that "
+        "fits against one that does not).")
 
 
-TEMPLATE_ONLY = ("sample", "derive", "description", "persona")
+TEMPLATE_ONLY = ("sample", "derive", "description", "persona", "contrast")
 
 
 def placeholder_fields(data: dict[str, Any]) -> dict[str, Any]:

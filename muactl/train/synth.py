@@ -83,6 +83,8 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
         raise UsageError("--tools must be 'real' or 'simulated'")
     if cfg.tools == "simulated" and not cfg.tool_model:
         raise UsageError("--tools simulated needs --tool-model MODEL (the LLM that plays the tools)")
+    if cfg.contrast and not resume:  # a resumed run draws what its stored config says
+        check_contrast(cfg)
     if cfg.output:
         from ..outputs import prepare_output
 
@@ -128,6 +130,20 @@ def run_synth(cfg: SynthConfig, resume: str | None = None,
     (path.parent / (path.stem + ".stats.json")).write_text(json.dumps(stats, indent=2))
     store.update(summary={**summary, "synth": stats})
     return store, stats
+
+
+def check_contrast(cfg: SynthConfig) -> None:
+    """--contrast pairs template instances: refused before anything runs when there is nothing to pair."""
+    from ..domain.open import open_domain
+    from ..domain.task_templates import is_template_spec, select_templates
+    from ..errors import UsageError
+
+    if not is_template_spec(cfg.tasks):
+        raise UsageError("--contrast pairs instances drawn from templates; give --tasks template:<id>|all")
+    templates = select_templates(open_domain(cfg.domain, trust=cfg.trust), cfg.tasks[0])
+    if not any(ts.template.contrast for ts in templates):
+        raise UsageError(f"--contrast: none of the templates {', '.join(dict.fromkeys(ts.id for ts in templates))} "
+                         "declares a contrast (a template's `contrast: {template: ID, same: [COLUMN, ...]}`)")
 
 
 def describe(stats: dict[str, Any]) -> str:

@@ -23,6 +23,10 @@ class SynthConfig(EvalConfig):
     n: int = option(100, "--n", min=1, max=MAX_INSTANCES, help="With --tasks template:...: how many instances.", recipe="synth.n")
     db: str = option("fixed", "--db", help="With --tasks template:...: fixed | random (a fresh database each).",
                      recipe="synth.db")
+    contrast: bool = option(False, "--contrast", help="With --tasks template:...: each instance of a template that "
+                            "declares a `contrast` comes with its partner on the same database (bank: the same "
+                            "customer and accounts, the other right action): pairs that differ only where the "
+                            "decision does.", recipe="synth.contrast")
     trials: int = option(8, "--trials", min=1, max=MAX_TRIALS, help="Episodes per task; only reward-1 ones are kept.",
                          recipe="synth.trials")
     concurrency: int = option(8, "--concurrency", min=1, max=MAX_CONCURRENCY, recipe="synth.concurrency")
