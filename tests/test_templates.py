@@ -109,6 +109,8 @@ def test_contrast_pairs_differ_only_where_the_decision_does(bank):
             assert w["amount"] <= r["from_balance"] < r["amount"]
         else:  # the same customer: this account is empty, that one is not
             assert r["balance"] > 0 and write.expect.actions[-1] == {"close_account": {"account_id": w["account_id"]}}
+    odd = draw_stream(bank, "template:refuse-overdraft", 3, seed=1, db="random", split="train", contrast=True)
+    assert [t.task.origin.template for t in odd.tasks] == ["refuse-overdraft", "move", "refuse-overdraft"]  # n counts both halves
     # each pair's first half is the stream's own instance; without --contrast the stream is what it always was
     plain = draw_stream(bank, spec, 90, seed=1, db="random", split="train")
     assert {instance_key(a) for a, _ in _pairs(drawn)} <= {instance_key(t.task) for t in plain.tasks}
@@ -135,6 +137,13 @@ def test_synth_contrast_cli_writes_pairs_the_oracle_solves(in_tmp):
     assert "kept 6 of 6" in res.output
     ids = [json.loads(line)["task_id"] for line in (in_tmp / "pairs.jsonl").read_text().splitlines()]
     assert sorted(i.rsplit("-", 1)[0] for i in ids) == ["move"] * 3 + ["refuse-overdraft"] * 3  # in the order they end
+    # the run's tasks read back (as `train user` does with user_sft.runs) include the partners
+    from muactl.domain.open import open_domain
+    from muactl.runs.store import RunStore
+    from muactl.train.user_sft import run_tasks
+
+    run_id = res.output.split("/runs/")[1].split("/")[0]
+    assert set(ids) <= set(run_tasks(RunStore.open(run_id), open_domain("bank")))
     for args, message in ((["--n", "2"], "give --tasks template:"),
                           (["--tasks", "template:move", "--n", "2"], "none of the templates move declares a contrast")):
         res = runner.invoke(app, ["synth", "bank", "--contrast", *args, "-o", "no.jsonl"])
@@ -270,6 +279,19 @@ def test_contrast_problems_name_file_and_line(in_tmp, same, fragment):
     hits = [p for p in e.value.problems if fragment in p.message]
     assert hits, [p.message for p in e.value.problems]
     assert hits[0].file == str(path) and hits[0].line == _line(path, f"same: {same}"), hits[0]
+
+
+def test_a_partner_with_its_own_problem_is_not_called_missing(in_tmp):
+    shutil.copytree(ROOT / "domains/bank", in_tmp / "domains/bank")
+    shutil.copytree(ROOT / "tasks/bank", in_tmp / "tasks/bank")
+    path = in_tmp / "tasks/bank/templates.yaml"
+    old = "- id: close\n  description:"
+    assert path.read_text().count(old) == 1
+    path.write_text(path.read_text().replace(old, "- id: close\n  descripton:"))
+    with pytest.raises(SpecError) as e:
+        validate_domain("bank")
+    assert [p.message for p in e.value.problems if "contrast" in p.message or "no template" in p.message] == []
+    assert any("descripton" in p.message for p in e.value.problems)
 
 
 def test_validate_cli_reports_template_problems(project):

@@ -12,7 +12,8 @@ from ..env.budget import SqlBudget
 from ..errors import Problem
 from ..spec import models as m
 from ..spec.task_templates import placeholder_fields
-from .task_templates import PLACEHOLDER, TaskTemplateSpec, contrast_partner, instantiate, placeholders, stream_seed
+from .task_templates import (PLACEHOLDER, NoPartner, TaskTemplateSpec, contrast_partner, instantiate, placeholders,
+                             stream_seed)
 
 
 def _strings(node: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
@@ -119,21 +120,23 @@ def _check_instances(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
 
 
 def _check_contrast(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
-    """A contrast names columns both templates have, and at least one pair is drawn on the databases the
-    instance checks use; a single instance without a partner is normal (that pair is dropped)."""
-    reasons, made = [], 0
+    """A contrast names columns both templates have, and a pair can be drawn: instances are tried until the first
+    pair, at most 4n on each database the instance checks use. An instance without a partner is normal (its pair is
+    dropped); a partner that fails on its own is reported at its own template."""
+    reasons: list[str] = []
     for db_seed in _checked_databases(opened, n):
-        for k in range(n):
+        for k in range(4 * n):
             task, _ = instantiate(ts, opened, k, db_seed)
             if task is None:
                 continue
             partner, why = contrast_partner(ts, task, opened, k, db_seed, None)
-            made += partner is not None
-            if partner is None:
-                reasons.append(why)
-    broken = sorted({why for why in reasons if "no sample row has" not in why})
-    if broken:
-        return [ts.problem(("contrast",), why) for why in broken]
-    if not made and reasons:
+            if partner is not None:
+                return []
+            if not why.startswith("contrast: "):
+                continue
+            if not isinstance(why, NoPartner):
+                return [ts.problem(("contrast",), why)]
+            reasons.append(why)
+    if reasons:
         return [ts.problem(("contrast",), f"no pair could be drawn in {len(reasons)} tries: {reasons[0]}")]
     return []

@@ -59,7 +59,7 @@ def tasks_of(cfg, opened):
 
     if is_template_spec(cfg.tasks):
         return draw_stream(opened, cfg.tasks[0], cfg.n, cfg.seed, cfg.db, "test" if cfg.split == "test" else "train",
-                           contrast=getattr(cfg, "contrast", False)).tasks
+                           contrast=bool(getattr(cfg, "contrast", False))).tasks  # eval has no --contrast
     return select_tasks(opened, cfg.split, cfg.tasks)
 
 

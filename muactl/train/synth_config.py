@@ -26,7 +26,7 @@ class SynthConfig(EvalConfig):
     contrast: bool = option(False, "--contrast", help="With --tasks template:...: each instance of a template that "
                             "declares a `contrast` comes with its partner on the same database (bank: the same "
                             "customer and accounts, the other right action): pairs that differ only where the "
-                            "decision does.", recipe="synth.contrast")
+                            "decision does. --n counts both halves.", recipe="synth.contrast")
     trials: int = option(8, "--trials", min=1, max=MAX_TRIALS, help="Episodes per task; only reward-1 ones are kept.",
                          recipe="synth.trials")
     concurrency: int = option(8, "--concurrency", min=1, max=MAX_CONCURRENCY, recipe="synth.concurrency")

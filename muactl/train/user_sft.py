@@ -93,7 +93,7 @@ def run_tasks(store: RunStore, opened) -> dict[str, Any]:
     cfg = store.info()["config"]
     by_id = {t.task.id: t for t in opened.tasks}
     if is_template_spec(cfg.get("tasks")):
-        keys = ("tasks", "n", "seed", "db", "split")
+        keys = ("tasks", "n", "seed", "db", "split", "contrast")  # a synth --contrast run's partners are its tasks too
         by_id.update({t.task.id: t for t in tasks_of(SimpleNamespace(**{k: cfg.get(k) for k in keys}), opened)})
     return by_id
 
