@@ -281,6 +281,25 @@ def test_contrast_problems_name_file_and_line(in_tmp, same, fragment):
     assert hits[0].file == str(path) and hits[0].line == _line(path, f"same: {same}"), hits[0]
 
 
+def test_a_contrast_check_stops_at_the_first_budget_stop(bank, monkeypatch):
+    # a sample or partner stopped by its SQL budget would spend it again on every later try (untrusted templates)
+    from muactl.domain import template_checks
+    from muactl.domain.task_templates import LimitStop
+
+    ts = next(t for t in bank.templates if t.id == "refuse-overdraft")
+    calls = []
+
+    def stopped(*args, **kwargs):
+        calls.append(args)
+        return None, LimitStop("the sample query failed: budget")
+
+    monkeypatch.setattr(template_checks, "instantiate", stopped)
+    assert template_checks._check_contrast(ts, bank, 3) == [] and len(calls) == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(template_checks, "contrast_partner", lambda *a: stopped(*a))
+    assert template_checks._check_contrast(ts, bank, 3) == [] and len(calls) == 2
+
+
 def test_a_partner_with_its_own_problem_is_not_called_missing(in_tmp):
     shutil.copytree(ROOT / "domains/bank", in_tmp / "domains/bank")
     shutil.copytree(ROOT / "tasks/bank", in_tmp / "tasks/bank")

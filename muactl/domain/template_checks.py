@@ -12,8 +12,8 @@ from ..env.budget import SqlBudget
 from ..errors import Problem
 from ..spec import models as m
 from ..spec.task_templates import placeholder_fields
-from .task_templates import (PLACEHOLDER, NoPartner, TaskTemplateSpec, contrast_partner, instantiate, placeholders,
-                             stream_seed)
+from .task_templates import (PLACEHOLDER, LimitStop, NoPartner, TaskTemplateSpec, contrast_partner, instantiate,
+                             placeholders, stream_seed)
 
 
 def _strings(node: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
@@ -40,8 +40,9 @@ def check_templates(opened, sample_seeds: int = 3) -> list[Problem]:
         found = _check_static(ts, opened, conn, guard)
         problems += found
         if not found:
-            problems += _check_instances(ts, opened, sample_seeds)
-        if not found and ts.template.contrast is not None:
+            found = _check_instances(ts, opened, sample_seeds)
+            problems += found
+        if not found and ts.template.contrast is not None:  # pairs of instances that replay
             problems += _check_contrast(ts, opened, sample_seeds)
     conn.close()
     return problems
@@ -126,11 +127,15 @@ def _check_contrast(ts: TaskTemplateSpec, opened, n: int) -> list[Problem]:
     reasons: list[str] = []
     for db_seed in _checked_databases(opened, n):
         for k in range(4 * n):
-            task, _ = instantiate(ts, opened, k, db_seed)
+            task, why = instantiate(ts, opened, k, db_seed)
+            if isinstance(why, LimitStop):  # every later try would spend the budget again
+                return []
             if task is None:
                 continue
             partner, why = contrast_partner(ts, task, opened, k, db_seed, None)
             if partner is not None:
+                return []
+            if isinstance(why, LimitStop):  # reported at the partner's own template
                 return []
             if not why.startswith("contrast: "):
                 continue
