@@ -16,6 +16,10 @@ tiles), plain (a plain pass, muactl's head tiles: what the tiles alone change), 
 
     .venv/bin/python benchmarks/grpo_step.py [--model smollm2-135m|tiny] [--group 8] [--prompt 1000]
                                              [--length 1600] [--repeats 1] [--threads N] [--arms today,shared]
+                                            [--anchor-rows 2]
+
+`--arms shared,anchored` measures what GRPO's SFT anchor (grpo.sft_coef, muactl/train/anchor.py) adds to the
+update: --anchor-rows conversations of the group's sizes, their NLL's forward and backward.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import time
 
 ARMS = {"today": "plain pass per row, TRL's head tiles",  # the code before issue 26's speed item
         "plain": "plain pass per row, muactl's head tiles",  # the head's tiles alone
-        "shared": "shared prefix once, muactl's head tiles"}  # muactl's path
+        "shared": "shared prefix once, muactl's head tiles",  # muactl's path
+        "anchored": "shared, plus the SFT anchor's rows"}  # grpo.sft_coef > 0: --anchor-rows SFT conversations more
 
 
 def group_inputs(group: int, prompt: int, length: int, vocab: int, pad_id: int, seed: int = 0):
@@ -53,6 +58,21 @@ def group_inputs(group: int, prompt: int, length: int, vocab: int, pad_id: int, 
         out["tool_mask"][i, :w] = ((turn[:w] // 60) % 2 == 0).long()  # 60 policy tokens, then 60 user/tool tokens
     out["advantages"] = torch.linspace(-1, 1, group)  # a mix of signs, as a group-normalized batch has
     out["num_items_in_batch"] = (out["completion_mask"] * out["tool_mask"]).sum()
+    return out
+
+
+def sft_rows(rows: int, prompt: int, length: int, vocab: int, seed: int = 1) -> list[dict[str, list[int]]]:
+    """Tokenized SFT conversations as the anchor reads them (train/anchor.py), at the group's sizes: the same
+    system prompt and tools, then a conversation whose assistant turns alternate with user/tool turns."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.randint(10, vocab, (prompt,), generator=g).tolist()
+    out = []
+    for i in range(rows):
+        rest = max(8, int((length - prompt) * (0.85 + 0.3 * i / max(1, rows - 1))))
+        ids = shared + torch.randint(10, vocab, (rest,), generator=g).tolist()
+        out.append({"input_ids": ids, "assistant_masks": [0] * prompt + [int((t // 60) % 2 == 0) for t in range(rest)]})
     return out
 
 
@@ -83,7 +103,12 @@ def run_arm(args) -> dict:
                             loss_type="grpo", max_steps=1, gradient_checkpointing=gradient_checkpointing(None, "grpo"))
         trainer = PolicyTokenGRPOTrainer(model=model, args=config, reward_funcs=[_zero], processing_class=tokenizer,
                                          train_dataset=Dataset.from_list([{"prompt": "x"}] * 2))
-    trainer.share_prefixes = args.arm == "shared"
+    trainer.share_prefixes = args.arm in ("shared", "anchored")
+    if args.arm == "anchored":
+        from muactl.train.anchor import SFTAnchor
+
+        rows = sft_rows(args.anchor_rows, args.prompt, args.length, model.config.vocab_size)
+        trainer.anchor = SFTAnchor(rows, coef=0.1, per_update=args.anchor_rows, seed=0, pad_id=tokenizer.pad_token_id)
     if args.arm == "today":  # TRL's tile sizes: TOKEN_CHUNK_SIZE rows x _CHUNKED_LOGPROB_CHUNK_SIZE
         policy_tokens.CPU_HEAD_ROWS, policy_tokens.CPU_HEAD_VOCAB = 4096, 32768
     if config.gradient_checkpointing:  # Trainer.train() turns it on, and this skips train()
@@ -125,6 +150,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads per arm (0: torch's default; 1 measures the "
                     "work more steadily on a loaded machine)")
     ap.add_argument("--arms", default="today,shared", help=f"which of {', '.join(ARMS)}, in this order")
+    ap.add_argument("--anchor-rows", type=int, default=2, help="the anchored arm's SFT conversations (grpo.sft_rows)")
     ap.add_argument("--fp32", action="store_true", help="float32 instead of bf16 autocast (muactl's default on CPUs with native bf16)")
     ap.add_argument("--arm", choices=list(ARMS), help=argparse.SUPPRESS)  # one arm in this process (internal)
     args = ap.parse_args()

@@ -302,12 +302,19 @@ class Experiment:
                 f"tasks={tasks}", "db=random", f"grpo.steps={a.grpo_steps}", f"grpo.group_size={a.group_size}",
                 f"grpo.tasks_per_step={a.tasks_per_step}", f"grpo.lr={a.grpo_lr}", f"grpo.max_turns={a.max_turns}",
                 f"grpo.max_new_tokens={a.max_new_tokens}", f"grpo.save_steps={GRPO_SAVE_EVERY}", f"grpo.temperature={a.temperature}",
-                f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *a.grpo_extra]))
+                f"grpo.band_low={a.band[0]}", f"grpo.band_high={a.band[1]}", *curve, *self.sft_data(seed, arm), *a.grpo_extra]))
         # a run trained now replaces whatever an earlier run of that id left in results.json
         if done.is_dir() and kept_store(done.parent) and (trained or run_id not in self.results.get("grpo_runs", {})):
             self.results.setdefault("grpo_runs", {})[run_id] = run_metrics(done.parent)
             self.save()
         return done
+
+    def sft_data(self, seed: int, arm: str) -> list[str]:
+        """For an arm that starts from SFT: its cold start's data, which the SFT anchor reads (grpo.sft_coef in
+        --grpo-extra); GRPO without the anchor ignores it."""
+        if arm == "grpo":
+            return []
+        return [f"data={self.work / 'runs' / run_name('sft', seed) / 'sft.jsonl'}"]
 
     def evaluate(self, key: str, model, user: str | None = None) -> None:
         """Held-out instances and the fixed test tasks, greedy; per-task successes into results[key]. Against another
@@ -885,6 +892,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "out" / "rl_gain"))
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args()
+    if "grpo" in a.arms and not a.probe and any(x.startswith("grpo.sft_coef=") and float(x.split("=", 1)[1])
+                                                for x in a.grpo_extra):
+        ap.error("grpo.sft_coef anchors GRPO to a cold start's data, which the grpo arm (GRPO only) has none of; "
+                 "leave grpo out of --arms")
     exp = Experiment(a)
     if a.probe:
         if not a.report_only:

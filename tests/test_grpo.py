@@ -452,11 +452,13 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
         "domain: bank\nstages: [synth, sft, grpo, eval]\n"
         "synth: {trials: 1, tasks: train}\n"
         "sft: {max_steps: 2, batch_size: 2, save_steps: 100, logging_steps: 1}\n"
-        "grpo: {steps: 1, group_size: 2, tasks_per_step: 1, max_turns: 2, max_new_tokens: 8}\n"
+        "grpo: {steps: 1, group_size: 2, tasks_per_step: 1, max_turns: 2, max_new_tokens: 8, sft_coef: 0.1}\n"
         "eval: {split: test, max_turns: 2, concurrency: 20}\n"
         "model: tiny\n")
     r = runner.invoke(app, ["train", str(cfg), "run_id=p1", "model.max_new_tokens=8"])
     assert r.exit_code == 0, r.output
+    # the SFT anchor reads the recipe's own synth data
+    assert re.search(r"SFT anchor, weight 0.1: 2 of \d+ conversations of \S+/runs/p1/sft.jsonl", r.output), r.output
     stages = json.loads((in_tmp / "runs" / "p1" / "stages.json").read_text())
     assert set(stages) == {"synth", "sft", "grpo", "eval"}
     assert set(stages["eval"]) == {"base", "sft", "grpo"}

@@ -94,6 +94,19 @@ def test_the_cross_user_evaluations_get_their_own_paired_table():
     assert "| evaluation of one model against the scripted user (20 episodes) | 2 | 1.0 | 0.5 |" in text
 
 
+def test_the_sft_anchor_gets_its_seeds_cold_start_data_and_grpo_only_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    rl_gain = _module()
+    exp = SimpleNamespace(work=tmp_path)
+    assert rl_gain.Experiment.sft_data(exp, 2, "sft+grpo") == [f"data={tmp_path}/runs/sft-2/sft.jsonl"]
+    assert rl_gain.Experiment.sft_data(exp, 2, "grpo") == []
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--grpo-extra", "grpo.sft_coef=0.1",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "the grpo arm (GRPO only) has none of" in out.stderr, out.stderr
+    assert not (tmp_path / "results.json").exists()
+
+
 @pytest.mark.slow
 def test_harness_runs_every_arm_on_tiny(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_gain.py"), "--model", "tiny", "--seeds", "0",

@@ -515,10 +515,11 @@ def step_line(step: int, steps: int, logs: dict, g) -> str:
         value = logs.get(key)
         return "-" if value is None else format(float(value), fmt)
 
+    anchor = f", SFT anchor NLL {num('anchor/nll', '.3f')}" if g.sft_coef else ""
     return (f"grpo step {step}/{steps}: reward {num('reward', '.2f')}, success {num('rollout/success', '.2f')} "
             f"over {g.tasks_per_step * g.group_size} rollouts; groups {num('rollout/groups_drawn', '.0f')} drawn, "
             f"{num('rollout/groups_with_signal', '.0f')} of {g.tasks_per_step} with signal; KL {num('kl', '.4f')}, "
-            f"entropy {num('entropy', '.2f')}; {num('step_time', '.1f')} s")
+            f"entropy {num('entropy', '.2f')}{anchor}; {num('step_time', '.1f')} s")
 
 
 def check_settings(cfg) -> None:
@@ -541,8 +542,25 @@ def check_settings(cfg) -> None:
         problems.append(f"grpo.beta must be >= 0, not {g.beta}")
     if g.temperature <= 0:
         problems.append(f"grpo.temperature must be > 0 (GRPO samples), not {g.temperature}")
+    if g.sft_coef < 0:
+        problems.append(f"grpo.sft_coef must be >= 0 (0: no SFT anchor), not {g.sft_coef}")
+    if g.sft_rows < 1:
+        problems.append(f"grpo.sft_rows must be >= 1, not {g.sft_rows}")
     if problems:
         raise UsageError("; ".join(problems))
+
+
+def sft_anchor(cfg, trainer, tokenizer, sft_data, log):
+    """The SFT anchor of grpo.sft_coef (anchor.py), refused before any step where it cannot run."""
+    from ..errors import UsageError
+    from .anchor import SFTAnchor, check_anchor_data
+
+    check_anchor_data(sft_data, cfg.grpo.sft_coef)
+    if trainer.accelerator.num_processes > 1 or trainer.plain_causal_lm(trainer.model) is None:
+        raise UsageError("grpo.sft_coef runs in one process on a plain causal LM (no DDP/FSDP, no adapter on the LM head, "
+                         "no logit scaling); set grpo.sft_coef=0")
+    return SFTAnchor.from_data(Path(sft_data), tokenizer, cfg.sft.max_length, cfg.grpo.sft_coef, cfg.grpo.sft_rows,
+                               cfg.seed, log)
 
 
 def _training_tasks(opened, synth_tasks) -> list:
@@ -573,9 +591,10 @@ def reward_from_episode(prompts, completions, episode_reward, **kwargs) -> list[
 # ---------------------------------------------------------------- training
 
 
-def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
-             final: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats."""
+def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print, final: Path | None = None,
+             sft_data: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """GRPO from `model_path` (a checkpoint, tiny or smollm2-135m); returns checkpoint-final and stats.
+    `sft_data`: the SFT data the anchor (grpo.sft_coef > 0) draws from."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from ..models.folder import load_tokenizer
     from ..models.precision import import_torch, precision_note, training_precision
@@ -640,6 +659,8 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print,
                                      processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
                                      callbacks=[ToRunStore(), card_on_save(tokenizer)] + ([HeldOutEvery()] if heldout else []))
     quiet_trl_logs(trainer, lambda state, logs: log(step_line(state.global_step, state.max_steps, logs, g)))
+    if g.sft_coef:
+        trainer.anchor = sft_anchor(cfg, trainer, tokenizer, sft_data, log)
 
     final = final or store.path / "checkpoint-final"
     result, seconds = train_and_save(trainer, tokenizer, store.path / "grpo", final, g.lora, True, log, "grpo")

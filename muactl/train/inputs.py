@@ -36,6 +36,10 @@ def check_train_inputs(cfg, stage: str | None, finished: dict | None = None) -> 
         check_backend(str(cfg.synth.agent), None, "synth.agent")
     if "grpo" in stages:
         check_settings(cfg)
+        if cfg.grpo.sft_coef and "synth" not in stages:
+            from .anchor import check_anchor_data
+
+            check_anchor_data(cfg.data or finished.get("synth", {}).get("data"), cfg.grpo.sft_coef)
     domains = parts(cfg)
     for part in domains:
         try:

@@ -66,7 +66,7 @@ def run_pipeline(cfg, store: RunStore, log: Callable[[str], None] = print,
         from .grpo import run_grpo
 
         log(f"== grpo: {cfg.grpo.steps} steps, {cfg.grpo.group_size} rollouts per task, from {start}")
-        final, stats = run_grpo(cfg, store, start, log=log, final=store.path / "grpo" / "checkpoint-final")
+        final, stats = run_grpo(cfg, store, start, log=log, final=store.path / "grpo" / "checkpoint-final", sft_data=data)
         state["grpo"] = {"checkpoint": str(final), **stats}
         save_stages(store, state)
         release()

@@ -34,6 +34,8 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
     _scored: Any = None
     # compute each prefix that rows share once (exact); False: a plain pass per row, for benchmarks/grpo_step.py
     share_prefixes = True
+    # grpo.sft_coef > 0: the SFT anchor (anchor.py), whose loss every micro-batch adds to GRPO's
+    anchor: Any = None
 
     def _generate(self, prompts: list):
         out = super()._generate(prompts)
@@ -49,13 +51,25 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         self._scored = inputs.get("tool_mask")
         try:
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
         finally:
             self._scored = None
+        if self.anchor is None or not model.training:
+            return loss
+        return loss + self._anchor_loss(model)
+
+    def _anchor_loss(self, model) -> torch.Tensor:
+        """grpo.sft_coef x the NLL of this micro-batch's SFT rows, scaled for gradient accumulation as TRL scales
+        its own loss, so an optimizer step adds the weight times the mean over its micro-batches."""
+        accumulation = self.current_gradient_accumulation_steps
+        rows = self.anchor.draw(self.state.global_step, self._step % accumulation)
+        nll = self.anchor.nll(self.plain_causal_lm(model), rows, self.args.cast_lm_head_to_fp32, self.accelerator.autocast)
+        self._metrics["train"]["anchor/nll"].append(nll.item())
+        return self.anchor.coef * nll / accumulation
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **extra):
-        causal = self._plain_causal_lm(model)
+        causal = self.plain_causal_lm(model)
         if causal is None or compute_aux_loss or any(v is not None for v in extra.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
@@ -72,7 +86,7 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
-    def _plain_causal_lm(self, model):
+    def plain_causal_lm(self, model):
         """The causal LM whose body and head this path can call directly, or None (then TRL's path)."""
         if self.accelerator.unwrap_model(model) is not model:  # DDP/FSDP: their forward does the gradient sync
             return None

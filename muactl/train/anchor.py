@@ -1,0 +1,84 @@
+"""The SFT anchor: the cold start's own loss, added to every GRPO update (grpo.sft_coef).
+
+Issue 26 measured why GRPO from a cold start loses what SFT taught: a refusal and a write share their look-ups and
+differ in one comparison of numbers, that decision is held by 1-2 nats, and an update drawn on some templates moves
+it on every template, also on those the step never played (the KL term only sees the sampled conversations). The
+anchor holds the cold start's behaviour where the rollouts do not look: each optimizer step also lowers the mean
+negative log-likelihood of the assistant tokens of `grpo.sft_rows` conversations of the SFT data, drawn afresh
+(InstructGPT's pretraining mix, PPO-ptx, with the SFT data in place of the pretraining corpus):
+
+    loss = GRPO loss + grpo.sft_coef * NLL(SFT rows)
+
+0 (the default) turns it off and changes nothing. The rows are drawn from (seed, step, micro-batch), so a run
+resumed from a checkpoint draws what the uninterrupted run drew; the NLL is logged per step as `anchor/nll`.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+
+class SFTAnchor:
+    """Tokenized SFT conversations (assistant-only masks, as SFT trains on them) and the anchor's loss on them."""
+
+    def __init__(self, rows: list[dict[str, list[int]]], coef: float, per_update: int, seed: int, pad_id: int):
+        self.rows, self.coef, self.per_update, self.seed, self.pad_id = rows, coef, per_update, seed, pad_id
+
+    @classmethod
+    def from_data(cls, data: Path, tokenizer, max_length: int, coef: float, per_update: int, seed: int, log=print):
+        from ..errors import UsageError
+        from .sft import tokenize_example
+        from .synth import read_jsonl
+
+        records = read_jsonl(data)
+        rows = [ex for ex in (tokenize_example(tokenizer, r, max_length) for r in records) if ex is not None]
+        rows = [r for r in rows if any(r["assistant_masks"])]
+        if not rows:
+            raise UsageError(f"{data}: no conversation with an assistant turn fits sft.max_length={max_length}, "
+                             "so grpo.sft_coef has nothing to anchor to")
+        log(f"grpo: SFT anchor, weight {coef:g}: {per_update} of {len(rows)} conversations of {data} per update "
+            f"({len(records) - len(rows)} left out: too long or no assistant turn)")
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return cls(rows, coef, per_update, seed, pad)
+
+    def draw(self, step: int, micro: int) -> list[dict[str, list[int]]]:
+        """The rows of one micro-batch: a function of (seed, step, micro) only."""
+        rng = random.Random(f"{self.seed}:{step}:{micro}")
+        return rng.sample(self.rows, min(self.per_update, len(self.rows)))
+
+    def nll(self, causal, rows: list[dict[str, list[int]]], head_fp32: bool, autocast):
+        """Mean negative log-likelihood over the assistant tokens of `rows` (right-padded into one batch), a tensor
+        in the autograd graph."""
+        import torch
+
+        from .policy_tokens import policy_token_logps
+
+        device = causal.get_output_embeddings().weight.device
+        width = max(len(r["input_ids"]) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        trained = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, r in enumerate(rows):
+            n = len(r["input_ids"])
+            ids[i, :n] = torch.tensor(r["input_ids"])
+            attention[i, :n] = 1
+            trained[i, :n] = torch.tensor(r["assistant_masks"], dtype=torch.bool)
+        # token 0 has no prefix to predict it from: score positions 1.. (what a causal LM's labels do)
+        scored = trained[:, 1:]
+        logps, _ = policy_token_logps(causal, ids.to(device), attention.to(device), scored.to(device), 1.0, False,
+                                      head_fp32, autocast)
+        return -logps.sum() / scored.sum().clamp(min=1)
+
+
+def check_anchor_data(data, coef: float) -> None:
+    """GRPO's SFT anchor (grpo.sft_coef > 0) needs the SFT data it holds the policy to: before a run folder exists
+    (train/inputs.py) and when GRPO starts."""
+    from ..errors import UsageError
+    from .synth import read_jsonl
+
+    if not data:
+        raise UsageError(f"grpo.sft_coef={coef:g} anchors GRPO to SFT data: name it with data=FILE.jsonl (the JSONL "
+                         "`muactl synth` wrote), or put a synth stage before grpo in the recipe")
+    if not read_jsonl(Path(data)):
+        raise UsageError(f"data file {data} holds no examples for grpo.sft_coef's anchor")

@@ -1,0 +1,130 @@
+"""GRPO's SFT anchor (grpo.sft_coef, muactl/train/anchor.py): its loss is SFT's on the assistant tokens, its rows
+a function of (seed, step, micro-batch), and from the CLI it pulls the update toward the SFT data. The model is
+`tiny` (random weights); the data is the oracle's real bank conversations."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from muactl.cli import app
+
+runner = CliRunner()
+FAST = ["domain=bank", "grpo.group_size=2", "grpo.tasks_per_step=2", "grpo.max_turns=3", "grpo.max_new_tokens=12"]
+
+
+@pytest.fixture(scope="module")
+def sft_data(tmp_path_factory):
+    from muactl.train.synth import run_synth
+    from muactl.train.synth_config import SynthConfig
+
+    out = tmp_path_factory.mktemp("anchor") / "sft.jsonl"
+    run_synth(SynthConfig(domain="bank", trials=1, split="test", output=str(out)))
+    return out
+
+
+def _tiny():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from muactl.domain.open import open_domain
+    from muactl.models.folder import load_tokenizer
+    from muactl.models.registry import resolve
+
+    path = resolve("tiny", open_domain("bank", with_tasks=False).compiled)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
+
+
+def _anchor(sft_data, tokenizer, per_update=3):
+    from muactl.train.anchor import SFTAnchor
+
+    return SFTAnchor.from_data(sft_data, tokenizer, 4096, coef=1.0, per_update=per_update, seed=0, log=lambda s: None)
+
+
+def test_the_anchor_loss_is_the_sft_loss_on_assistant_tokens(sft_data):
+    """The mean cross-entropy of a plain forward pass at the tokens SFT trains on (assistant turns), rows of
+    different lengths padded into one batch; and it backpropagates."""
+    import contextlib
+
+    import torch
+
+    model, tokenizer = _tiny()
+    anchor = _anchor(sft_data, tokenizer)
+    rows = anchor.draw(step=0, micro=0)
+    assert len({len(r["input_ids"]) for r in rows}) > 1  # the padding is exercised
+    nll = anchor.nll(model, rows, head_fp32=False, autocast=contextlib.nullcontext)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for r in rows:
+            ids = torch.tensor([r["input_ids"]])
+            logits = model(input_ids=ids).logits[0, :-1]
+            trained = torch.tensor(r["assistant_masks"][1:], dtype=torch.bool)
+            total += torch.nn.functional.cross_entropy(logits[trained], ids[0, 1:][trained], reduction="sum").item()
+            count += int(trained.sum())
+    assert count > 50 and nll.item() == pytest.approx(total / count, rel=1e-5)
+    nll.backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_the_rows_are_a_function_of_seed_step_and_micro_batch(sft_data):
+    _, tokenizer = _tiny()
+    a, b = _anchor(sft_data, tokenizer), _anchor(sft_data, tokenizer)
+    assert len(a.rows) > 10
+    assert a.draw(3, 0) == b.draw(3, 0)  # a resumed run draws what the uninterrupted one drew
+    assert a.draw(3, 0) != a.draw(4, 0) and a.draw(3, 0) != a.draw(3, 1)
+
+
+def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp, sft_data):
+    """From the CLI: the anchor's NLL is logged at every step and shown on the step line, and the trained policy
+    fits the SFT data better than the one GRPO trains without it (same seed, same rollouts' draw)."""
+    import contextlib
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from muactl.runs.store import RunStore
+
+    common = ["train", "grpo", *FAST, "grpo.steps=2", "grpo.lr=1e-3", "grpo.warmup_ratio=0", f"data={sft_data}"]
+    r = runner.invoke(app, [*common, "grpo.sft_coef=1.0", "grpo.sft_rows=2", "run_id=anchored"])
+    assert r.exit_code == 0, r.output
+    assert "SFT anchor, weight 1: 2 of" in r.output
+    steps = [line for line in r.output.splitlines() if line.startswith("grpo step ")]
+    assert len(steps) == 2 and all(", SFT anchor NLL " in line for line in steps), steps
+    logged = [row for row in RunStore.open("anchored").db["metrics"].rows if row["name"] == "anchor/nll"]
+    assert sorted(row["step"] for row in logged) == [1, 2]
+    r = runner.invoke(app, [*common, "run_id=free"])
+    assert r.exit_code == 0 and "SFT anchor" not in r.output, r.output
+
+    _, tokenizer = _tiny()
+    rows = _anchor(sft_data, tokenizer).rows[:8]
+
+    def fit(run_id):
+        model = AutoModelForCausalLM.from_pretrained(in_tmp / "runs" / run_id / "checkpoint-final", dtype=torch.float32)
+        with torch.no_grad():
+            return _anchor(sft_data, tokenizer).nll(model, rows, False, contextlib.nullcontext).item()
+
+    anchored, free = fit("anchored"), fit("free")
+    assert anchored < free - 0.5, (anchored, free)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("grpo.sft_coef=-1", "grpo.sft_coef must be >= 0"),
+    ("grpo.sft_rows=0", "grpo.sft_rows must be >= 1"),
+    ("grpo.sft_coef=0.5", "grpo.sft_coef=0.5 anchors GRPO to SFT data: name it with data=FILE.jsonl"),
+])
+def test_a_bad_anchor_setting_fails_before_a_run_exists(in_tmp, override, message):
+    r = runner.invoke(app, ["train", "grpo", *FAST, override, "run_id=bad"])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (in_tmp / "runs" / "bad").exists()
+
+
+def test_anchor_data_without_examples_is_refused(in_tmp):
+    empty = in_tmp / "empty.jsonl"
+    empty.write_text("\n")
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={empty}", "run_id=bad"])
+    assert r.exit_code == 2 and "holds no examples" in r.output, r.output
+    bad = in_tmp / "bad.jsonl"
+    bad.write_text(json.dumps({"messages": []}) + "\n{oops\n")
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={bad}", "run_id=bad"])
+    assert r.exit_code == 2 and f"{bad}:2: invalid JSON" in r.output, r.output
+    assert not (in_tmp / "runs" / "bad").exists()
