@@ -892,7 +892,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "out" / "rl_gain"))
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args()
-    if "grpo" in a.arms and not a.probe and any(x.startswith("grpo.sft_coef=") and float(x.split("=", 1)[1])
+    if "grpo" in a.arms and not a.probe and any(x.startswith("grpo.sft_coef=") and x.split("=", 1)[1] not in ("0", "0.0")
                                                 for x in a.grpo_extra):
         ap.error("grpo.sft_coef anchors GRPO to a cold start's data, which the grpo arm (GRPO only) has none of; "
                  "leave grpo out of --arms")

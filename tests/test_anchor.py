@@ -87,7 +87,7 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
     common = ["train", "grpo", *FAST, "grpo.steps=2", "grpo.lr=1e-3", "grpo.warmup_ratio=0", f"data={sft_data}"]
     r = runner.invoke(app, [*common, "grpo.sft_coef=1.0", "grpo.sft_rows=2", "run_id=anchored"])
     assert r.exit_code == 0, r.output
-    assert "SFT anchor, weight 1: 2 of" in r.output
+    assert "SFT anchor, weight 1: 2 of" in r.output and "per micro-batch" in r.output
     steps = [line for line in r.output.splitlines() if line.startswith("grpo step ")]
     assert len(steps) == 2 and all(", SFT anchor NLL " in line for line in steps), steps
     logged = [row for row in RunStore.open("anchored").db["metrics"].rows if row["name"] == "anchor/nll"]
@@ -108,7 +108,8 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
 
 
 @pytest.mark.parametrize("override, message", [
-    ("grpo.sft_coef=-1", "grpo.sft_coef must be >= 0"),
+    ("grpo.sft_coef=-1", "grpo.sft_coef must be a number >= 0"),
+    ("grpo.sft_coef=nan", "grpo.sft_coef must be a number >= 0"),
     ("grpo.sft_rows=0", "grpo.sft_rows must be >= 1"),
     ("grpo.sft_coef=0.5", "grpo.sft_coef=0.5 anchors GRPO to SFT data: name it with data=FILE.jsonl"),
 ])
@@ -126,5 +127,11 @@ def test_anchor_data_without_examples_is_refused(in_tmp):
     bad = in_tmp / "bad.jsonl"
     bad.write_text(json.dumps({"messages": []}) + "\n{oops\n")
     r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={bad}", "run_id=bad"])
-    assert r.exit_code == 2 and f"{bad}:2: invalid JSON" in r.output, r.output
+    assert r.exit_code == 2 and f"grpo.sft_coef's data: {bad}:2: invalid JSON" in r.output, r.output
+    silent = in_tmp / "silent.jsonl"
+    silent.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={silent}", "run_id=bad"])
+    assert r.exit_code == 2 and f"{silent}: example 1 has no assistant turn" in r.output, r.output
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={in_tmp / 'gone.jsonl'}", "run_id=bad"])
+    assert r.exit_code == 2 and "grpo.sft_coef's data: data file" in r.output and "not found" in r.output, r.output
     assert not (in_tmp / "runs" / "bad").exists()

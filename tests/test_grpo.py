@@ -800,6 +800,30 @@ def test_one_grpo_step_with_policy_token_logps_trains(tmp_path):
     assert len(moved) == len(before)
 
 
+def test_the_sft_anchor_adds_its_weighted_nll_scaled_for_gradient_accumulation(tmp_path):
+    """grpo.sft_coef x the NLL of the rows drawn for (global step, micro-batch), divided by the accumulation as TRL
+    divides its own loss; the NLL itself is what is logged."""
+    import contextlib
+
+    import torch
+
+    from muactl.train.anchor import SFTAnchor
+
+    trainer = _policy_token_trainer(tmp_path)
+    rows = [{"input_ids": list(range(10 + i, 40 + 2 * i)), "assistant_masks": [0] * 10 + [1] * (20 + i)} for i in range(6)]
+    trainer.anchor = SFTAnchor(rows, coef=0.5, per_update=2, seed=0, pad_id=0)
+    trainer.current_gradient_accumulation_steps = 2
+    trainer.state.global_step, trainer._step = 3, 5  # the second micro-batch of step 3
+    trainer.model.train()
+    loss = trainer._anchor_loss(trainer.model)
+    with torch.no_grad():
+        nll = trainer.anchor.nll(trainer.model, trainer.anchor.draw(3, 1), False, contextlib.nullcontext).item()
+        other = trainer.anchor.nll(trainer.model, trainer.anchor.draw(3, 0), False, contextlib.nullcontext).item()
+    assert nll != other  # the micro-batch picks the rows
+    assert loss.item() == pytest.approx(0.5 * nll / 2, rel=1e-5)
+    assert trainer._metrics["train"]["anchor/nll"] == [pytest.approx(nll, rel=1e-5)]
+
+
 # ---------------------------------------------------------------- held-out success during training
 
 
@@ -862,7 +886,7 @@ def test_train_grpo_eval_every_logs_a_heldout_curve_and_the_report_draws_it(in_t
 
 
 def test_step_line_reads_the_step_from_trls_logs():
-    g = SimpleNamespace(tasks_per_step=2, group_size=4)
+    g = SimpleNamespace(tasks_per_step=2, group_size=4, sft_coef=0.0)
     logs = {"reward": 0.25, "rollout/success": 0.25, "rollout/groups_drawn": 3.0, "rollout/groups_with_signal": 1.0,
             "kl": 0.00123, "entropy": 1.5, "step_time": 12.34, "rollout/all_equal_groups": 2.0, "frac_reward_zero_std": 0.5}
     from muactl.train.grpo import step_line
@@ -870,6 +894,8 @@ def test_step_line_reads_the_step_from_trls_logs():
     assert step_line(3, 10, logs, g) == ("grpo step 3/10: reward 0.25, success 0.25 over 8 rollouts; groups 3 drawn, "
                                          "1 of 2 with signal; KL 0.0012, entropy 1.50; 12.3 s")
     assert "KL -" in step_line(1, 1, {"reward": 0.0}, g)  # beta 0: TRL logs no KL
+    anchored = step_line(3, 10, {**logs, "anchor/nll": 0.4567}, SimpleNamespace(tasks_per_step=2, group_size=4, sft_coef=1.0))
+    assert anchored.endswith("entropy 1.50, SFT anchor NLL 0.457; 12.3 s"), anchored
     from muactl.train.grpo import signal_note
 
     note = signal_note(SimpleNamespace(tasks_per_step=1, group_size=4, draw_rounds=1))

@@ -4,13 +4,15 @@ Issue 26 measured why GRPO from a cold start loses what SFT taught: a refusal an
 differ in one comparison of numbers, that decision is held by 1-2 nats, and an update drawn on some templates moves
 it on every template, also on those the step never played (the KL term only sees the sampled conversations). The
 anchor holds the cold start's behaviour where the rollouts do not look: each optimizer step also lowers the mean
-negative log-likelihood of the assistant tokens of `grpo.sft_rows` conversations of the SFT data, drawn afresh
-(InstructGPT's pretraining mix, PPO-ptx, with the SFT data in place of the pretraining corpus):
+negative log-likelihood of the assistant tokens of `grpo.sft_rows` conversations of the SFT data, drawn afresh for
+each micro-batch (InstructGPT's pretraining mix, PPO-ptx, with the SFT data in place of the pretraining corpus):
 
     loss = GRPO loss + grpo.sft_coef * NLL(SFT rows)
 
-0 (the default) turns it off and changes nothing. The rows are drawn from (seed, step, micro-batch), so a run
-resumed from a checkpoint draws what the uninterrupted run drew; the NLL is logged per step as `anchor/nll`.
+0 (the default) turns it off and changes nothing. With grpo.grad_accum > 1 each micro-batch draws its own rows and
+adds its NLL divided by the accumulation, so an update adds the weight times their mean. The rows are drawn from (seed,
+step, micro-batch), so a run resumed from a checkpoint draws what the uninterrupted run drew; the NLL is logged per step
+as `anchor/nll`, and TRL's logged `loss` includes the anchor's term.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ class SFTAnchor:
         if not rows:
             raise UsageError(f"{data}: no conversation with an assistant turn fits sft.max_length={max_length}, "
                              "so grpo.sft_coef has nothing to anchor to")
-        log(f"grpo: SFT anchor, weight {coef:g}: {per_update} of {len(rows)} conversations of {data} per update "
+        log(f"grpo: SFT anchor, weight {coef:g}: {per_update} of {len(rows)} conversations of {data} per micro-batch "
             f"({len(records) - len(rows)} left out: too long or no assistant turn)")
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)  # never scored
         return cls(rows, coef, per_update, seed, pad)
 
     def draw(self, step: int, micro: int) -> list[dict[str, list[int]]]:
@@ -72,13 +74,38 @@ class SFTAnchor:
 
 
 def check_anchor_data(data, coef: float) -> None:
-    """GRPO's SFT anchor (grpo.sft_coef > 0) needs the SFT data it holds the policy to: before a run folder exists
-    (train/inputs.py) and when GRPO starts."""
+    """GRPO's SFT anchor (grpo.sft_coef > 0) needs the SFT data it holds the policy to, each line a conversation with
+    an assistant turn: before a run folder exists (train/inputs.py) and when GRPO starts."""
     from ..errors import UsageError
     from .synth import read_jsonl
 
     if not data:
         raise UsageError(f"grpo.sft_coef={coef:g} anchors GRPO to SFT data: name it with data=FILE.jsonl (the JSONL "
                          "`muactl synth` wrote), or put a synth stage before grpo in the recipe")
-    if not read_jsonl(Path(data)):
+    try:
+        rows = read_jsonl(Path(data))
+    except UsageError as e:
+        raise UsageError(f"grpo.sft_coef's data: {e}") from None
+    if not rows:
         raise UsageError(f"data file {data} holds no examples for grpo.sft_coef's anchor")
+    for n, row in enumerate(rows, 1):
+        if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in row["messages"]):
+            raise UsageError(f"{data}: example {n} has no assistant turn, which grpo.sft_coef's anchor trains on")
+
+
+def check_anchor_model(ref: str) -> None:
+    """The anchor's loss runs through the policy-token path (policy_tokens.py), which takes a plain causal LM: a model
+    whose config scales its logits or wraps a text model (a VLM) is refused before a run folder exists."""
+    if ref == "tiny":
+        return
+    from transformers import AutoConfig
+
+    from ..errors import UsageError
+    from ..models.registry import resolve
+    from .policy_tokens import LOGIT_TRANSFORMS
+
+    config = AutoConfig.from_pretrained(resolve(ref))
+    scaled = [name for name in LOGIT_TRANSFORMS if getattr(config.get_text_config(), name, None) is not None]
+    if config.get_text_config() is not config or scaled:
+        what = f"its logits are scaled: {', '.join(scaled)}" if scaled else "a text model inside another"
+        raise UsageError(f"grpo.sft_coef: {ref} is not a plain causal LM ({what}); set grpo.sft_coef=0")

@@ -542,8 +542,8 @@ def check_settings(cfg) -> None:
         problems.append(f"grpo.beta must be >= 0, not {g.beta}")
     if g.temperature <= 0:
         problems.append(f"grpo.temperature must be > 0 (GRPO samples), not {g.temperature}")
-    if g.sft_coef < 0:
-        problems.append(f"grpo.sft_coef must be >= 0 (0: no SFT anchor), not {g.sft_coef}")
+    if not math.isfinite(g.sft_coef) or g.sft_coef < 0:
+        problems.append(f"grpo.sft_coef must be a number >= 0 (0: no SFT anchor), not {g.sft_coef}")
     if g.sft_rows < 1:
         problems.append(f"grpo.sft_rows must be >= 1, not {g.sft_rows}")
     if problems:
@@ -556,9 +556,10 @@ def sft_anchor(cfg, trainer, tokenizer, sft_data, log):
     from .anchor import SFTAnchor, check_anchor_data
 
     check_anchor_data(sft_data, cfg.grpo.sft_coef)
-    if trainer.accelerator.num_processes > 1 or trainer.plain_causal_lm(trainer.model) is None:
-        raise UsageError("grpo.sft_coef runs in one process on a plain causal LM (no DDP/FSDP, no adapter on the LM head, "
-                         "no logit scaling); set grpo.sft_coef=0")
+    if (trainer.accelerator.num_processes > 1 or trainer.args.n_gpu > 1
+            or trainer.plain_causal_lm(trainer.model) is None):
+        raise UsageError("grpo.sft_coef runs in one process on one device and a plain causal LM (no DDP/FSDP/DataParallel, "
+                         "no adapter on the LM head, no logit scaling); set grpo.sft_coef=0")
     return SFTAnchor.from_data(Path(sft_data), tokenizer, cfg.sft.max_length, cfg.grpo.sft_coef, cfg.grpo.sft_rows,
                                cfg.seed, log)
 

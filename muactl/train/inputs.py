@@ -36,10 +36,12 @@ def check_train_inputs(cfg, stage: str | None, finished: dict | None = None) -> 
         check_backend(str(cfg.synth.agent), None, "synth.agent")
     if "grpo" in stages:
         check_settings(cfg)
-        if cfg.grpo.sft_coef and "synth" not in stages:
-            from .anchor import check_anchor_data
+        if cfg.grpo.sft_coef and "grpo" not in finished:
+            from .anchor import check_anchor_data, check_anchor_model
 
-            check_anchor_data(cfg.data or finished.get("synth", {}).get("data"), cfg.grpo.sft_coef)
+            if "synth" not in stages:
+                check_anchor_data(cfg.data or finished.get("synth", {}).get("data"), cfg.grpo.sft_coef)
+            check_anchor_model(str(cfg.model.name))
     domains = parts(cfg)
     for part in domains:
         try:

@@ -26,7 +26,7 @@ from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
 from .shared_prefix import hidden_at
 
 # config fields that change the logits after the LM head; TRL's own path knows them, this one does not
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
 
 
 class PolicyTokenGRPOTrainer(GRPOTrainer):
@@ -63,7 +63,10 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
         its own loss, so an optimizer step adds the weight times the mean over its micro-batches."""
         accumulation = self.current_gradient_accumulation_steps
         rows = self.anchor.draw(self.state.global_step, self._step % accumulation)
-        nll = self.anchor.nll(self.plain_causal_lm(model), rows, self.args.cast_lm_head_to_fp32, self.accelerator.autocast)
+        causal = self.plain_causal_lm(model)
+        if causal is None:  # sft_anchor refuses these before the first step; a wrapper added later is a bug here
+            raise RuntimeError("the SFT anchor needs the plain causal LM, and this model is wrapped")
+        nll = self.anchor.nll(causal, rows, self.args.cast_lm_head_to_fp32, self.accelerator.autocast)
         self._metrics["train"]["anchor/nll"].append(nll.item())
         return self.anchor.coef * nll / accumulation
 
@@ -95,7 +98,7 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
         config = causal.config.get_text_config()
         if type(head) is not torch.nn.Linear or causal.config is not config:  # adapter on the head, or a VLM
             return None
-        if any(getattr(config, name, None) is not None for name in _LOGIT_TRANSFORMS):
+        if any(getattr(config, name, None) is not None for name in LOGIT_TRANSFORMS):
             return None
         return causal
 

@@ -80,7 +80,7 @@ class GRPOConf:
     band_retry: int = 0  # curriculum: a template out of the band is drawn again this many steps after it was last played (0: never)
     instance_per_rollout: bool = False  # template groups: every rollout on its own instance (baseline: the template's mean)
     sft_coef: float = 0.0  # SFT anchor: weight of the SFT data's loss added to every update (0: off; train/anchor.py)
-    sft_rows: int = 2  # SFT anchor: conversations of the SFT data per update
+    sft_rows: int = 2  # SFT anchor: conversations of the SFT data per micro-batch (per update unless grad_accum > 1)
     lora: bool = False
     grad_accum: int = 1
     save_steps: int = 10
