@@ -600,3 +600,19 @@ def test_a_run_folder_without_its_store_is_not_read(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"sft:0": {"heldout": {"a-1": 1}, "heldout_run": "eval-x", "fixed": {}}}))
     results = rl.Experiment(_args(out=str(tmp_path))).results
     assert "calls" not in results["sft:0"] and not (tmp_path / "runs" / "eval-x" / "runs.sqlite").exists()
+
+
+def test_paired_records_counts_passes_and_writes_per_template_on_the_instances_all_played(tmp_path):
+    spec = importlib.util.spec_from_file_location("paired_records", ROOT / "benchmarks" / "paired_records.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = {"heldout": {"move-1": 1, "move-2": 0, "refuse-overdraft-3": 1, "balance-9": 1},
+         "calls": {"move-1": ["find_customer", "transfer_funds"], "move-2": ["transfer_funds"], "refuse-overdraft-3": []}}
+    b = {"heldout": {"move-1": 1, "move-2": 1, "refuse-overdraft-3": 0},
+         "calls": {"move-1": ["transfer_funds"], "move-2": ["transfer_funds"], "refuse-overdraft-3": ["close_account"]}}
+    (tmp_path / "r.json").write_text(json.dumps({"sft:1": a, "sft+grpo:1": b}))
+    lines = mod.table([mod.load(f"A={tmp_path / 'r.json'}:sft:1"), mod.load(f"B={tmp_path / 'r.json'}:sft+grpo:1")])
+    assert lines[0] == "3 held-out instances every model played"  # balance-9 only A played
+    assert "| move | 1/2, 2 | 2/2, 2 |" in lines and "| refuse-overdraft | 1/1, 0 | 0/1, 1 |" in lines
+    assert "| all, pass^1 | 0.667 | 0.667 |" in lines
+    assert any(line.startswith("B - A, paired over instances: +0.000 [") and line.endswith("2 outcomes changed") for line in lines)

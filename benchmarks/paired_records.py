@@ -1,0 +1,72 @@
+"""Held-out records of several models side by side, from rl_gain results files (theirs or an --out's results.json):
+per template, the successes and the episodes that called a write; then each model paired against the first on
+the instances both played, with a 95% bootstrap interval over instances. Models from different --out folders are
+comparable when they were evaluated on the same instances (same --heldout and eval seed: the ids say so).
+
+    .venv/bin/python benchmarks/paired_records.py "SFT only=benchmarks/results/sweep26act.json:sft:1" \\
+        "GRPO=benchmarks/results/sweep26act.json:sft+grpo:1" "GRPO + anchor=out/anchor26/results.json:sft+grpo:1"
+
+Prints a table; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from muactl.runs.stats import paired  # noqa: E402  (the intervals rl_gain and the before/after table give)
+
+WRITES = ("transfer_funds", "close_account")
+
+
+def template_of(instance: str) -> str:
+    return instance.rsplit("-", 1)[0]
+
+
+def load(spec: str) -> tuple[str, dict]:
+    """'LABEL=FILE:KEY' -> (label, the record: heldout successes and calls per instance)."""
+    label, rest = spec.split("=", 1)
+    path, key = rest.split(":", 1)
+    record = json.loads(Path(path).read_text())[key]
+    return label, record
+
+
+def table(models: list[tuple[str, dict]]) -> list[str]:
+    common = set.intersection(*(set(r["heldout"]) for _, r in models))
+    templates = sorted({template_of(i) for i in common})
+    lines = [f"{len(common)} held-out instances every model played", "",
+             "| template | " + " | ".join(f"{label}: passed, wrote" for label, _ in models) + " |",
+             "|---|" + "---|" * len(models)]
+    for t in templates:
+        ids = sorted(i for i in common if template_of(i) == t)
+        cells = []
+        for _, r in models:
+            passed = sum(r["heldout"][i] for i in ids)
+            wrote = sum(any(c in WRITES for c in r.get("calls", {}).get(i, [])) for i in ids)
+            cells.append(f"{passed}/{len(ids)}, {wrote}")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    total = [sum(r["heldout"][i] for i in common) / len(common) for _, r in models]
+    lines.append("| all, pass^1 | " + " | ".join(f"{p:.3f}" for p in total) + " |")
+    first_label, first = models[0]
+    lines.append("")
+    for label, r in models[1:]:
+        p, lo, hi = paired({"0": {i: r["heldout"][i] for i in common}}, {"0": {i: first["heldout"][i] for i in common}})
+        changed = sum(r["heldout"][i] != first["heldout"][i] for i in common)
+        lines.append(f"{label} - {first_label}, paired over instances: {p:+.3f} [{lo:+.3f}, {hi:+.3f}]; {changed} outcomes changed")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+", help="LABEL=FILE:KEY, the first is the one the others are paired with")
+    a = ap.parse_args()
+    print("\n".join(table([load(s) for s in a.models])))
+
+
+if __name__ == "__main__":
+    main()
