@@ -135,3 +135,15 @@ def test_anchor_data_without_examples_is_refused(in_tmp):
     r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={in_tmp / 'gone.jsonl'}", "run_id=bad"])
     assert r.exit_code == 2 and "grpo.sft_coef's data: data file" in r.output and "not found" in r.output, r.output
     assert not (in_tmp / "runs" / "bad").exists()
+
+
+def test_a_model_whose_logits_are_scaled_is_refused_before_a_run_exists(in_tmp, sft_data):
+    """The anchor's loss takes the policy-token path, which has no logit soft-capping: such a model (a Gemma-2
+    config; its default caps the logits) is refused before a run folder exists."""
+    folder = in_tmp / "capped"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma2"}))
+    r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={sft_data}", f"model={folder}",
+                            "run_id=bad"])
+    assert r.exit_code == 2 and "is not a plain causal LM (its logits are scaled: final_logit_softcapping)" in r.output, r.output
+    assert not (in_tmp / "runs" / "bad").exists()
