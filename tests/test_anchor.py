@@ -35,10 +35,11 @@ def _tiny():
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
 
 
-def _anchor(sft_data, tokenizer, per_update=3):
+def _anchor(sft_data, tokenizer, per_update=3, loss="nll"):
     from muactl.train.anchor import SFTAnchor
 
-    return SFTAnchor.from_data(sft_data, tokenizer, 4096, coef=1.0, per_update=per_update, seed=0, log=lambda s: None)
+    return SFTAnchor.from_data(sft_data, tokenizer, 4096, coef=1.0, per_update=per_update, seed=0, log=lambda s: None,
+                               loss=loss)
 
 
 def test_the_anchor_loss_is_the_sft_loss_on_assistant_tokens(sft_data):
@@ -52,7 +53,7 @@ def test_the_anchor_loss_is_the_sft_loss_on_assistant_tokens(sft_data):
     anchor = _anchor(sft_data, tokenizer)
     rows = anchor.draw(step=0, micro=0)
     assert len({len(r["input_ids"]) for r in rows}) > 1  # the padding is exercised
-    nll = anchor.nll(model, rows, head_fp32=False, autocast=contextlib.nullcontext)
+    nll, figures = anchor.losses(model, rows, head_fp32=False, autocast=contextlib.nullcontext)
     total, count = 0.0, 0
     with torch.no_grad():
         for r in rows:
@@ -61,8 +62,45 @@ def test_the_anchor_loss_is_the_sft_loss_on_assistant_tokens(sft_data):
             trained = torch.tensor(r["assistant_masks"][1:], dtype=torch.bool)
             total += torch.nn.functional.cross_entropy(logits[trained], ids[0, 1:][trained], reduction="sum").item()
             count += int(trained.sum())
-    assert count > 50 and nll.item() == pytest.approx(total / count, rel=1e-5)
+    assert count > 50 and nll.item() == pytest.approx(total / count, rel=1e-5) == figures["anchor/nll"]
     nll.backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_drift_counts_only_the_tokens_now_predicted_worse_than_at_the_start(sft_data):
+    """grpo.sft_loss=drift: 0 at the starting policy; after the weights move, per conversation the sum over its
+    assistant tokens of max(0, NLL now - NLL at the start), averaged over the conversations (checked against plain
+    forward passes), and its gradient comes only from the tokens that got worse."""
+    import contextlib
+
+    import torch
+
+    model, tokenizer = _tiny()
+    anchor = _anchor(sft_data, tokenizer, loss="drift")
+    anchor.remember_start(model, False, contextlib.nullcontext)
+    rows = anchor.draw(step=0, micro=0)
+    drift, figures = anchor.losses(model, rows, False, contextlib.nullcontext)
+    assert drift.item() == pytest.approx(0.0, abs=1e-4) and figures["anchor/nll"] > 1
+
+    def token_nll(r):
+        ids = torch.tensor([r["input_ids"]])
+        logits = model(input_ids=ids).logits[0, :-1]
+        trained = torch.tensor(r["assistant_masks"][1:], dtype=torch.bool)
+        return torch.nn.functional.cross_entropy(logits[trained], ids[0, 1:][trained], reduction="none")
+
+    with torch.no_grad():
+        start = [token_nll(r) for r in rows]
+        torch.manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+        now = [token_nll(r) for r in rows]
+    worse = [(n - s).clamp(min=0) for n, s in zip(now, start)]
+    assert all((w > 0).any() and (w == 0).any() for w in worse)  # some tokens got worse, some did not
+    want = sum(float(w.sum()) for w in worse) / len(rows)
+    drift, figures = anchor.losses(model, rows, False, contextlib.nullcontext)
+    assert drift.item() == pytest.approx(want, rel=1e-4) == figures["anchor/drift"]
+    assert figures["anchor/nll"] == pytest.approx(float(torch.cat(now).mean()), rel=1e-4)
+    drift.backward()
     assert model.get_output_embeddings().weight.grad.abs().sum() > 0
 
 
@@ -87,13 +125,22 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
     common = ["train", "grpo", *FAST, "grpo.steps=2", "grpo.lr=1e-3", "grpo.warmup_ratio=0", f"data={sft_data}"]
     r = runner.invoke(app, [*common, "grpo.sft_coef=1.0", "grpo.sft_rows=2", "run_id=anchored"])
     assert r.exit_code == 0, r.output
-    assert "SFT anchor, weight 1: 2 of" in r.output and "per micro-batch" in r.output
+    assert "SFT anchor (nll), weight 1: 2 of" in r.output and "per micro-batch" in r.output
     steps = [line for line in r.output.splitlines() if line.startswith("grpo step ")]
     assert len(steps) == 2 and all(", SFT anchor NLL " in line for line in steps), steps
     logged = [row for row in RunStore.open("anchored").db["metrics"].rows if row["name"] == "anchor/nll"]
     assert sorted(row["step"] for row in logged) == [1, 2]
     r = runner.invoke(app, [*common, "run_id=free"])
     assert r.exit_code == 0 and "SFT anchor" not in r.output, r.output
+    r = runner.invoke(app, [*common, "grpo.sft_coef=1.0", "grpo.sft_rows=2", "grpo.sft_loss=drift", "run_id=drift"])
+    assert r.exit_code == 0 and "SFT anchor (drift), weight 1" in r.output, r.output
+    assert "the starting policy's NLL on" in r.output, r.output
+    steps = [line for line in r.output.splitlines() if line.startswith("grpo step ")]
+    assert all(" nats per conversation)" in line for line in steps), steps
+    drift = {row["step"]: row["value"] for row in RunStore.open("drift").db["metrics"].rows if row["name"] == "anchor/drift"}
+    # step 1's rows are scored before any update: the policy is the starting one, so nothing got worse but rounding
+    # (a batch of other rows; the NLL of one conversation is ~1,500 nats on tiny)
+    assert sorted(drift) == [1, 2] and drift[1] < 0.05, drift
 
     _, tokenizer = _tiny()
     rows = _anchor(sft_data, tokenizer).rows[:8]
@@ -101,7 +148,7 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
     def fit(run_id):
         model = AutoModelForCausalLM.from_pretrained(in_tmp / "runs" / run_id / "checkpoint-final", dtype=torch.float32)
         with torch.no_grad():
-            return _anchor(sft_data, tokenizer).nll(model, rows, False, contextlib.nullcontext).item()
+            return _anchor(sft_data, tokenizer).losses(model, rows, False, contextlib.nullcontext)[0].item()
 
     anchored, free = fit("anchored"), fit("free")
     assert anchored < free - 0.5, (anchored, free)
@@ -111,6 +158,7 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
     ("grpo.sft_coef=-1", "grpo.sft_coef must be a number >= 0"),
     ("grpo.sft_coef=nan", "grpo.sft_coef must be a number >= 0"),
     ("grpo.sft_rows=0", "grpo.sft_rows must be >= 1"),
+    ("grpo.sft_loss=kl", "grpo.sft_loss must be one of nll, drift, not 'kl'"),
     ("grpo.sft_coef=0.5", "grpo.sft_coef=0.5 anchors GRPO to SFT data: name it with data=FILE.jsonl"),
 ])
 def test_a_bad_anchor_setting_fails_before_a_run_exists(in_tmp, override, message):

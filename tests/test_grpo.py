@@ -894,8 +894,12 @@ def test_step_line_reads_the_step_from_trls_logs():
     assert step_line(3, 10, logs, g) == ("grpo step 3/10: reward 0.25, success 0.25 over 8 rollouts; groups 3 drawn, "
                                          "1 of 2 with signal; KL 0.0012, entropy 1.50; 12.3 s")
     assert "KL -" in step_line(1, 1, {"reward": 0.0}, g)  # beta 0: TRL logs no KL
-    anchored = step_line(3, 10, {**logs, "anchor/nll": 0.4567}, SimpleNamespace(tasks_per_step=2, group_size=4, sft_coef=1.0))
+    anchored = step_line(3, 10, {**logs, "anchor/nll": 0.4567},
+                         SimpleNamespace(tasks_per_step=2, group_size=4, sft_coef=1.0, sft_loss="nll"))
     assert anchored.endswith("entropy 1.50, SFT anchor NLL 0.457; 12.3 s"), anchored
+    drift = step_line(3, 10, {**logs, "anchor/nll": 0.4567, "anchor/drift": 1.25},
+                      SimpleNamespace(tasks_per_step=2, group_size=4, sft_coef=1.0, sft_loss="drift"))
+    assert drift.endswith("SFT anchor NLL 0.457 (drift 1.250 nats per conversation); 12.3 s"), drift
     from muactl.train.grpo import signal_note
 
     note = signal_note(SimpleNamespace(tasks_per_step=1, group_size=4, draw_rounds=1))

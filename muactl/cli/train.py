@@ -39,7 +39,7 @@ def train(
       [bold]muactl train grpo model=runs/<sft>/checkpoint-final domain=bank grpo.group_size=8 grpo.steps=50[/bold]
       [bold]muactl train grpo ... user=litellm user.model=openai/gpt-4o-mini[/bold]
       [bold]muactl train grpo ... grpo.sft_coef=1.0 data=FILE.jsonl[/bold]   (each update also lowers the loss of the
-      data SFT trained on: the SFT anchor)
+      data SFT trained on: the SFT anchor; grpo.sft_loss=drift: only where the policy got worse than at its start)
       [bold]muactl train grpo ... grpo.reward=userrl grpo.turn_credit=r2g grpo.trajectory_score=r2g[/bold]
       [bold]muactl train grpo --domain bank:3 --domain retail:1 ...[/bold]   (one policy over two domains, 3:1)
       [bold]muactl train user model=smollm2-135m domain=bank user_sft.trials=2 sft.epochs=2[/bold]   (a user

@@ -3,16 +3,25 @@
 Issue 26 measured why GRPO from a cold start loses what SFT taught: a refusal and a write share their look-ups and
 differ in one comparison of numbers, that decision is held by 1-2 nats, and an update drawn on some templates moves
 it on every template, also on those the step never played (the KL term only sees the sampled conversations). The
-anchor holds the cold start's behaviour where the rollouts do not look: each optimizer step also lowers the mean
-negative log-likelihood of the assistant tokens of `grpo.sft_rows` conversations of the SFT data, drawn afresh for
-each micro-batch (InstructGPT's pretraining mix, PPO-ptx, with the SFT data in place of the pretraining corpus):
+anchor holds the cold start's behaviour where the rollouts do not look: each optimizer step also adds a loss on
+`grpo.sft_rows` conversations of the SFT data, drawn afresh for each micro-batch (InstructGPT's pretraining mix,
+PPO-ptx, with the SFT data in place of the pretraining corpus):
 
-    loss = GRPO loss + grpo.sft_coef * NLL(SFT rows)
+    loss = GRPO loss + grpo.sft_coef * anchor loss
+
+grpo.sft_loss says which loss, over the assistant tokens of the drawn conversations:
+- `nll`: their mean negative log-likelihood (SFT's own loss).
+- `drift`: per conversation, the sum over its tokens of how much worse the policy predicts each than the starting
+  policy did (max(0, NLL now - NLL at the start), in nats), averaged over the conversations. A refusal that turned
+  into a write shows here in full (the 0.7 nats its one deciding token lost, measured in issue 26), where the mean
+  NLL divides it by the ~2,400 tokens of 8 conversations; tokens no worse than at the start add nothing, so the
+  anchor does not go on sharpening what SFT fit. The starting NLLs come from one pass over the data before the
+  first step (from the `model=` checkpoint, also when a run resumes).
 
 0 (the default) turns it off and changes nothing. With grpo.grad_accum > 1 each micro-batch draws its own rows and
-adds its NLL divided by the accumulation, so an update adds the weight times their mean. The rows are drawn from (seed,
-step, micro-batch), so a run resumed from a checkpoint draws what the uninterrupted run drew; the NLL is logged per step
-as `anchor/nll`, and TRL's logged `loss` includes the anchor's term.
+adds its loss divided by the accumulation, so an update adds the weight times their mean. The rows are drawn from
+(seed, step, micro-batch), so a run resumed from a checkpoint draws what the uninterrupted run drew; the mean NLL is
+logged per step as `anchor/nll` (and the drift as `anchor/drift`), and TRL's logged `loss` includes the anchor's term.
 """
 
 from __future__ import annotations
@@ -20,15 +29,20 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+ANCHOR_LOSSES = ("nll", "drift")
+
 
 class SFTAnchor:
     """Tokenized SFT conversations (assistant-only masks, as SFT trains on them) and the anchor's loss on them."""
 
-    def __init__(self, rows: list[dict[str, list[int]]], coef: float, per_update: int, seed: int, pad_id: int):
+    def __init__(self, rows: list[dict[str, list]], coef: float, per_update: int, seed: int, pad_id: int,
+                 loss: str = "nll"):
         self.rows, self.coef, self.per_update, self.seed, self.pad_id = rows, coef, per_update, seed, pad_id
+        self.loss = loss
 
     @classmethod
-    def from_data(cls, data: Path, tokenizer, max_length: int, coef: float, per_update: int, seed: int, log=print):
+    def from_data(cls, data: Path, tokenizer, max_length: int, coef: float, per_update: int, seed: int, log=print,
+                  loss: str = "nll"):
         from ..errors import UsageError
         from .sft import tokenize_example
         from .synth import read_jsonl
@@ -39,19 +53,31 @@ class SFTAnchor:
         if not rows:
             raise UsageError(f"{data}: no conversation with an assistant turn fits sft.max_length={max_length}, "
                              "so grpo.sft_coef has nothing to anchor to")
-        log(f"grpo: SFT anchor, weight {coef:g}: {per_update} of {len(rows)} conversations of {data} per micro-batch "
-            f"({len(records) - len(rows)} left out: too long or no assistant turn)")
+        log(f"grpo: SFT anchor ({loss}), weight {coef:g}: {per_update} of {len(rows)} conversations of {data} per "
+            f"micro-batch ({len(records) - len(rows)} left out: too long or no assistant turn)")
         pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)  # never scored
-        return cls(rows, coef, per_update, seed, pad)
+        return cls(rows, coef, per_update, seed, pad, loss)
 
-    def draw(self, step: int, micro: int) -> list[dict[str, list[int]]]:
+    def draw(self, step: int, micro: int) -> list[dict[str, list]]:
         """The rows of one micro-batch: a function of (seed, step, micro) only."""
         rng = random.Random(f"{self.seed}:{step}:{micro}")
         return rng.sample(self.rows, min(self.per_update, len(self.rows)))
 
-    def nll(self, causal, rows: list[dict[str, list[int]]], head_fp32: bool, autocast):
-        """Mean negative log-likelihood over the assistant tokens of `rows` (right-padded into one batch), a tensor
-        in the autograd graph."""
+    def remember_start(self, causal, head_fp32: bool, autocast) -> None:
+        """Each row's per-token NLL under the policy as it is now (before the first step), which `drift` compares
+        with: stored in the row as `start_nll`, its scored tokens in order."""
+        import torch
+
+        with torch.no_grad():
+            for start in range(0, len(self.rows), self.per_update):
+                rows = self.rows[start:start + self.per_update]
+                nll, scored = self.token_nll(causal, rows, head_fp32, autocast)
+                for row, values, mask in zip(rows, nll.float().cpu(), scored.cpu()):
+                    row["start_nll"] = values[mask].tolist()
+
+    def token_nll(self, causal, rows: list[dict[str, list]], head_fp32: bool, autocast):
+        """(NLL per position, scored positions), both (rows, longest - 1): the rows right-padded into one batch,
+        the NLL 0 where not scored, in the autograd graph."""
         import torch
 
         from .policy_tokens import policy_token_logps
@@ -67,10 +93,21 @@ class SFTAnchor:
             attention[i, :n] = 1
             trained[i, :n] = torch.tensor(r["assistant_masks"], dtype=torch.bool)
         # token 0 has no prefix to predict it from: score positions 1.. (what a causal LM's labels do)
-        scored = trained[:, 1:]
-        logps, _ = policy_token_logps(causal, ids.to(device), attention.to(device), scored.to(device), 1.0, False,
+        scored = trained[:, 1:].to(device)
+        logps, _ = policy_token_logps(causal, ids.to(device), attention.to(device), scored, 1.0, False,
                                       head_fp32, autocast)
-        return -logps.sum() / scored.sum().clamp(min=1)
+        return -logps, scored
+
+    def losses(self, causal, rows: list[dict[str, list]], head_fp32: bool, autocast):
+        """(the loss grpo.sft_loss names, in the autograd graph; the figures to log, floats)."""
+        nll, scored = self.token_nll(causal, rows, head_fp32, autocast)
+        mean = nll.sum() / scored.sum().clamp(min=1)
+        if self.loss == "nll":
+            return mean, {"anchor/nll": mean.item()}
+        start = nll.detach().new_zeros(nll.shape).masked_scatter(
+            scored, nll.new_tensor([v for r in rows for v in r["start_nll"]]))
+        drift = ((nll - start).clamp(min=0) * scored).sum(dim=1).mean()
+        return drift, {"anchor/nll": mean.item(), "anchor/drift": drift.item()}
 
 
 def check_anchor_data(data, coef: float) -> None:

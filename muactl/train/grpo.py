@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runs.store import RunStore
+from .anchor import ANCHOR_LOSSES
 from .heldout import HeldOut
 from .shaping import episode_reward
 
@@ -516,6 +517,8 @@ def step_line(step: int, steps: int, logs: dict, g) -> str:
         return "-" if value is None else format(float(value), fmt)
 
     anchor = f", SFT anchor NLL {num('anchor/nll', '.3f')}" if g.sft_coef else ""
+    if g.sft_coef and g.sft_loss == "drift":
+        anchor += f" (drift {num('anchor/drift', '.3f')} nats per conversation)"
     return (f"grpo step {step}/{steps}: reward {num('reward', '.2f')}, success {num('rollout/success', '.2f')} "
             f"over {g.tasks_per_step * g.group_size} rollouts; groups {num('rollout/groups_drawn', '.0f')} drawn, "
             f"{num('rollout/groups_with_signal', '.0f')} of {g.tasks_per_step} with signal; KL {num('kl', '.4f')}, "
@@ -544,6 +547,8 @@ def check_settings(cfg) -> None:
         problems.append(f"grpo.temperature must be > 0 (GRPO samples), not {g.temperature}")
     if not math.isfinite(g.sft_coef) or g.sft_coef < 0:
         problems.append(f"grpo.sft_coef must be a number >= 0 (0: no SFT anchor), not {g.sft_coef}")
+    if g.sft_loss not in ANCHOR_LOSSES:
+        problems.append(f"grpo.sft_loss must be one of {', '.join(ANCHOR_LOSSES)}, not '{g.sft_loss}'")
     if g.sft_rows < 1:
         problems.append(f"grpo.sft_rows must be >= 1, not {g.sft_rows}")
     if problems:
@@ -560,8 +565,15 @@ def sft_anchor(cfg, trainer, tokenizer, sft_data, log):
             or trainer.plain_causal_lm(trainer.model) is None):
         raise UsageError("grpo.sft_coef runs in one process on one device and a plain causal LM (no DDP/FSDP/DataParallel, "
                          "no adapter on the LM head, no logit scaling); set grpo.sft_coef=0")
-    return SFTAnchor.from_data(Path(sft_data), tokenizer, cfg.sft.max_length, cfg.grpo.sft_coef, cfg.grpo.sft_rows,
-                               cfg.seed, log)
+    anchor = SFTAnchor.from_data(Path(sft_data), tokenizer, cfg.sft.max_length, cfg.grpo.sft_coef, cfg.grpo.sft_rows,
+                                 cfg.seed, log, cfg.grpo.sft_loss)
+    if anchor.loss == "drift":  # before train(): a resumed run loads its checkpoint there, so this is model='s policy
+        began = time.monotonic()
+        anchor.remember_start(trainer.plain_causal_lm(trainer.model), trainer.args.cast_lm_head_to_fp32,
+                              trainer.accelerator.autocast)
+        log(f"grpo: SFT anchor: the starting policy's NLL on {len(anchor.rows)} conversations "
+            f"({time.monotonic() - began:.1f} s)")
+    return anchor
 
 
 def _training_tasks(opened, synth_tasks) -> list:
