@@ -53,7 +53,7 @@ def test_the_anchor_loss_is_the_sft_loss_on_assistant_tokens(sft_data):
     anchor = _anchor(sft_data, tokenizer)
     rows = anchor.draw(step=0, micro=0)
     assert len({len(r["input_ids"]) for r in rows}) > 1  # the padding is exercised
-    nll, figures = anchor.losses(model, rows, head_fp32=False, autocast=contextlib.nullcontext)
+    nll, figures = anchor.losses(model, 0, 0, head_fp32=False, autocast=contextlib.nullcontext)
     total, count = 0.0, 0
     with torch.no_grad():
         for r in rows:
@@ -68,19 +68,22 @@ def test_the_anchor_loss_is_the_sft_loss_on_assistant_tokens(sft_data):
 
 
 def test_drift_counts_only_the_tokens_now_predicted_worse_than_at_the_start(sft_data):
-    """grpo.sft_loss=drift: 0 at the starting policy; after the weights move, per conversation the sum over its
-    assistant tokens of max(0, NLL now - NLL at the start), averaged over the conversations (checked against plain
-    forward passes), and its gradient comes only from the tokens that got worse."""
+    """grpo.sft_loss=drift: 0 with no gradient at the starting policy; after the weights move, per conversation the
+    sum over its assistant tokens of max(0, NLL now - NLL at the start), averaged over the conversations, with the
+    gradient of the tokens that got worse only (both checked against plain forward passes)."""
     import contextlib
 
     import torch
 
     model, tokenizer = _tiny()
     anchor = _anchor(sft_data, tokenizer, loss="drift")
-    anchor.remember_start(model, False, contextlib.nullcontext)
-    rows = anchor.draw(step=0, micro=0)
-    drift, figures = anchor.losses(model, rows, False, contextlib.nullcontext)
-    assert drift.item() == pytest.approx(0.0, abs=1e-4) and figures["anchor/nll"] > 1
+    anchor.remember_start(model, False, contextlib.nullcontext, steps=2, accumulation=1)
+    assert sorted(anchor.start) == [(0, 0), (1, 0)]
+    rows = anchor.draw(step=1, micro=0)
+    drift, figures = anchor.losses(model, 1, 0, False, contextlib.nullcontext)
+    drift.backward()
+    assert drift.item() == 0.0 and figures["anchor/nll"] > 1
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())  # relu: no pull at "no worse"
 
     def token_nll(r):
         ids = torch.tensor([r["input_ids"]])
@@ -93,15 +96,21 @@ def test_drift_counts_only_the_tokens_now_predicted_worse_than_at_the_start(sft_
         torch.manual_seed(0)
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
-        now = [token_nll(r) for r in rows]
-    worse = [(n - s).clamp(min=0) for n, s in zip(now, start)]
-    assert all((w > 0).any() and (w == 0).any() for w in worse)  # some tokens got worse, some did not
-    want = sum(float(w.sum()) for w in worse) / len(rows)
-    drift, figures = anchor.losses(model, rows, False, contextlib.nullcontext)
+    now = [token_nll(r) for r in rows]
+    worse = [n.detach() > s for n, s in zip(now, start)]
+    assert all(w.any() and not w.all() for w in worse)  # some tokens got worse, some did not
+    want = sum(float((n.detach() - s)[w].sum()) for n, s, w in zip(now, start, worse)) / len(rows)
+    (sum(n[w].sum() for n, w in zip(now, worse)) / len(rows)).backward()
+    head = model.get_output_embeddings().weight
+    expected, head.grad = head.grad.clone(), None
+    drift, figures = anchor.losses(model, 1, 0, False, contextlib.nullcontext)
     assert drift.item() == pytest.approx(want, rel=1e-4) == figures["anchor/drift"]
-    assert figures["anchor/nll"] == pytest.approx(float(torch.cat(now).mean()), rel=1e-4)
+    assert figures["anchor/nll"] == pytest.approx(float(torch.cat(now).detach().mean()), rel=1e-4)
+    model.zero_grad()
     drift.backward()
-    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+    assert torch.allclose(head.grad, expected, rtol=1e-3, atol=1e-6)
+    with pytest.raises(RuntimeError, match="no starting NLL for step 2"):
+        anchor.losses(model, 2, 0, False, contextlib.nullcontext)
 
 
 def test_the_rows_are_a_function_of_seed_step_and_micro_batch(sft_data):
@@ -132,15 +141,24 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
     assert sorted(row["step"] for row in logged) == [1, 2]
     r = runner.invoke(app, [*common, "run_id=free"])
     assert r.exit_code == 0 and "SFT anchor" not in r.output, r.output
-    r = runner.invoke(app, [*common, "grpo.sft_coef=1.0", "grpo.sft_rows=2", "grpo.sft_loss=drift", "run_id=drift"])
+    drift = [*common, "grpo.sft_coef=1.0", "grpo.sft_rows=2", "grpo.sft_loss=drift", "grpo.save_steps=1"]
+    r = runner.invoke(app, [*drift, "keep_checkpoints=true", "run_id=drift"])
     assert r.exit_code == 0 and "SFT anchor (drift), weight 1" in r.output, r.output
-    assert "the starting policy's NLL on" in r.output, r.output
+    assert "the starting policy's NLL on the 2 batches the run will draw" in r.output, r.output
     steps = [line for line in r.output.splitlines() if line.startswith("grpo step ")]
-    assert all(" nats per conversation)" in line for line in steps), steps
+    assert len(steps) == 2 and all(" nats per conversation)" in line for line in steps), steps
+    # extended by a step from its checkpoint, whose weights are moved here (random tiny's groups carry no signal,
+    # so GRPO alone leaves them): step 3 compares with the starting policy, not with the checkpoint it resumed from
+    from safetensors.torch import load_file, save_file
+
+    saved = in_tmp / "runs" / "drift" / "grpo" / "checkpoint-2" / "model.safetensors"
+    torch.manual_seed(0)
+    save_file({k: v + 0.05 * torch.randn_like(v) for k, v in load_file(saved).items()}, saved, metadata={"format": "pt"})
+    r = runner.invoke(app, ["train", "--resume", "drift", "grpo.steps=3"])
+    assert r.exit_code == 0 and "the starting policy's NLL on the 3 batches" in r.output, r.output
     drift = {row["step"]: row["value"] for row in RunStore.open("drift").db["metrics"].rows if row["name"] == "anchor/drift"}
-    # step 1's rows are scored before any update: the policy is the starting one, so nothing got worse but rounding
-    # (a batch of other rows; the NLL of one conversation is ~1,500 nats on tiny)
-    assert sorted(drift) == [1, 2] and drift[1] < 0.05, drift
+    # step 1's batch is scored before any update, as the same batch: nothing is worse, not even by rounding
+    assert sorted(drift) == [1, 2, 3] and drift[1] == 0.0 and drift[3] > 1, drift
 
     _, tokenizer = _tiny()
     rows = _anchor(sft_data, tokenizer).rows[:8]
@@ -148,7 +166,8 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
     def fit(run_id):
         model = AutoModelForCausalLM.from_pretrained(in_tmp / "runs" / run_id / "checkpoint-final", dtype=torch.float32)
         with torch.no_grad():
-            return _anchor(sft_data, tokenizer).losses(model, rows, False, contextlib.nullcontext)[0].item()
+            nll, scored = _anchor(sft_data, tokenizer).token_nll(model, rows, False, contextlib.nullcontext)
+            return (nll.sum() / scored.sum()).item()
 
     anchored, free = fit("anchored"), fit("free")
     assert anchored < free - 0.5, (anchored, free)

@@ -817,8 +817,8 @@ def test_the_sft_anchor_adds_its_weighted_nll_scaled_for_gradient_accumulation(t
     trainer.model.train()
     loss = trainer._anchor_loss(trainer.model)
     with torch.no_grad():
-        nll = trainer.anchor.nll(trainer.model, trainer.anchor.draw(3, 1), False, contextlib.nullcontext).item()
-        other = trainer.anchor.nll(trainer.model, trainer.anchor.draw(3, 0), False, contextlib.nullcontext).item()
+        nll = trainer.anchor.losses(trainer.model, 3, 1, False, contextlib.nullcontext)[0].item()
+        other = trainer.anchor.losses(trainer.model, 3, 0, False, contextlib.nullcontext)[0].item()
     assert nll != other  # the micro-batch picks the rows
     assert loss.item() == pytest.approx(0.5 * nll / 2, rel=1e-5)
     assert trainer._metrics["train"]["anchor/nll"] == [pytest.approx(nll, rel=1e-5)]

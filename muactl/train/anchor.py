@@ -10,13 +10,15 @@ PPO-ptx, with the SFT data in place of the pretraining corpus):
     loss = GRPO loss + grpo.sft_coef * anchor loss
 
 grpo.sft_loss says which loss, over the assistant tokens of the drawn conversations:
-- `nll`: their mean negative log-likelihood (SFT's own loss).
-- `drift`: per conversation, the sum over its tokens of how much worse the policy predicts each than the starting
-  policy did (max(0, NLL now - NLL at the start), in nats), averaged over the conversations. A refusal that turned
-  into a write shows here in full (the 0.7 nats its one deciding token lost, measured in issue 26), where the mean
-  NLL divides it by the ~2,400 tokens of 8 conversations; tokens no worse than at the start add nothing, so the
-  anchor does not go on sharpening what SFT fit. The starting NLLs come from one pass over the data before the
-  first step (from the `model=` checkpoint, also when a run resumes).
+- `nll`: their mean negative log-likelihood (SFT's own loss), in nats per token.
+- `drift`: per conversation, the sum over its tokens of how much worse the policy predicts each than the policy
+  GRPO started from did (relu(NLL now - NLL at the start)), averaged over the conversations: nats per
+  conversation. A refusal that turned into a write shows here in full (the 0.7 nats its one deciding token lost,
+  measured in issue 26), where the mean NLL divides it by the ~2,400 tokens of 8 conversations; tokens no worse
+  than at the start add nothing, not even a gradient, so the anchor does not go on sharpening what SFT fit. The
+  unit differs from nll's (a conversation, not a token), and so does what a weight means. The starting NLLs are
+  computed before the first step for every batch the run will draw, each as the same batch (bf16 rounding
+  depends on what a batch holds, and scored differently a token would look worse by rounding alone).
 
 0 (the default) turns it off and changes nothing. With grpo.grad_accum > 1 each micro-batch draws its own rows and
 adds its loss divided by the accumulation, so an update adds the weight times their mean. The rows are drawn from
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 ANCHOR_LOSSES = ("nll", "drift")
 
@@ -39,6 +42,7 @@ class SFTAnchor:
                  loss: str = "nll"):
         self.rows, self.coef, self.per_update, self.seed, self.pad_id = rows, coef, per_update, seed, pad_id
         self.loss = loss
+        self.start: dict[tuple[int, int], Any] = {}  # (step, micro) -> the drawn batch's starting NLLs (drift)
 
     @classmethod
     def from_data(cls, data: Path, tokenizer, max_length: int, coef: float, per_update: int, seed: int, log=print,
@@ -63,17 +67,16 @@ class SFTAnchor:
         rng = random.Random(f"{self.seed}:{step}:{micro}")
         return rng.sample(self.rows, min(self.per_update, len(self.rows)))
 
-    def remember_start(self, causal, head_fp32: bool, autocast) -> None:
-        """Each row's per-token NLL under the policy as it is now (before the first step), which `drift` compares
-        with: stored in the row as `start_nll`, its scored tokens in order."""
+    def remember_start(self, causal, head_fp32: bool, autocast, steps: int, accumulation: int) -> None:
+        """The per-token NLL of the policy as it is now (before the first step) on every batch the run's `steps`
+        x `accumulation` micro-batches draw, each scored as that same batch, which `drift` compares with."""
         import torch
 
         with torch.no_grad():
-            for start in range(0, len(self.rows), self.per_update):
-                rows = self.rows[start:start + self.per_update]
-                nll, scored = self.token_nll(causal, rows, head_fp32, autocast)
-                for row, values, mask in zip(rows, nll.float().cpu(), scored.cpu()):
-                    row["start_nll"] = values[mask].tolist()
+            for step in range(steps):
+                for micro in range(accumulation):
+                    nll, scored = self.token_nll(causal, self.draw(step, micro), head_fp32, autocast)
+                    self.start[(step, micro)] = nll[scored].float().cpu()
 
     def token_nll(self, causal, rows: list[dict[str, list]], head_fp32: bool, autocast):
         """(NLL per position, scored positions), both (rows, longest - 1): the rows right-padded into one batch,
@@ -98,15 +101,22 @@ class SFTAnchor:
                                       head_fp32, autocast)
         return -logps, scored
 
-    def losses(self, causal, rows: list[dict[str, list]], head_fp32: bool, autocast):
-        """(the loss grpo.sft_loss names, in the autograd graph; the figures to log, floats)."""
-        nll, scored = self.token_nll(causal, rows, head_fp32, autocast)
+    def losses(self, causal, step: int, micro: int, head_fp32: bool, autocast):
+        """The loss grpo.sft_loss names on the rows drawn for (step, micro), in the autograd graph, and the figures
+        to log (floats)."""
+        import torch
+
+        nll, scored = self.token_nll(causal, self.draw(step, micro), head_fp32, autocast)
         mean = nll.sum() / scored.sum().clamp(min=1)
         if self.loss == "nll":
             return mean, {"anchor/nll": mean.item()}
-        start = nll.detach().new_zeros(nll.shape).masked_scatter(
-            scored, nll.new_tensor([v for r in rows for v in r["start_nll"]]))
-        drift = ((nll - start).clamp(min=0) * scored).sum(dim=1).mean()
+        start = self.start.get((step, micro))
+        if start is None or len(start) != int(scored.sum()):
+            raise RuntimeError(f"the SFT anchor has no starting NLL for step {step}, micro-batch {micro}: "
+                               "remember_start covers the steps the run was configured with")
+        start = nll.detach().new_zeros(nll.shape).masked_scatter(scored, start.to(nll.device))
+        # relu, not clamp: at exactly 0 (a token as likely as at the start) its gradient is 0
+        drift = (torch.relu(nll - start) * scored).sum(dim=1).mean()
         return drift, {"anchor/nll": mean.item(), "anchor/drift": drift.item()}
 
 

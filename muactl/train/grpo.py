@@ -567,11 +567,11 @@ def sft_anchor(cfg, trainer, tokenizer, sft_data, log):
                          "no adapter on the LM head, no logit scaling); set grpo.sft_coef=0")
     anchor = SFTAnchor.from_data(Path(sft_data), tokenizer, cfg.sft.max_length, cfg.grpo.sft_coef, cfg.grpo.sft_rows,
                                  cfg.seed, log, cfg.grpo.sft_loss)
-    if anchor.loss == "drift":  # before train(): a resumed run loads its checkpoint there, so this is model='s policy
+    if anchor.loss == "drift":  # before train(): a resumed run loads its checkpoint there, after this
         began = time.monotonic()
         anchor.remember_start(trainer.plain_causal_lm(trainer.model), trainer.args.cast_lm_head_to_fp32,
-                              trainer.accelerator.autocast)
-        log(f"grpo: SFT anchor: the starting policy's NLL on {len(anchor.rows)} conversations "
+                              trainer.accelerator.autocast, cfg.grpo.steps, cfg.grpo.grad_accum)
+        log(f"grpo: SFT anchor: the starting policy's NLL on the {len(anchor.start)} batches the run will draw "
             f"({time.monotonic() - began:.1f} s)")
     return anchor
 

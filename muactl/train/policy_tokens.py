@@ -62,11 +62,11 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
         """grpo.sft_coef x the anchor's loss on this micro-batch's SFT rows (grpo.sft_loss), scaled for gradient accumulation as TRL scales
         its own loss, so an optimizer step adds the weight times the mean over its micro-batches."""
         accumulation = self.current_gradient_accumulation_steps
-        rows = self.anchor.draw(self.state.global_step, self._step % accumulation)
         causal = self.plain_causal_lm(model)
         if causal is None:  # sft_anchor refuses these before the first step; a wrapper added later is a bug here
             raise RuntimeError("the SFT anchor needs the plain causal LM, and this model is wrapped")
-        loss, figures = self.anchor.losses(causal, rows, self.args.cast_lm_head_to_fp32, self.accelerator.autocast)
+        loss, figures = self.anchor.losses(causal, self.state.global_step, self._step % accumulation,
+                                           self.args.cast_lm_head_to_fp32, self.accelerator.autocast)
         for name, value in figures.items():
             self._metrics["train"][name].append(value)
         return self.anchor.coef * loss / accumulation

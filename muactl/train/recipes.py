@@ -79,7 +79,7 @@ class GRPOConf:
     band_high: float = 0.9
     band_retry: int = 0  # curriculum: a template out of the band is drawn again this many steps after it was last played (0: never)
     instance_per_rollout: bool = False  # template groups: every rollout on its own instance (baseline: the template's mean)
-    sft_coef: float = 0.0  # SFT anchor: weight of the SFT data's loss added to every update (0: off; train/anchor.py)
+    sft_coef: float = 0.0  # SFT anchor: weight of sft_loss on the SFT data, added to every update (0: off; train/anchor.py)
     sft_rows: int = 2  # SFT anchor: conversations of the SFT data per micro-batch (per update unless grad_accum > 1)
     sft_loss: str = "nll"  # SFT anchor: nll (mean NLL of the rows) | drift (only where worse than the start; anchor.py)
     lora: bool = False
