@@ -3,6 +3,7 @@ a function of (seed, step, micro-batch), and from the CLI it pulls the update to
 `tiny` (random weights); the data is the oracle's real bank conversations."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -214,3 +215,34 @@ def test_a_model_whose_logits_are_scaled_is_refused_before_a_run_exists(in_tmp, 
                             "run_id=bad"])
     assert r.exit_code == 2 and "is not a plain causal LM (its logits are scaled: final_logit_softcapping)" in r.output, r.output
     assert not (in_tmp / "runs" / "bad").exists()
+
+
+def test_token_drift_lists_the_turns_a_moved_checkpoint_predicts_worse(in_tmp, sft_data, capsys, monkeypatch):
+    """benchmarks/token_drift.py (issue 26's reading of where GRPO moved away from the SFT data): the same
+    checkpoint twice rises nowhere; a checkpoint with moved weights rises, and its turns are listed first."""
+    import importlib.util
+    import sys
+
+    import torch
+
+    model, tokenizer = _tiny()
+    model.save_pretrained(in_tmp / "start")
+    tokenizer.save_pretrained(in_tmp / "start")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(in_tmp / "moved")
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("token_drift", root / "benchmarks" / "token_drift.py")
+    token_drift = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(token_drift)
+    monkeypatch.setattr(sys, "argv", ["token_drift", "--data", str(sft_data), "--top", "3",
+                                      f"start={in_tmp / 'start'}", f"same={in_tmp / 'start'}", f"moved={in_tmp / 'moved'}"])
+    token_drift.main()
+    out = capsys.readouterr().out
+    assert "| template | conversations | start | same | moved |" in out, out
+    listed = [line for line in out.splitlines() if line.startswith("| moved |") or line.startswith("| same |")]
+    assert len(listed) == 3 and all(line.startswith("| moved |") for line in listed), out
+    rise = [float(v) for v in listed[0].split("|")[5:8]]  # sum start, sum same, sum moved
+    assert rise[0] == rise[1] < rise[2], listed[0]
