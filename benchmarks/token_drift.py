@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from decision_margin import turns  # noqa: E402  (the runs of assistant tokens, as decision_margin reads them)
 
 
 def token_nlls(path: str, rows: list[dict]) -> list[list[float]]:
@@ -37,18 +38,6 @@ def token_nlls(path: str, rows: list[dict]) -> list[list[float]]:
             nll = -logps.gather(1, ids[0, 1:, None])[:, 0]
             out.append((nll * torch.tensor(r["assistant_masks"][1:], dtype=torch.float32)).tolist())
     return out
-
-
-def turns(mask: list[int]) -> list[tuple[int, int]]:
-    """(start, end) of each run of assistant tokens."""
-    spans, start = [], None
-    for i, v in enumerate([*mask, 0]):
-        if v and start is None:
-            start = i
-        elif not v and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
 
 
 def main() -> None:

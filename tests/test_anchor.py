@@ -234,12 +234,17 @@ def test_token_drift_lists_the_turns_a_moved_checkpoint_predicts_worse(in_tmp, s
             p.add_(torch.randn_like(p) * 0.05)
     model.save_pretrained(in_tmp / "moved")
     root = Path(__file__).resolve().parent.parent
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))  # it imports decision_margin, as a script run from there would
     spec = importlib.util.spec_from_file_location("token_drift", root / "benchmarks" / "token_drift.py")
     token_drift = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(token_drift)
     monkeypatch.setattr(sys, "argv", ["token_drift", "--data", str(sft_data), "--top", "3",
                                       f"start={in_tmp / 'start'}", f"same={in_tmp / 'start'}", f"moved={in_tmp / 'moved'}"])
-    token_drift.main()
+    try:
+        token_drift.main()
+    finally:
+        sys.modules.pop("decision_margin", None)
+        sys.modules.pop("rl_gain", None)
     out = capsys.readouterr().out
     assert "| template | conversations | start | same | moved |" in out, out
     listed = [line for line in out.splitlines() if line.startswith("| moved |") or line.startswith("| same |")]
