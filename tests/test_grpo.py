@@ -458,7 +458,7 @@ def test_pipeline_config_runs_every_stage_and_resumes(in_tmp):
     r = runner.invoke(app, ["train", str(cfg), "run_id=p1", "model.max_new_tokens=8"])
     assert r.exit_code == 0, r.output
     # the SFT anchor reads the recipe's own synth data
-    assert re.search(r"SFT anchor, weight 0.1: 2 of \d+ conversations of \S+/runs/p1/sft.jsonl", r.output), r.output
+    assert re.search(r"SFT anchor \(nll\), weight 0.1: 2 of \d+ conversations of \S+/runs/p1/sft.jsonl", r.output), r.output
     stages = json.loads((in_tmp / "runs" / "p1" / "stages.json").read_text())
     assert set(stages) == {"synth", "sft", "grpo", "eval"}
     assert set(stages["eval"]) == {"base", "sft", "grpo"}
