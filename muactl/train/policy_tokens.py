@@ -59,8 +59,9 @@ class PolicyTokenGRPOTrainer(GRPOTrainer):
         return loss + self._anchor_loss(model)
 
     def _anchor_loss(self, model) -> torch.Tensor:
-        """grpo.sft_coef x the anchor's loss on this micro-batch's SFT rows (grpo.sft_loss), scaled for gradient accumulation as TRL scales
-        its own loss, so an optimizer step adds the weight times the mean over its micro-batches."""
+        """grpo.sft_coef x the anchor's loss (grpo.sft_loss) on this micro-batch's SFT rows, scaled for gradient
+        accumulation as TRL scales its own loss, so an optimizer step adds the weight times the mean over its
+        micro-batches."""
         accumulation = self.current_gradient_accumulation_steps
         causal = self.plain_causal_lm(model)
         if causal is None:  # sft_anchor refuses these before the first step; a wrapper added later is a bug here
