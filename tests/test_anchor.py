@@ -180,6 +180,7 @@ def test_train_grpo_with_the_anchor_pulls_the_policy_toward_the_sft_data(in_tmp,
     ("grpo.sft_rows=0", "grpo.sft_rows must be >= 1"),
     ("grpo.sft_loss=kl", "grpo.sft_loss must be one of nll, drift, not 'kl'"),
     ("grpo.sft_coef=0.5", "grpo.sft_coef=0.5 anchors GRPO to SFT data: name it with data=FILE.jsonl"),
+    ("grpo.sft_loss=drift", "grpo.sft_loss=drift names the SFT anchor's loss, which is off: set grpo.sft_coef > 0"),
 ])
 def test_a_bad_anchor_setting_fails_before_a_run_exists(in_tmp, override, message):
     r = runner.invoke(app, ["train", "grpo", *FAST, override, "run_id=bad"])
@@ -215,6 +216,23 @@ def test_a_model_whose_logits_are_scaled_is_refused_before_a_run_exists(in_tmp, 
                             "run_id=bad"])
     assert r.exit_code == 2 and "is not a plain causal LM (its logits are scaled: final_logit_softcapping)" in r.output, r.output
     assert not (in_tmp / "runs" / "bad").exists()
+
+
+def test_drift_refuses_a_model_that_trains_with_dropout(in_tmp, sft_data):
+    """drift compares the NLL now with the NLL at the start; with dropout on, the two differ by noise alone. A GPT-2
+    config (dropout 0.1 by default) is refused before a run folder exists under drift, and passes this check
+    under nll (it fails later, on its missing tokenizer)."""
+    folder = in_tmp / "dropping"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "attn_pdrop": 0.0}))
+    anchored = [*FAST, "grpo.sft_coef=0.5", f"data={sft_data}", f"model={folder}"]
+    r = runner.invoke(app, ["train", "grpo", *anchored, "grpo.sft_loss=drift", "run_id=bad"])
+    assert r.exit_code == 2, r.output
+    assert f"grpo.sft_loss=drift: {folder} trains with dropout (embd_pdrop=0.1, resid_pdrop=0.1)" in r.output, r.output
+    assert "summary_first_dropout" not in r.output and "attn_pdrop" not in r.output
+    assert not (in_tmp / "runs" / "bad").exists()
+    r = runner.invoke(app, ["train", "grpo", *anchored, "run_id=bad2"])
+    assert "trains with dropout" not in r.output, r.output
 
 
 def test_token_drift_lists_the_turns_a_moved_checkpoint_predicts_worse(in_tmp, sft_data, capsys, monkeypatch):

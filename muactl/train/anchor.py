@@ -140,9 +140,15 @@ def check_anchor_data(data, coef: float) -> None:
             raise UsageError(f"{data}: example {n} has no assistant turn, which grpo.sft_coef's anchor trains on")
 
 
-def check_anchor_model(ref: str) -> None:
+# dropout of heads other than the LM's (sequence classification, GPT-2's summary): never in a causal LM's forward
+OTHER_HEADS_DROPOUT = ("classifier_dropout", "summary_first_dropout")
+
+
+def check_anchor_model(ref: str, loss: str = "nll") -> None:
     """The anchor's loss runs through the policy-token path (policy_tokens.py), which takes a plain causal LM: a model
-    whose config scales its logits or wraps a text model (a VLM) is refused before a run folder exists."""
+    whose config scales its logits or wraps a text model (a VLM) is refused before a run folder exists. `drift`
+    compares each token's NLL with the starting policy's, so it also refuses a model whose config turns dropout on:
+    in training mode the two would differ by dropout's noise alone, and relu keeps the noise's positive half."""
     if ref == "tiny":
         return
     from transformers import AutoConfig
@@ -156,3 +162,10 @@ def check_anchor_model(ref: str) -> None:
     if config.get_text_config() is not config or scaled:
         what = f"its logits are scaled: {', '.join(scaled)}" if scaled else "a text model inside another"
         raise UsageError(f"grpo.sft_coef: {ref} is not a plain causal LM ({what}); set grpo.sft_coef=0")
+    dropout = {name: value for name, value in config.get_text_config().to_dict().items()
+               if name.endswith(("dropout", "pdrop")) and name not in OTHER_HEADS_DROPOUT
+               and isinstance(value, (int, float)) and value > 0}
+    if loss == "drift" and dropout:
+        found = ", ".join(f"{name}={value:g}" for name, value in sorted(dropout.items()))
+        raise UsageError(f"grpo.sft_loss=drift: {ref} trains with dropout ({found}), so its NLL now and at the start "
+                         "would differ by dropout's noise alone; use grpo.sft_loss=nll or a model without dropout")

@@ -549,6 +549,9 @@ def check_settings(cfg) -> None:
         problems.append(f"grpo.sft_coef must be a number >= 0 (0: no SFT anchor), not {g.sft_coef}")
     if g.sft_loss not in ANCHOR_LOSSES:
         problems.append(f"grpo.sft_loss must be one of {', '.join(ANCHOR_LOSSES)}, not '{g.sft_loss}'")
+    elif g.sft_loss != "nll" and not g.sft_coef:
+        problems.append(f"grpo.sft_loss={g.sft_loss} names the SFT anchor's loss, which is off: set grpo.sft_coef > 0 "
+                        "(its weight)")
     if g.sft_rows < 1:
         problems.append(f"grpo.sft_rows must be >= 1, not {g.sft_rows}")
     if problems:

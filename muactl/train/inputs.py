@@ -41,7 +41,7 @@ def check_train_inputs(cfg, stage: str | None, finished: dict | None = None) -> 
 
             if "synth" not in stages:
                 check_anchor_data(cfg.data or finished.get("synth", {}).get("data"), cfg.grpo.sft_coef)
-            check_anchor_model(str(cfg.model.name))
+            check_anchor_model(str(cfg.model.name), cfg.grpo.sft_loss)
     domains = parts(cfg)
     for part in domains:
         try:
