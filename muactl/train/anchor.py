@@ -163,7 +163,7 @@ def check_anchor_model(ref: str, loss: str = "nll") -> None:
         what = f"its logits are scaled: {', '.join(scaled)}" if scaled else "a text model inside another"
         raise UsageError(f"grpo.sft_coef: {ref} is not a plain causal LM ({what}); set grpo.sft_coef=0")
     dropout = {name: value for name, value in config.get_text_config().to_dict().items()
-               if name.endswith(("dropout", "pdrop")) and name not in OTHER_HEADS_DROPOUT
+               if name.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate")) and name not in OTHER_HEADS_DROPOUT
                and isinstance(value, (int, float)) and value > 0}
     if loss == "drift" and dropout:
         found = ", ".join(f"{name}={value:g}" for name, value in sorted(dropout.items()))
