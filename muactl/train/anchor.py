@@ -162,10 +162,12 @@ def check_anchor_model(ref: str, loss: str = "nll") -> None:
     if config.get_text_config() is not config or scaled:
         what = f"its logits are scaled: {', '.join(scaled)}" if scaled else "a text model inside another"
         raise UsageError(f"grpo.sft_coef: {ref} is not a plain causal LM ({what}); set grpo.sft_coef=0")
+    if loss != "drift":
+        return
     dropout = {name: value for name, value in config.get_text_config().to_dict().items()
                if name.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate")) and name not in OTHER_HEADS_DROPOUT
                and isinstance(value, (int, float)) and value > 0}
-    if loss == "drift" and dropout:
+    if dropout:
         found = ", ".join(f"{name}={value:g}" for name, value in sorted(dropout.items()))
         raise UsageError(f"grpo.sft_loss=drift: {ref} trains with dropout ({found}), so its NLL now and at the start "
                          "would differ by dropout's noise alone; use grpo.sft_loss=nll or a model without dropout")
