@@ -206,12 +206,20 @@ def test_anchor_data_without_examples_is_refused(in_tmp):
     assert not (in_tmp / "runs" / "bad").exists()
 
 
+def _config_only_checkpoint(folder, config: dict):
+    """A checkpoint folder that passes the registry's file check (empty weights and tokenizer files) and whose
+    config.json is `config`: the anchor's checks read only the config."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer_config.json").write_text("{}")
+    return folder
+
+
 def test_a_model_whose_logits_are_scaled_is_refused_before_a_run_exists(in_tmp, sft_data):
     """The anchor's loss takes the policy-token path, which has no logit soft-capping: such a model (a Gemma-2
     config; its default caps the logits) is refused before a run folder exists."""
-    folder = in_tmp / "capped"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "gemma2"}))
+    folder = _config_only_checkpoint(in_tmp / "capped", {"model_type": "gemma2"})
     r = runner.invoke(app, ["train", "grpo", *FAST, "grpo.sft_coef=0.5", f"data={sft_data}", f"model={folder}",
                             "run_id=bad"])
     assert r.exit_code == 2 and "is not a plain causal LM (its logits are scaled: final_logit_softcapping)" in r.output, r.output
@@ -221,10 +229,8 @@ def test_a_model_whose_logits_are_scaled_is_refused_before_a_run_exists(in_tmp, 
 def test_drift_refuses_a_model_that_trains_with_dropout(in_tmp, sft_data):
     """drift compares the NLL now with the NLL at the start; with dropout on, the two differ by noise alone. A GPT-2
     config (dropout 0.1 by default) is refused before a run folder exists under drift, and passes this check
-    under nll (it fails later, on its missing tokenizer)."""
-    folder = in_tmp / "dropping"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "attn_pdrop": 0.0}))
+    under nll (it fails later, when its empty weights are loaded)."""
+    folder = _config_only_checkpoint(in_tmp / "dropping", {"model_type": "gpt2", "attn_pdrop": 0.0})
     anchored = [*FAST, "grpo.sft_coef=0.5", f"data={sft_data}", f"model={folder}"]
     r = runner.invoke(app, ["train", "grpo", *anchored, "grpo.sft_loss=drift", "run_id=bad"])
     assert r.exit_code == 2, r.output

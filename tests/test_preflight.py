@@ -65,6 +65,9 @@ def test_local_model_path_that_does_not_exist(no_keys):
     (no_keys / "empty").mkdir()
     r = _eval("--agent", f"hf:{no_keys / 'empty'}")
     assert r.exit_code == 2 and "no config.json" in r.output
+    (no_keys / "empty" / "config.json").write_text("{}")
+    r = _eval("--agent", f"hf:{no_keys / 'empty'}")
+    assert r.exit_code == 2 and "is not a complete model checkpoint (no weights and no tokenizer file)" in r.output, r.output
     assert _no_run_written(no_keys)
 
 

@@ -118,6 +118,9 @@ def test_resuming_a_finished_sft_run_without_checkpoints_trains_nothing(in_tmp, 
 
 @pytest.mark.parametrize("args, message", [
     (["grpo", "model=runs/nosft/checkpoint-final"], "unknown model 'runs/nosft/checkpoint-final'"),
+    (["grpo", "model=half"], "half is not a complete model checkpoint (no weights and no tokenizer file)"),
+    (["sft", "data=d.jsonl", "model=config-and-weights"], "config-and-weights is not a complete model checkpoint "
+                                                         "(no tokenizer file)"),
     (["sft", "data=data/missing.jsonl"], "data file data/missing.jsonl not found"),
     (["sft"], "sft needs data=FILE.jsonl"),
     (["grpo", "domain=no-such-domain"], "no-such-domain"),
@@ -130,6 +133,11 @@ def test_bad_train_input_fails_before_a_run_folder_exists(in_tmp, args, message)
     # before the fix: the ~110-line config was printed, a run folder made, and `muactl runs` listed it as failed
     (in_tmp / "examples").mkdir()
     (in_tmp / "examples" / "x.yaml").write_text("domain: bank\nmodel: tiny\n")
+    (in_tmp / "d.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    for folder, files in {"half": ["config.json"], "config-and-weights": ["config.json", "model.safetensors"]}.items():
+        (in_tmp / folder).mkdir()  # a copy cut off part way: before the fix, the load failed inside a new run folder
+        for name in files:
+            (in_tmp / folder / name).write_text("{}")
     r = runner.invoke(app, ["train", *args, "run_id=bad"])
     assert r.exit_code == 2 and message in r.output, r.output
     assert "grpo:\n" not in r.output and "run:" not in r.output  # no config dump, no run announced

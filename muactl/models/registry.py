@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from ..compile import CompiledDomain
 
 
+# what a folder needs before transformers can load it: any one name per part
+CHECKPOINT_PARTS = {
+    "weights": ("*.safetensors", "pytorch_model*.bin"),
+    "tokenizer": ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"),
+}
+
+
 def resolve(ref: str, domain: CompiledDomain | list[CompiledDomain] | None = None) -> Path | str:
     """A model reference -> a local folder (or an HF id, for machines with a hub); `tiny` is built from the
     domain's text, or from several domains' (a run over a mix)."""
@@ -35,6 +42,10 @@ def resolve(ref: str, domain: CompiledDomain | list[CompiledDomain] | None = Non
     if path.exists():
         if not (path / "config.json").is_file():
             raise ModelError(f"{path} is not a model checkpoint (no config.json)")
+        missing = [part for part, names in CHECKPOINT_PARTS.items()
+                   if not any(next(path.glob(name), None) for name in names)]
+        if missing:  # caught here, a half-copied folder fails before a run folder exists, not after it
+            raise ModelError(f"{path} is not a complete model checkpoint (no {' and no '.join(missing)} file)")
         return path
     if ref.count("/") == 1 and not ref.startswith((".", "/")):
         return ref  # a Hugging Face id
