@@ -355,7 +355,8 @@ def test_train_grpo_short_run_logs_metrics_and_writes_a_checkpoint(in_tmp):
     names = {row["name"] for row in store.db["metrics"].rows}
     assert {"reward", "rollout/success", "rollout/turns", "rollout/all_equal_groups", "time/generation_s",
             "entropy", "kl", "rollout/effective_turns", "rollout/user_turns", "rollout/tool_errors", "rollout/groups_drawn",
-            "rollout/groups_with_signal", "rollout/timeouts", "rollout/draw_rounds"} <= names
+            "rollout/groups_with_signal", "rollout/timeouts", "rollout/draw_rounds", "memory/rss_gb",
+            "memory/peak_rss_gb"} <= names
     assert any(n.startswith("rollout/pass_rate/") for n in names)  # 4 rollouts per task: a rate is known
     assert {e["step"] for e in store.episodes()} == {1, 2}
     assert list((run / "tensorboard" / "grpo").rglob("events.out.tfevents*"))

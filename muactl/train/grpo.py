@@ -613,6 +613,7 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print, final: Pat
     `sft_data`: the SFT data the anchor (grpo.sft_coef > 0) draws from."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from ..models.folder import load_tokenizer
+    from ..models.memory import step_memory
     from ..models.precision import import_torch, precision_note, training_precision
     from ..models.registry import resolve
     from .mix import open_parts, several
@@ -655,6 +656,10 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print, final: Pat
             if logs:
                 store.log_metrics(state.global_step, {k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
 
+    class MemoryEachStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            store.log_metrics(state.global_step, step_memory())
+
     class HeldOutEvery(TrainerCallback):
         """Held-out success before the first step, every grpo.eval_every steps and after the last one."""
 
@@ -673,7 +678,8 @@ def run_grpo(cfg, store: RunStore, model_path: str | Path, log=print, final: Pat
         log(f"grpo: {few_steps_note(g.steps)}")
     trainer = PolicyTokenGRPOTrainer(model=model, args=args, reward_funcs=[reward_from_episode], train_dataset=dataset,
                                      processing_class=tokenizer, rollout_func=rollouts, peft_config=peft_config,
-                                     callbacks=[ToRunStore(), card_on_save(tokenizer)] + ([HeldOutEvery()] if heldout else []))
+                                     callbacks=[ToRunStore(), MemoryEachStep(), card_on_save(tokenizer)]
+                                     + ([HeldOutEvery()] if heldout else []))
     quiet_trl_logs(trainer, lambda state, logs: log(step_line(state.global_step, state.max_steps, logs, g)))
     if g.sft_coef:
         trainer.anchor = sft_anchor(cfg, trainer, tokenizer, sft_data, log)
