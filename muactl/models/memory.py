@@ -64,7 +64,7 @@ def give_back() -> None:
 
 
 def give_back_each_step() -> bool:
-    return os.environ.get("MUACTL_GIVE_BACK", "1").strip().lower() not in ("0", "false", "no", "off")
+    return os.environ.get("MUACTL_GIVE_BACK", "1") != "0"  # as MUACTL_CPU_BF16: only 0 turns it off
 
 
 def step_memory() -> dict[str, float]:
