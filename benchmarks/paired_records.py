@@ -2,9 +2,14 @@
 per template, the successes and the episodes that called a write; then each model paired against the first on
 the instances both played, with a 95% bootstrap interval over instances. Models from different --out folders are
 comparable when they were evaluated on the same instances (same --heldout and eval seed: the ids say so).
+With --pool AFTER=BEFORE (labels, two or more pairs), each pair's difference is one group of a pooled interval,
+resampling the pairs and then the instances as rl_gain does over its seeds: several cold starts, each paired
+with its own SFT only, or several GRPO seeds from one SFT checkpoint.
 
     .venv/bin/python benchmarks/paired_records.py "SFT only=benchmarks/results/sweep26act.json:sft:1" \\
         "GRPO=benchmarks/results/sweep26act.json:sft+grpo:1" "GRPO + anchor=out/anchor26/results.json:sft+grpo:1"
+    .venv/bin/python benchmarks/paired_records.py "SFT 1=a.json:sft:1" "GRPO 1=a.json:sft+grpo:1" \\
+        "SFT 2=b.json:sft:2" "GRPO 2=b.json:sft+grpo:2" --pool "GRPO 1=SFT 1" "GRPO 2=SFT 2"
 
 Prints a table; asserts nothing.
 """
@@ -61,11 +66,33 @@ def table(models: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
+def pooled(models: list[tuple[str, dict]], pairs: list[str]) -> str:
+    """'AFTER=BEFORE' label pairs -> one line: the mean difference over the pairs, each pair a group of the
+    bootstrap, on the instances every model played."""
+    records = dict(models)
+    split = [p.split("=", 1) for p in pairs]
+    unknown = sorted({label for pair in split for label in pair} - set(records))
+    if any(len(pair) != 2 for pair in split) or unknown or len(split) < 2:
+        raise SystemExit(f"--pool takes two or more AFTER=BEFORE pairs of the models' labels"
+                         f"{'; not a label: ' + ', '.join(unknown) if unknown else ''}")
+    common = set.intersection(*(set(r["heldout"]) for _, r in models))
+    after = {str(k): {i: records[a]["heldout"][i] for i in common} for k, (a, _) in enumerate(split)}
+    before = {str(k): {i: records[b]["heldout"][i] for i in common} for k, (_, b) in enumerate(split)}
+    p, lo, hi = paired(after, before)
+    return f"pooled over {len(split)} pairs ({', '.join(pairs)}): {p:+.3f} [{lo:+.3f}, {hi:+.3f}] on {len(common)} instances"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help="LABEL=FILE:KEY, the first is the one the others are paired with")
+    ap.add_argument("--pool", nargs="+", default=[], metavar="AFTER=BEFORE",
+                    help="two or more pairs of labels: their differences pooled into one interval, a pair a group")
     a = ap.parse_args()
-    print("\n".join(table([load(s) for s in a.models])))
+    models = [load(s) for s in a.models]
+    pool = pooled(models, a.pool) if a.pool else None  # a wrong --pool stops before any table
+    print("\n".join(table(models)))
+    if pool:
+        print("\n" + pool)
 
 
 if __name__ == "__main__":

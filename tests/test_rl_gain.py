@@ -616,3 +616,20 @@ def test_paired_records_counts_passes_and_writes_per_template_on_the_instances_a
     assert "| move | 1/2, 2 | 2/2, 2 |" in lines and "| refuse-overdraft | 1/1, 0 | 0/1, 1 |" in lines
     assert "| all, pass^1 | 0.667 | 0.667 |" in lines
     assert any(line.startswith("B - A, paired over instances: +0.000 [") and line.endswith("2 outcomes changed") for line in lines)
+
+
+def test_paired_records_pools_pairs_as_groups_and_refuses_a_pair_of_unknown_labels(tmp_path):
+    spec = importlib.util.spec_from_file_location("paired_records", ROOT / "benchmarks" / "paired_records.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ids = [f"move-{i}" for i in range(10)]
+    models = [("SFT 1", {"heldout": {i: 0 for i in ids}}), ("GRPO 1", {"heldout": {i: int(i < "move-4") for i in ids}}),
+              ("SFT 2", {"heldout": {i: 1 for i in ids}}), ("GRPO 2", {"heldout": {i: 1 for i in ids}})]
+    line = mod.pooled(models, ["GRPO 1=SFT 1", "GRPO 2=SFT 2"])
+    assert line.startswith("pooled over 2 pairs (GRPO 1=SFT 1, GRPO 2=SFT 2): +0.200 [") and line.endswith("on 10 instances")
+    low = float(line.split("[")[1].split(",")[0])
+    assert low <= 0.0  # one pair gained 0.4 and the other nothing: resampling the pairs reaches 0
+    with pytest.raises(SystemExit, match="not a label: SFT 3"):
+        mod.pooled(models, ["GRPO 1=SFT 1", "GRPO 2=SFT 3"])
+    with pytest.raises(SystemExit, match="two or more"):
+        mod.pooled(models, ["GRPO 1=SFT 1"])
