@@ -79,7 +79,7 @@ def pooled(models: list[tuple[str, dict]], pairs: list[str]) -> str:
     after = {str(k): {i: records[a]["heldout"][i] for i in common} for k, (a, _) in enumerate(split)}
     before = {str(k): {i: records[b]["heldout"][i] for i in common} for k, (_, b) in enumerate(split)}
     p, lo, hi = paired(after, before)
-    return f"pooled over {len(split)} pairs ({', '.join(pairs)}): {p:+.3f} [{lo:+.3f}, {hi:+.3f}] on {len(common)} instances"
+    return f"pooled over {len(split)} pairs ({'; '.join(pairs)}): {p:+.3f} [{lo:+.3f}, {hi:+.3f}] on {len(common)} instances"
 
 
 def main() -> None:

@@ -626,7 +626,7 @@ def test_paired_records_pools_pairs_as_groups_and_refuses_a_pair_of_unknown_labe
     models = [("SFT 1", {"heldout": {i: 0 for i in ids}}), ("GRPO 1", {"heldout": {i: int(i < "move-4") for i in ids}}),
               ("SFT 2", {"heldout": {i: 1 for i in ids}}), ("GRPO 2", {"heldout": {i: 1 for i in ids}})]
     line = mod.pooled(models, ["GRPO 1=SFT 1", "GRPO 2=SFT 2"])
-    assert line.startswith("pooled over 2 pairs (GRPO 1=SFT 1, GRPO 2=SFT 2): +0.200 [") and line.endswith("on 10 instances")
+    assert line.startswith("pooled over 2 pairs (GRPO 1=SFT 1; GRPO 2=SFT 2): +0.200 [") and line.endswith("on 10 instances")
     low = float(line.split("[")[1].split(",")[0])
     assert low <= 0.0  # one pair gained 0.4 and the other nothing: resampling the pairs reaches 0
     with pytest.raises(SystemExit, match="not a label: SFT 3"):
