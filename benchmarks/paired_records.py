@@ -70,6 +70,8 @@ def pooled(models: list[tuple[str, dict]], pairs: list[str]) -> str:
     """'AFTER=BEFORE' label pairs -> one line: the mean difference over the pairs, each pair a group of the
     bootstrap, on the instances every model played."""
     records = dict(models)
+    if len(records) != len(models):
+        raise SystemExit("--pool needs every model's label to differ (it names models by label)")
     split = [p.split("=", 1) for p in pairs]
     unknown = sorted({label for pair in split for label in pair} - set(records))
     if any(len(pair) != 2 for pair in split) or unknown or len(split) < 2:

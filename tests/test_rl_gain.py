@@ -602,10 +602,15 @@ def test_a_run_folder_without_its_store_is_not_read(tmp_path):
     assert "calls" not in results["sft:0"] and not (tmp_path / "runs" / "eval-x" / "runs.sqlite").exists()
 
 
-def test_paired_records_counts_passes_and_writes_per_template_on_the_instances_all_played(tmp_path):
+def _paired_records():
     spec = importlib.util.spec_from_file_location("paired_records", ROOT / "benchmarks" / "paired_records.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_paired_records_counts_passes_and_writes_per_template_on_the_instances_all_played(tmp_path):
+    mod = _paired_records()
     a = {"heldout": {"move-1": 1, "move-2": 0, "refuse-overdraft-3": 1, "balance-9": 1},
          "calls": {"move-1": ["find_customer", "transfer_funds"], "move-2": ["transfer_funds"], "refuse-overdraft-3": []}}
     b = {"heldout": {"move-1": 1, "move-2": 1, "refuse-overdraft-3": 0},
@@ -618,10 +623,8 @@ def test_paired_records_counts_passes_and_writes_per_template_on_the_instances_a
     assert any(line.startswith("B - A, paired over instances: +0.000 [") and line.endswith("2 outcomes changed") for line in lines)
 
 
-def test_paired_records_pools_pairs_as_groups_and_refuses_a_pair_of_unknown_labels(tmp_path):
-    spec = importlib.util.spec_from_file_location("paired_records", ROOT / "benchmarks" / "paired_records.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_paired_records_pools_pairs_as_groups_and_refuses_a_pair_of_unknown_labels():
+    mod = _paired_records()
     ids = [f"move-{i}" for i in range(10)]
     models = [("SFT 1", {"heldout": {i: 0 for i in ids}}), ("GRPO 1", {"heldout": {i: int(i < "move-4") for i in ids}}),
               ("SFT 2", {"heldout": {i: 1 for i in ids}}), ("GRPO 2", {"heldout": {i: 1 for i in ids}})]
@@ -633,3 +636,5 @@ def test_paired_records_pools_pairs_as_groups_and_refuses_a_pair_of_unknown_labe
         mod.pooled(models, ["GRPO 1=SFT 1", "GRPO 2=SFT 3"])
     with pytest.raises(SystemExit, match="two or more"):
         mod.pooled(models, ["GRPO 1=SFT 1"])
+    with pytest.raises(SystemExit, match="label to differ"):
+        mod.pooled(models + [("SFT 1", {"heldout": {i: 1 for i in ids}})], ["GRPO 1=SFT 1", "GRPO 2=SFT 2"])
