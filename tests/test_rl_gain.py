@@ -14,11 +14,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("rl_gain", ROOT / "benchmarks" / "rl_gain.py")
+def _benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _module():
+    return _benchmark("rl_gain")
 
 
 def _args(**kw):
@@ -602,15 +606,8 @@ def test_a_run_folder_without_its_store_is_not_read(tmp_path):
     assert "calls" not in results["sft:0"] and not (tmp_path / "runs" / "eval-x" / "runs.sqlite").exists()
 
 
-def _paired_records():
-    spec = importlib.util.spec_from_file_location("paired_records", ROOT / "benchmarks" / "paired_records.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_paired_records_counts_passes_and_writes_per_template_on_the_instances_all_played(tmp_path):
-    mod = _paired_records()
+    mod = _benchmark("paired_records")
     a = {"heldout": {"move-1": 1, "move-2": 0, "refuse-overdraft-3": 1, "balance-9": 1},
          "calls": {"move-1": ["find_customer", "transfer_funds"], "move-2": ["transfer_funds"], "refuse-overdraft-3": []}}
     b = {"heldout": {"move-1": 1, "move-2": 1, "refuse-overdraft-3": 0},
@@ -624,7 +621,7 @@ def test_paired_records_counts_passes_and_writes_per_template_on_the_instances_a
 
 
 def test_paired_records_pools_pairs_as_groups_and_refuses_a_pair_of_unknown_labels():
-    mod = _paired_records()
+    mod = _benchmark("paired_records")
     ids = [f"move-{i}" for i in range(10)]
     models = [("SFT 1", {"heldout": {i: 0 for i in ids}}), ("GRPO 1", {"heldout": {i: int(i < "move-4") for i in ids}}),
               ("SFT 2", {"heldout": {i: 1 for i in ids}}), ("GRPO 2", {"heldout": {i: 1 for i in ids}})]
@@ -638,3 +635,23 @@ def test_paired_records_pools_pairs_as_groups_and_refuses_a_pair_of_unknown_labe
         mod.pooled(models, ["GRPO 1=SFT 1"])
     with pytest.raises(SystemExit, match="label to differ"):
         mod.pooled(models + [("SFT 1", {"heldout": {i: 1 for i in ids}})], ["GRPO 1=SFT 1", "GRPO 2=SFT 2"])
+
+
+def test_train_success_compares_each_runs_first_and_last_steps_and_pools_runs_as_groups(tmp_path):
+    mod = _benchmark("train_success")
+    rising = {"rollout/success": {str(s): 0.2 if s <= 6 else 0.6 for s in range(1, 13)},
+              "rollout/pass_rate/move": {"1": 0.0, "4": 0.25, "9": 0.5, "12": 1.0}}
+    flat = {"rollout/success": {str(s): 0.4 for s in range(1, 9)}, "rollout/pass_rate/close": {"2": 0.5}}
+    (tmp_path / "r.json").write_text(json.dumps({"grpo_runs": {"sft-grpo-1": rising, "sft-grpo-2": flat}}))
+    runs = [mod.load(f"up={tmp_path / 'r.json'}:sft-grpo-1"), mod.load(f"flat={tmp_path / 'r.json'}:sft-grpo-2")]
+    lines = mod.table(runs, 5)
+    # a template logged on 4 steps: windows of 2; one logged once: no windows
+    assert "| up | 12 | 0.20 -> 0.60 | - | 0.12 -> 0.75 |" in lines
+    assert "| flat | 8 | 0.40 -> 0.40 | - | - |" in lines  # 8 steps: windows of 4
+    line = mod.pooled(runs, 5)
+    assert line.startswith("success, last - first, pooled over 2 runs: +0.200 [")
+    assert float(line.split("[")[1].split(",")[0]) <= 0.0  # one run rose by 0.4, the other not at all
+    with pytest.raises(SystemExit, match="no GRPO run 'grpo-1' \\(it has: sft-grpo-1, sft-grpo-2\\)"):
+        mod.load(f"x={tmp_path / 'r.json'}:grpo-1")
+    with pytest.raises(SystemExit, match="LABEL=FILE:RUN"):
+        mod.load(str(tmp_path / "r.json"))
