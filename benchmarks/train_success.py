@@ -45,12 +45,12 @@ def load(spec: str) -> tuple[str, dict[str, dict[int, float]]]:
 
 def window_means(series: dict[int, float], width: int) -> tuple[float, float] | None:
     """Mean of the first and of the last `width` logged steps of one metric (a template's pass rate is logged
-    only on the steps that drew it); None when fewer than two steps were logged."""
-    values = [v for _, v in sorted(series.items())]
-    w = min(width, len(values) // 2)
-    if not w:
+    only on the steps that drew it); None when fewer than two steps were logged. rl_gain's window rule, fed
+    the metric in the place of its train success."""
+    first, last = train_windows({"rollout/success": series}, width)
+    if not first:
         return None
-    return sum(values[:w]) / w, sum(values[-w:]) / w
+    return sum(first.values()) / len(first), sum(last.values()) / len(last)
 
 
 def table(runs: list[tuple[str, dict]], width: int) -> list[str]:
