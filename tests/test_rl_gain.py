@@ -655,3 +655,15 @@ def test_train_success_compares_each_runs_first_and_last_steps_and_pools_runs_as
         mod.load(f"x={tmp_path / 'r.json'}:grpo-1")
     with pytest.raises(SystemExit, match="LABEL=FILE:RUN"):
         mod.load(str(tmp_path / "r.json"))
+
+
+def test_train_success_refuses_runs_that_share_a_label_and_a_file_that_is_not_json(tmp_path):
+    runs = tmp_path / "r.json"
+    runs.write_text(json.dumps({"grpo_runs": {"sft-grpo-1": {"rollout/success": {"1": 0.5, "2": 0.5}}}}))
+    script = str(ROOT / "benchmarks" / "train_success.py")
+    shared = subprocess.run([sys.executable, script, f"a={runs}:sft-grpo-1", f"a={runs}:sft-grpo-1"],
+                            capture_output=True, text=True)
+    assert shared.returncode == 2 and "every run needs its own label" in shared.stderr and not shared.stdout
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="bad.json: not an rl_gain results file"):
+        _benchmark("train_success").load(f"x={tmp_path / 'bad.json'}:sft-grpo-1")
